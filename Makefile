@@ -1,0 +1,50 @@
+# Gym developer tasks. `make test` is what CI runs (see .ci/run).
+SHELL := /bin/bash
+
+CARGO ?= cargo
+
+# Cache everything heavy outside the clone so fresh clones build fast.
+GYM_CACHE_DIR ?= $(HOME)/.cache/gym
+export GYM_CACHE_DIR
+export CARGO_TARGET_DIR ?= $(GYM_CACHE_DIR)/target
+export GYM_MODELS_DIR ?= $(CURDIR)/models
+# ONNX Runtime is loaded dynamically (fastembed/ort `load-dynamic`).
+export ORT_DYLIB_PATH ?= $(GYM_MODELS_DIR)/onnxruntime/libonnxruntime.so.1.31.1
+
+ifdef CI
+export CARGO_TERM_COLOR := never
+endif
+
+.DEFAULT_GOAL := build
+
+.PHONY: setup build test fmt clippy bench demo clean-cache
+
+setup:
+	bash scripts/setup
+
+build: setup
+	$(CARGO) build --locked
+
+test: setup
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --all-targets --locked -- -D warnings
+	$(CARGO) test --locked
+
+fmt:
+	$(CARGO) fmt --all
+
+clippy: setup
+	$(CARGO) clippy --all-targets --locked -- -D warnings
+
+bench: setup
+	$(CARGO) bench
+
+demo: setup
+	bash scripts/demo
+
+# Removes the downloaded wheels, the extracted-model cache and the cargo target
+# dir. Files already in models/ stay valid (they are hardlinks or copies).
+clean-cache:
+	rm -rf -- "$(GYM_CACHE_DIR)/downloads" "$(GYM_CACHE_DIR)/extracted" "$(GYM_CACHE_DIR)/.setup.lock"
+	@if [ -n "$(CARGO_TARGET_DIR)" ] && [ "$(CARGO_TARGET_DIR)" != "/" ]; then \
+		echo rm -rf -- "$(CARGO_TARGET_DIR)"; rm -rf -- "$(CARGO_TARGET_DIR)"; fi

@@ -1,0 +1,509 @@
+//! `gym library …`: the experience library from the command line.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use gym::library::exchange::{self, ExportFormat};
+use gym::library::{
+    Change, Evidence, ExperienceId, InclusionProof, Library, Op, Provenance, Settings, State,
+    list_libraries, verify,
+};
+
+/// Arguments shared by every `gym library` command.
+#[derive(Debug, Args)]
+pub struct LibraryArgs {
+    /// Directory holding the libraries (one sub-directory per library).
+    #[arg(
+        long,
+        env = "GYM_LIBRARY_DIR",
+        default_value = "experiences",
+        global = true
+    )]
+    library_dir: PathBuf,
+
+    #[command(subcommand)]
+    command: LibraryCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum LibraryCommand {
+    /// Create an empty library (version 0).
+    Init {
+        /// Library name (letters, digits, `-`, `_`, `.`).
+        name: String,
+        /// Most words an experience may have; longer texts are refused, never truncated.
+        #[arg(long, default_value_t = gym::library::DEFAULT_MAX_WORDS)]
+        max_words: usize,
+    },
+    /// List the libraries in the library directory.
+    List,
+    /// Add an experience ("When <condition>, <strategy>.") as a new version.
+    Add {
+        /// Library name.
+        name: String,
+        /// The experience text.
+        #[arg(long)]
+        text: String,
+        /// Domain tag.
+        #[arg(long, default_value = gym::library::DEFAULT_DOMAIN)]
+        domain: String,
+        /// Confidence between 0 and 1.
+        #[arg(long, default_value_t = gym::library::DEFAULT_CONFIDENCE)]
+        confidence: f64,
+    },
+    /// Change an experience's text, domain or confidence as a new version.
+    #[command(arg_required_else_help = true)]
+    Update {
+        /// Library name.
+        name: String,
+        /// Experience id, like E0007.
+        id: ExperienceId,
+        /// New text.
+        #[arg(long)]
+        text: Option<String>,
+        /// New domain tag.
+        #[arg(long)]
+        domain: Option<String>,
+        /// New confidence between 0 and 1.
+        #[arg(long)]
+        confidence: Option<f64>,
+    },
+    /// Delete an experience as a new version (its id is never reused).
+    Delete {
+        /// Library name.
+        name: String,
+        /// Experience id, like E0007.
+        id: ExperienceId,
+        /// Why it is deleted (recorded in the version).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Show the versions of a library, newest first.
+    Log {
+        /// Library name.
+        name: String,
+    },
+    /// Show the experiences of a version.
+    Show {
+        /// Library name.
+        name: String,
+        /// Version to show (default: the latest).
+        #[arg(long)]
+        version: Option<u64>,
+        /// Also list deleted experiences.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Show the composed changes from version A to version B.
+    Diff {
+        /// Library name.
+        name: String,
+        /// From this version.
+        a: u64,
+        /// To this version.
+        b: u64,
+    },
+    /// Check a library from its files alone: every hash, every root, the whole chain.
+    ///
+    /// Exits with status 1 and names each file and version that does not match.
+    Verify {
+        /// Library name.
+        name: String,
+    },
+    /// Print a JSON inclusion proof of one experience in a version.
+    Proof {
+        /// Library name.
+        name: String,
+        /// Experience id, like E0007.
+        id: ExperienceId,
+        /// Version to prove against (default: the latest).
+        #[arg(long)]
+        version: Option<u64>,
+        /// Write the proof to this file instead of standard output.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Check a proof file against the root it names, without the library.
+    VerifyProof {
+        /// A proof written by `gym library proof`.
+        file: PathBuf,
+    },
+    /// Export a version as Markdown, Gym JSON or a youtu-agent experience dict.
+    Export {
+        /// Library name.
+        name: String,
+        /// Output format.
+        #[arg(long, value_enum)]
+        format: ExportFormat,
+        /// Version to export (default: the latest).
+        #[arg(long)]
+        version: Option<u64>,
+        /// Write to this file instead of standard output.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Import a youtu-agent experience dict or a Gym JSON export as one new version.
+    Import {
+        /// Library name.
+        name: String,
+        /// The file to import.
+        file: PathBuf,
+        /// Domain tag for every imported experience (default: `general`, or the export's own).
+        #[arg(long)]
+        domain: Option<String>,
+    },
+}
+
+impl LibraryArgs {
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        let root = self.library_dir.as_path();
+        let mut out = std::io::stdout().lock();
+        match self.command {
+            LibraryCommand::Init { name, max_words } => {
+                let library = Library::init(root, &name, Settings { max_words })?;
+                writeln!(
+                    out,
+                    "Created library `{name}` in {} (version 0, at most {max_words} words per experience).",
+                    library.dir().display()
+                )?;
+            }
+            LibraryCommand::List => {
+                let names = list_libraries(root)?;
+                if names.is_empty() {
+                    writeln!(out, "No libraries in {}.", root.display())?;
+                }
+                for name in names {
+                    let library = Library::open(root, &name)?;
+                    let head = library.head_record();
+                    writeln!(
+                        out,
+                        "{name}\tversion {}\t{} experiences\troot {}",
+                        head.version,
+                        head.count,
+                        head.root.short(12)
+                    )?;
+                }
+            }
+            LibraryCommand::Add {
+                name,
+                text,
+                domain,
+                confidence,
+            } => {
+                let change = Change::Add {
+                    text,
+                    domain: Some(domain),
+                    confidence: Some(confidence),
+                    evidence: Evidence::default(),
+                };
+                commit_manual(root, &name, change, &mut out)?;
+            }
+            LibraryCommand::Update {
+                name,
+                id,
+                text,
+                domain,
+                confidence,
+            } => {
+                anyhow::ensure!(
+                    text.is_some() || domain.is_some() || confidence.is_some(),
+                    "nothing to update: give --text, --domain or --confidence"
+                );
+                let change = Change::Update {
+                    id,
+                    text,
+                    domain,
+                    confidence,
+                    evidence: Evidence::default(),
+                };
+                commit_manual(root, &name, change, &mut out)?;
+            }
+            LibraryCommand::Delete { name, id, reason } => {
+                commit_manual(root, &name, Change::Delete { id, reason }, &mut out)?;
+            }
+            LibraryCommand::Log { name } => {
+                let library = Library::open(root, &name)?;
+                write!(out, "{}", render_log(&library))?;
+            }
+            LibraryCommand::Show { name, version, all } => {
+                let library = Library::open(root, &name)?;
+                let version = version.unwrap_or_else(|| library.head_version());
+                let state = library.checkout(version)?;
+                write!(out, "{}", render_show(&library, version, &state, all)?)?;
+            }
+            LibraryCommand::Diff { name, a, b } => {
+                let library = Library::open(root, &name)?;
+                let from = library.checkout(a)?;
+                let ops = library.diff(a, b)?;
+                write!(out, "{}", render_diff(&name, a, b, &from, &ops))?;
+            }
+            LibraryCommand::Verify { name } => {
+                let report = verify(root, &name)?;
+                if report.is_ok() {
+                    let root_hex = report
+                        .head_root
+                        .map(|root| root.to_hex())
+                        .unwrap_or_default();
+                    writeln!(
+                        out,
+                        "Library `{name}` verifies: {} versions, every root recomputed, {} active experiences, head root {root_hex}.",
+                        report.versions, report.active
+                    )?;
+                } else {
+                    let mut message = format!(
+                        "library `{name}` does not verify ({} problem(s)):",
+                        report.problems.len()
+                    );
+                    for problem in &report.problems {
+                        write!(message, "\n  {problem}")?;
+                    }
+                    eprintln!("error: {message}");
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
+            LibraryCommand::Proof {
+                name,
+                id,
+                version,
+                out: path,
+            } => {
+                let library = Library::open(root, &name)?;
+                let proof = library.prove(id, version)?;
+                let mut json = serde_json::to_string_pretty(&proof)?;
+                json.push('\n');
+                emit(&json, path.as_deref(), &mut out)?;
+            }
+            LibraryCommand::VerifyProof { file } => {
+                let text = std::fs::read_to_string(&file)
+                    .with_context(|| format!("cannot read {}", file.display()))?;
+                let proof: InclusionProof = serde_json::from_str(&text).map_err(|error| {
+                    anyhow::anyhow!(
+                        "{}:{}:{}: not a Gym proof: {error}",
+                        file.display(),
+                        error.line(),
+                        error.column()
+                    )
+                })?;
+                match proof.verify() {
+                    Ok(()) => writeln!(
+                        out,
+                        "Proof holds: {} is in version {} of `{}` with root {}.",
+                        proof.experience.id, proof.version, proof.library, proof.root
+                    )?,
+                    Err(error) => {
+                        eprintln!(
+                            "error: the proof in {} does not hold: {error}",
+                            file.display()
+                        );
+                        return Ok(ExitCode::FAILURE);
+                    }
+                }
+            }
+            LibraryCommand::Export {
+                name,
+                format,
+                version,
+                out: path,
+            } => {
+                let library = Library::open(root, &name)?;
+                let version = version.unwrap_or_else(|| library.head_version());
+                let state = library.checkout(version)?;
+                let text = exchange::export(&library, version, &state, format)?;
+                emit(&text, path.as_deref(), &mut out)?;
+            }
+            LibraryCommand::Import { name, file, domain } => {
+                let mut library = Library::open(root, &name)?;
+                let summary = exchange::import(&mut library, &file, domain.as_deref())?;
+                match summary.version {
+                    Some(version) => writeln!(
+                        out,
+                        "Imported {} experiences from {} ({}) as version {version}, root {}.",
+                        summary.added,
+                        file.display(),
+                        summary.format,
+                        library.head_record().root
+                    )?,
+                    None => writeln!(
+                        out,
+                        "Imported nothing from {}: every entry is already in the library.",
+                        file.display()
+                    )?,
+                }
+                for (location, existing) in &summary.duplicates {
+                    match existing {
+                        Some(id) => writeln!(out, "  skipped {location}: same text as {id}")?,
+                        None => {
+                            writeln!(out, "  skipped {location}: same text as an earlier entry")?
+                        }
+                    }
+                }
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+fn commit_manual(
+    root: &Path,
+    name: &str,
+    change: Change,
+    out: &mut impl std::io::Write,
+) -> anyhow::Result<()> {
+    let mut library = Library::open(root, name)?;
+    let version = library.commit(&[change], Provenance::manual_by_current_user())?;
+    let op = &version.ops[0];
+    let verb = match op {
+        Op::Add { .. } => "Added",
+        Op::Update { .. } => "Updated",
+        Op::Delete { .. } => "Deleted",
+    };
+    writeln!(
+        out,
+        "{verb} {} in version {} of `{name}` ({} active, root {}).",
+        op.id(),
+        version.version,
+        version.count,
+        version.root.short(12)
+    )?;
+    Ok(())
+}
+
+fn emit(text: &str, path: Option<&Path>, out: &mut impl std::io::Write) -> anyhow::Result<()> {
+    match path {
+        Some(path) => std::fs::write(path, text)
+            .with_context(|| format!("cannot write {}", path.display()))?,
+        None => out.write_all(text.as_bytes())?,
+    }
+    Ok(())
+}
+
+/// `gym library log`: one line per version, newest first.
+pub fn render_log(library: &Library) -> String {
+    let mut text = format!(
+        "{:>7}  {:<24}  {:<12}  {:>6}  {:<12}  {}\n",
+        "version", "created", "ops", "active", "root", "provenance"
+    );
+    for version in library.versions().iter().rev() {
+        let count = |kind: &str| version.ops.iter().filter(|op| op.kind() == kind).count();
+        let ops = format!(
+            "+{} ~{} -{}",
+            count("add"),
+            count("update"),
+            count("delete")
+        );
+        let created = version
+            .created_at
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        writeln!(
+            text,
+            "{:>7}  {created:<24}  {ops:<12}  {:>6}  {:<12}  {}",
+            version.version,
+            version.count,
+            version.root.short(12),
+            version.provenance.summary()
+        )
+        .expect("writing to a String");
+    }
+    text
+}
+
+/// `gym library show`: the experiences of one version.
+pub fn render_show(
+    library: &Library,
+    version: u64,
+    state: &State,
+    all: bool,
+) -> anyhow::Result<String> {
+    let record = library.version(version)?;
+    let mut text = format!(
+        "Library `{}` version {version} (latest {}): {} active experiences, root {}\n",
+        library.name(),
+        library.head_version(),
+        state.active_count(),
+        record.root
+    );
+    let experiences: Vec<_> = if all {
+        state.all().collect()
+    } else {
+        state.active().collect()
+    };
+    for experience in experiences {
+        let deleted = if experience.is_active() {
+            ""
+        } else {
+            " (deleted)"
+        };
+        writeln!(
+            text,
+            "{} [{}] ({:.2}){deleted} {}",
+            experience.id, experience.domain, experience.confidence, experience.text
+        )?;
+        let usage = experience.usage;
+        writeln!(
+            text,
+            "       v{}..v{} {} · injected {} · helpful {} · harmful {}",
+            experience.created_in,
+            experience.updated_in,
+            experience.provenance.summary(),
+            usage.injected,
+            usage.helpful,
+            usage.harmful
+        )?;
+    }
+    Ok(text)
+}
+
+/// `gym library diff`: the composed ops, with old texts for updates and deletes.
+pub fn render_diff(name: &str, a: u64, b: u64, from: &State, ops: &[Op]) -> String {
+    let count = |kind: &str| ops.iter().filter(|op| op.kind() == kind).count();
+    let mut text = format!(
+        "diff `{name}` {a}..{b}: {} added, {} updated, {} deleted\n",
+        count("add"),
+        count("update"),
+        count("delete")
+    );
+    for op in ops {
+        let line = match op {
+            Op::Add {
+                id,
+                text,
+                domain,
+                confidence,
+                ..
+            } => format!("+ {id} [{domain}] ({confidence:.2}) {text}"),
+            Op::Update {
+                id,
+                text,
+                domain,
+                confidence,
+                ..
+            } => {
+                let old = from
+                    .get_active(*id)
+                    .expect("an update's experience is active in `from`");
+                format!(
+                    "~ {id} [{}] ({:.2}) {}\n  {} [{domain}] ({confidence:.2}) {text}",
+                    old.domain,
+                    old.confidence,
+                    old.text,
+                    " ".repeat(id.to_string().len())
+                )
+            }
+            Op::Delete { id, .. } => {
+                let old = from
+                    .get_active(*id)
+                    .expect("a delete's experience is active in `from`");
+                format!(
+                    "- {id} [{}] ({:.2}) {}",
+                    old.domain, old.confidence, old.text
+                )
+            }
+        };
+        writeln!(text, "{line}").expect("writing to a String");
+    }
+    text
+}

@@ -1,0 +1,41 @@
+//! Command-line interface: one file per subcommand.
+
+mod library;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Gym: Training-Free GRPO with a versioned, Merkle-committed experience library.
+#[derive(Debug, Parser)]
+#[command(name = "gym", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create, edit, inspect, verify, import and export experience libraries.
+    #[command(subcommand_required = true)]
+    Library(library::LibraryArgs),
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}
+
+impl Cli {
+    /// Runs the chosen subcommand.
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        match self.command {
+            Command::Library(args) => args.run(),
+        }
+    }
+}

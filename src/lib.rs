@@ -1,0 +1,28 @@
+//! # Gym
+//!
+//! Gym improves a language model on a task without changing its weights (Training-Free GRPO,
+//! arXiv 2510.08191) and keeps what it learned as a versioned, Merkle-committed **experience
+//! library**.
+//!
+//! ## The data flow and where each step lives
+//!
+//! ```text
+//! dataset ──► rollout ──► reward ──► group filter ──► summarize ──► extract ──► consolidate ──► library version N+1
+//!  data/      rollout/    reward/    rollout/          distill/      distill/     distill/         library/
+//! library ──► serve/ (OpenAI-compatible server, retrieval + injection, router)
+//!         ──► gov/   (proposals = diffs between versions, signed votes, on-chain anchor)
+//!         ──► finetune/ (LoRA fallback that distils a library into weights)
+//! ```
+//!
+//! | module | status | what it does |
+//! |---|---|---|
+//! | [`library`] | here | experience records with stable ids, ops, versions, Merkle roots and proofs, diffs, crash-safe files, verification, import/export |
+//! | `backend`, `data`, `reward`, `rollout` | planned | model backends (llama.cpp, OpenAI-compatible), datasets, verifiers, group sampling |
+//! | `distill` | planned | the three LLM stages with tolerant parsing of model output |
+//! | `embed`, `serve` | planned | embeddings, vector index, the inference server |
+//! | `gov`, `finetune` | planned | governance over experience diffs; the gradient fallback |
+//!
+//! The `gym` binary's command-line interface lives in `src/cli/` (one file per subcommand).
+//! The library store is synchronous and pure: async code only ever sits at the edges.
+
+pub mod library;

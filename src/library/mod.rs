@@ -1,0 +1,39 @@
+//! The experience library: versioned, Merkle-committed, synchronous and pure.
+//!
+//! - [`ExperienceId`], [`Experience`]: records with stable ids, never renumbered.
+//! - [`Change`] → [`Op`]: what callers ask for and what a version records.
+//! - [`State`]: the experiences at one version; [`diff`] composes the ops between two.
+//! - [`merkle`]: leaves, roots and [`InclusionProof`]s.
+//! - [`Library`]: the files under `experiences/<name>/`, crash-safe commits, checkout.
+//! - [`verify()`]: checks a library from its files alone.
+//! - [`exchange`]: youtu-agent dicts, Gym JSON, Markdown.
+//!
+//! Nothing here is async or touches the network; the training loop, server and governance
+//! build on it.
+
+mod digest;
+mod error;
+pub mod exchange;
+mod files;
+mod id;
+pub mod merkle;
+mod op;
+mod record;
+mod state;
+mod store;
+mod verify;
+mod version;
+
+pub use digest::{Digest, ParseDigestError, canonical_json};
+pub use error::{LibraryError, OpError};
+pub use files::TEMP_PREFIX;
+pub use id::{ExperienceId, ParseIdError};
+pub use merkle::{EMPTY_ROOT, InclusionProof, LeafContent, ProofError};
+pub use op::{Change, Limits, Op};
+pub use record::{
+    DEFAULT_CONFIDENCE, DEFAULT_DOMAIN, Evidence, Experience, Provenance, Status, Usage,
+};
+pub use state::{State, Undo, diff};
+pub use store::{DEFAULT_MAX_WORDS, Library, Settings, library_dir, list_libraries};
+pub use verify::{Problem, Report, verify};
+pub use version::Version;

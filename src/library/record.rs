@@ -1,0 +1,158 @@
+//! Experience records and the provenance attached to them.
+
+use serde::{Deserialize, Serialize};
+
+use super::id::ExperienceId;
+
+/// The domain an experience gets when none is given.
+pub const DEFAULT_DOMAIN: &str = "general";
+/// The confidence an experience gets when none is given.
+pub const DEFAULT_CONFIDENCE: f64 = 0.5;
+
+/// Whether an experience is part of the library at a version.
+///
+/// Deleted experiences keep their record (and their id) so history stays readable; only active
+/// ones are Merkle leaves and are injected into prompts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// In the library.
+    Active,
+    /// Removed by a `delete` op; the id is never handed out again.
+    Deleted,
+}
+
+impl Status {
+    /// The lower-case name used in files and output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Active => "active",
+            Self::Deleted => "deleted",
+        }
+    }
+}
+
+/// Where a version's changes came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "source", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Provenance {
+    /// The library was created.
+    Init,
+    /// A person edited the library by hand (`gym library add|update|delete`).
+    Manual {
+        /// Who made the edit, when known (`$USER`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        author: Option<String>,
+    },
+    /// Experiences were imported from a file.
+    Import {
+        /// The file, as the user named it.
+        file: String,
+        /// The format it was read as.
+        format: String,
+    },
+    /// A step of a training run produced the changes.
+    Run {
+        /// The run id.
+        run: String,
+        /// Epoch within the run, from 1.
+        epoch: u32,
+        /// Step within the run, from 1.
+        step: u32,
+        /// The model that ran the distillation stages.
+        model: String,
+        /// SHA-256 over the prompt templates the stages used.
+        prompts_hash: String,
+    },
+}
+
+impl Provenance {
+    /// A manual edit by the current user (`$USER`), when the environment names one.
+    pub fn manual_by_current_user() -> Self {
+        Self::Manual {
+            author: std::env::var("USER").ok().filter(|user| !user.is_empty()),
+        }
+    }
+
+    /// One short line for logs and tables.
+    pub fn summary(&self) -> String {
+        match self {
+            Self::Init => "init".to_owned(),
+            Self::Manual { author: None } => "manual".to_owned(),
+            Self::Manual {
+                author: Some(author),
+            } => format!("manual by {author}"),
+            Self::Import { file, format } => format!("import {format} {file}"),
+            Self::Run {
+                run, epoch, step, ..
+            } => format!("run {run} epoch {epoch} step {step}"),
+        }
+    }
+}
+
+/// The evidence behind one op: which queries and group rewards led to it.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Evidence {
+    /// Ids of the training queries whose groups produced the op.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub query_ids: Vec<String>,
+    /// The rewards of those groups' answers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub group_rewards: Vec<f64>,
+}
+
+impl Evidence {
+    /// Whether there is nothing in it.
+    pub fn is_empty(&self) -> bool {
+        self.query_ids.is_empty() && self.group_rewards.is_empty()
+    }
+}
+
+/// How an experience has fared in use. Not part of the Merkle commitment: it changes with every
+/// served request, while the commitment covers only what the library says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Usage {
+    /// Times the experience was injected into a prompt.
+    pub injected: u64,
+    /// Times an answer it was injected into was judged correct or helpful.
+    pub helpful: u64,
+    /// Times an answer it was injected into was judged wrong or harmful.
+    pub harmful: u64,
+}
+
+/// One experience as it stands at some version of a library.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Experience {
+    /// Stable id.
+    pub id: ExperienceId,
+    /// "When <condition>, <strategy>."
+    pub text: String,
+    /// Domain tag used for grouping and retrieval filters.
+    pub domain: String,
+    /// How sure the library is that the experience helps, in `0..=1`.
+    pub confidence: f64,
+    /// Active or deleted.
+    pub status: Status,
+    /// The version whose op created the experience.
+    pub created_in: u64,
+    /// The version whose op last changed it (equal to `created_in` until an update or delete).
+    pub updated_in: u64,
+    /// Provenance of the version that last changed it.
+    pub provenance: Provenance,
+    /// Evidence attached to the op that last changed it.
+    #[serde(default, skip_serializing_if = "Evidence::is_empty")]
+    pub evidence: Evidence,
+    /// Usage statistics (not committed).
+    #[serde(default)]
+    pub usage: Usage,
+}
+
+impl Experience {
+    /// Whether the experience is part of the library.
+    pub fn is_active(&self) -> bool {
+        self.status == Status::Active
+    }
+}

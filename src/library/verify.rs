@@ -1,0 +1,214 @@
+//! Verification of a library from its files alone.
+
+use std::path::{Path, PathBuf};
+
+use super::digest::Digest;
+use super::error::LibraryError;
+use super::files::read_canonical;
+use super::state::State;
+use super::store::{
+    SETTINGS_FILE, USAGE_FILE, check_version, library_dir, read_settings, read_usage, version_files,
+};
+use super::version::Version;
+
+/// One thing wrong with a library, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The file at fault.
+    pub file: PathBuf,
+    /// The version, when the file is a version file.
+    pub version: Option<u64>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.version {
+            Some(version) => write!(
+                f,
+                "{} (version {version}): {}",
+                self.file.display(),
+                self.message
+            ),
+            None => write!(f, "{}: {}", self.file.display(), self.message),
+        }
+    }
+}
+
+/// What `verify` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// Version files read.
+    pub versions: usize,
+    /// Versions whose ops were replayed and whose root was recomputed and matched.
+    pub roots_checked: usize,
+    /// Active experiences at the last version replayed.
+    pub active: usize,
+    /// Root of the last version replayed.
+    pub head_root: Option<Digest>,
+    /// Everything wrong, in file order. Empty when the library verifies.
+    pub problems: Vec<Problem>,
+}
+
+impl Report {
+    /// Whether the library verified.
+    pub fn is_ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Verifies the library `name` under `root` from its files: every file parses and is in the
+/// exact form Gym writes, each file's checksum or hash matches its content, the versions run
+/// without gaps, each version links to its parent's hash and root, the ops of every version
+/// replay, and every stored root equals the root recomputed from the replayed experiences.
+///
+/// Only a missing library or an unreadable directory is an `Err`; everything else is reported.
+pub fn verify(root: &Path, name: &str) -> Result<Report, LibraryError> {
+    let dir = library_dir(root, name)?;
+    if !dir.join(SETTINGS_FILE).is_file() {
+        return Err(LibraryError::NotFound {
+            name: name.to_owned(),
+            dir: root.to_owned(),
+        });
+    }
+    let mut problems = Vec::new();
+    let from_error = |version: Option<u64>, error: LibraryError| {
+        let (file, message) = locate(&error);
+        Problem {
+            file: file.unwrap_or_else(|| dir.clone()),
+            version,
+            message,
+        }
+    };
+    if let Err(error) = read_settings(&dir.join(SETTINGS_FILE)) {
+        problems.push(from_error(None, error));
+    }
+    let usage = match read_usage(&dir.join(USAGE_FILE)) {
+        Ok(usage) => Some(usage),
+        Err(error) => {
+            problems.push(from_error(None, error));
+            None
+        }
+    };
+
+    let files = match version_files(&dir) {
+        Ok(files) => files,
+        Err(error) => {
+            problems.push(from_error(None, error));
+            return Ok(Report {
+                versions: 0,
+                roots_checked: 0,
+                active: 0,
+                head_root: None,
+                problems,
+            });
+        }
+    };
+    let mut state = State::new();
+    let mut parent: Option<Version> = None;
+    // Once a version fails, later roots cannot be recomputed; later files are still checked
+    // on their own (form and hash) so every damaged file is named.
+    let mut replaying = true;
+    let mut roots_checked = 0;
+    for (number, path) in &files {
+        let version: Version = match read_canonical(path) {
+            Ok(version) => version,
+            Err(error) => {
+                problems.push(from_error(Some(*number), error));
+                replaying = false;
+                parent = None;
+                continue;
+            }
+        };
+        let problem = |message: String| Problem {
+            file: path.clone(),
+            version: Some(*number),
+            message,
+        };
+        let linked = if replaying {
+            check_version(&version, *number, parent.as_ref())
+        } else if version.computed_hash() != version.hash {
+            Err(format!(
+                "hash is {} but the content hashes to {}",
+                version.hash,
+                version.computed_hash()
+            ))
+        } else {
+            Ok(())
+        };
+        if let Err(message) = linked {
+            problems.push(problem(message));
+            replaying = false;
+        }
+        if replaying {
+            match state.apply(version.version, &version.provenance, &version.ops) {
+                Ok(undo) => drop(undo),
+                Err((index, error)) => {
+                    problems.push(problem(format!("op {} does not apply: {error}", index + 1)));
+                    replaying = false;
+                }
+            }
+        }
+        if replaying {
+            let root = state.root();
+            if root != version.root {
+                problems.push(problem(format!(
+                    "root is {} but the experiences give {root}",
+                    version.root
+                )));
+                replaying = false;
+            } else if state.active_count() != version.count {
+                problems.push(problem(format!(
+                    "count is {} but the experiences give {}",
+                    version.count,
+                    state.active_count()
+                )));
+                replaying = false;
+            } else {
+                roots_checked += 1;
+            }
+        }
+        parent = Some(version);
+    }
+    if let (Some(usage), true) = (usage, replaying) {
+        if let Some(id) = usage.keys().find(|id| state.get(**id).is_none()) {
+            problems.push(Problem {
+                file: dir.join(USAGE_FILE),
+                version: None,
+                message: format!("has statistics for {id}, which no version ever added"),
+            });
+        }
+    }
+    let head_root = replaying.then(|| state.root());
+    problems.sort_by(|a, b| a.file.cmp(&b.file).then(a.version.cmp(&b.version)));
+    Ok(Report {
+        versions: files.len(),
+        roots_checked,
+        active: state.active_count(),
+        head_root,
+        problems,
+    })
+}
+
+/// The file an error names, and the rest of its message.
+fn locate(error: &LibraryError) -> (Option<PathBuf>, String) {
+    match error {
+        LibraryError::Parse {
+            path,
+            line,
+            column,
+            message,
+        } => (
+            Some(path.clone()),
+            format!("line {line} column {column}: {message}"),
+        ),
+        LibraryError::Corrupt { path, message } => (Some(path.clone()), message.clone()),
+        LibraryError::Io {
+            path,
+            source,
+            action,
+        } => (Some(path.clone()), format!("cannot {action}: {source}")),
+        other => (None, other.to_string()),
+    }
+}
