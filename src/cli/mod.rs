@@ -21,6 +21,15 @@ enum Command {
     Library(library::LibraryArgs),
 }
 
+impl Cli {
+    /// Runs the chosen subcommand.
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        match self.command {
+            Command::Library(args) => args.run(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
@@ -28,14 +37,5 @@ mod tests {
     #[test]
     fn the_command_line_definition_is_consistent() {
         super::Cli::command().debug_assert();
-    }
-}
-
-impl Cli {
-    /// Runs the chosen subcommand.
-    pub fn run(self) -> anyhow::Result<ExitCode> {
-        match self.command {
-            Command::Library(args) => args.run(),
-        }
     }
 }

@@ -171,14 +171,14 @@ pub fn verify(root: &Path, name: &str) -> Result<Report, LibraryError> {
         }
         parent = Some(version);
     }
-    if let (Some(usage), true) = (usage, replaying) {
-        if let Some(id) = usage.keys().find(|id| state.get(**id).is_none()) {
-            problems.push(Problem {
-                file: dir.join(USAGE_FILE),
-                version: None,
-                message: format!("has statistics for {id}, which no version ever added"),
-            });
-        }
+    if let (Some(usage), true) = (usage, replaying)
+        && let Some(id) = usage.keys().find(|id| state.get(**id).is_none())
+    {
+        problems.push(Problem {
+            file: dir.join(USAGE_FILE),
+            version: None,
+            message: format!("has statistics for {id}, which no version ever added"),
+        });
     }
     let head_root = replaying.then(|| state.root());
     problems.sort_by(|a, b| a.file.cmp(&b.file).then(a.version.cmp(&b.version)));

@@ -1,0 +1,95 @@
+//! Helpers shared by the integration tests.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A scratch directory holding a library directory, removed on drop.
+pub struct Scratch {
+    pub dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("create a temporary directory"),
+        }
+    }
+
+    /// The library directory (`--library-dir`).
+    pub fn libraries(&self) -> PathBuf {
+        self.dir.path().join("experiences")
+    }
+
+    /// Runs `gym ARGS…` with the library directory set; returns (status code, stdout, stderr).
+    pub fn gym(&self, args: &[&str]) -> (i32, String, String) {
+        let output = Command::new(env!("CARGO_BIN_EXE_gym"))
+            .args(args)
+            .current_dir(self.dir.path())
+            .env("GYM_LIBRARY_DIR", self.libraries())
+            .env("USER", "tester")
+            .env_remove("RUST_BACKTRACE")
+            .output()
+            .expect("run the gym binary");
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8(output.stdout).expect("stdout is UTF-8"),
+            String::from_utf8(output.stderr).expect("stderr is UTF-8"),
+        )
+    }
+
+    /// Runs `gym ARGS…` and expects success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let (code, stdout, stderr) = self.gym(args);
+        assert_eq!(code, 0, "gym {args:?} failed:\n{stderr}");
+        stdout
+    }
+
+    /// Runs `gym ARGS…` and expects failure; returns stderr.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let (code, stdout, stderr) = self.gym(args);
+        assert_ne!(code, 0, "gym {args:?} succeeded:\n{stdout}");
+        stderr
+    }
+}
+
+/// Every file under `dir` with its bytes, for before/after comparisons.
+pub fn snapshot_tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut pending = vec![dir.to_owned()];
+    while let Some(next) = pending.pop() {
+        for entry in std::fs::read_dir(&next).expect("read a directory") {
+            let path = entry.expect("read a directory entry").path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                let bytes = std::fs::read(&path).expect("read a file");
+                files.insert(path, bytes);
+            }
+        }
+    }
+    files
+}
+
+/// insta filters that hide what changes between runs: times and the scratch directory.
+pub fn filters(scratch: &Scratch) -> Vec<(String, &'static str)> {
+    vec![
+        (
+            regex_escape(&scratch.dir.path().display().to_string()),
+            "[SCRATCH]",
+        ),
+        (
+            r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z".to_owned(),
+            "[TIME]",
+        ),
+    ]
+}
+
+fn regex_escape(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            let escape = "\\.+*?()|[]{}^$".contains(c);
+            escape.then_some('\\').into_iter().chain(std::iter::once(c))
+        })
+        .collect()
+}
