@@ -16,6 +16,7 @@ mod error;
 pub mod exchange;
 mod files;
 mod id;
+mod layout;
 pub mod merkle;
 mod op;
 mod record;

@@ -16,7 +16,6 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, SubsecRound, Utc};
-use serde::{Deserialize, Serialize};
 
 use super::digest::Digest;
 use super::error::LibraryError;
@@ -24,11 +23,15 @@ use super::files::{
     Replace, file_bytes, is_temp_name, read_canonical, self_hash, sync_dir, write_atomic,
 };
 use super::id::ExperienceId;
+use super::layout::{
+    SETTINGS_FILE, SettingsFile, USAGE_FILE, UsageFile, VERSIONS_DIR, check_version, read_settings,
+    read_usage, version_files,
+};
 use super::merkle::{self, EMPTY_ROOT, InclusionProof, LeafContent, PROOF_FORMAT};
 use super::op::{Change, Limits, Op};
 use super::record::{Provenance, Usage};
 use super::state::{self, State};
-use super::version::{Version, millis};
+use super::version::Version;
 
 /// The word limit a new library gets.
 pub const DEFAULT_MAX_WORDS: usize = 32;
@@ -49,29 +52,6 @@ impl Default for Settings {
         }
     }
 }
-
-/// `library.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct SettingsFile {
-    pub format: u32,
-    pub max_words: usize,
-    #[serde(with = "millis")]
-    pub created_at: DateTime<Utc>,
-    pub checksum: Digest,
-}
-
-/// `usage.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct UsageFile {
-    pub usage: BTreeMap<ExperienceId, Usage>,
-    pub checksum: Digest,
-}
-
-pub(crate) const SETTINGS_FILE: &str = "library.json";
-pub(crate) const USAGE_FILE: &str = "usage.json";
-pub(crate) const VERSIONS_DIR: &str = "versions";
 
 /// An open library: its versions and the state at its head.
 #[derive(Debug, Clone)]
@@ -528,129 +508,4 @@ impl Library {
         }
         Ok(file)
     }
-}
-
-pub(crate) fn read_settings(path: &Path) -> Result<Settings, LibraryError> {
-    let file: SettingsFile = read_canonical(path)?;
-    let corrupt = |message: String| LibraryError::Corrupt {
-        path: path.to_owned(),
-        message,
-    };
-    if self_hash(&file, "checksum") != file.checksum {
-        return Err(corrupt("checksum does not match the content".to_owned()));
-    }
-    if file.format != FORMAT {
-        return Err(corrupt(format!(
-            "format {} is not one this Gym reads ({FORMAT})",
-            file.format
-        )));
-    }
-    if file.max_words == 0 {
-        return Err(corrupt("max_words must be at least 1".to_owned()));
-    }
-    Ok(Settings {
-        max_words: file.max_words,
-    })
-}
-
-pub(crate) fn read_usage(path: &Path) -> Result<BTreeMap<ExperienceId, Usage>, LibraryError> {
-    let file: UsageFile = read_canonical(path)?;
-    if self_hash(&file, "checksum") != file.checksum {
-        return Err(LibraryError::Corrupt {
-            path: path.to_owned(),
-            message: "checksum does not match the content".to_owned(),
-        });
-    }
-    Ok(file.usage)
-}
-
-/// The version files of a library in order, checked to run 0, 1, 2, … without gaps.
-/// Leftover temporary files are ignored; any other file is an error.
-pub(crate) fn version_files(dir: &Path) -> Result<Vec<(u64, PathBuf)>, LibraryError> {
-    let versions_dir = dir.join(VERSIONS_DIR);
-    let entries = fs::read_dir(&versions_dir).map_err(LibraryError::io("list", &versions_dir))?;
-    let mut files = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(LibraryError::io("list", &versions_dir))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if is_temp_name(&name) {
-            continue;
-        }
-        let number = Version::number_of_file(&name).ok_or_else(|| LibraryError::Corrupt {
-            path: entry.path(),
-            message: "not a version file (expected names like 000001.json)".to_owned(),
-        })?;
-        files.push((number, entry.path()));
-    }
-    files.sort();
-    for (expected, (number, _)) in files.iter().enumerate() {
-        if *number != expected as u64 {
-            return Err(LibraryError::Corrupt {
-                path: versions_dir.join(Version::file_name(expected as u64)),
-                message: "this version file is missing".to_owned(),
-            });
-        }
-    }
-    if files.is_empty() {
-        return Err(LibraryError::Corrupt {
-            path: versions_dir.join(Version::file_name(0)),
-            message: "this version file is missing".to_owned(),
-        });
-    }
-    Ok(files)
-}
-
-/// Checks a version's own hash and its links to its parent.
-pub(crate) fn check_version(
-    version: &Version,
-    number: u64,
-    parent: Option<&Version>,
-) -> Result<(), String> {
-    if version.version != number {
-        return Err(format!("the file holds version {}", version.version));
-    }
-    let computed = version.computed_hash();
-    if computed != version.hash {
-        return Err(format!(
-            "hash is {} but the content hashes to {computed}",
-            version.hash
-        ));
-    }
-    match parent {
-        None => {
-            if version.parent.is_some()
-                || version.parent_root.is_some()
-                || version.parent_hash.is_some()
-            {
-                return Err("version 0 cannot have a parent".to_owned());
-            }
-            if !version.ops.is_empty() || version.root != EMPTY_ROOT {
-                return Err("version 0 must be the empty library".to_owned());
-            }
-        }
-        Some(parent) => {
-            if version.parent != Some(parent.version) {
-                return Err(format!(
-                    "parent is {:?}, expected {}",
-                    version.parent, parent.version
-                ));
-            }
-            if version.parent_hash != Some(parent.hash) {
-                return Err(format!(
-                    "parent_hash does not match the hash of version {}",
-                    parent.version
-                ));
-            }
-            if version.parent_root != Some(parent.root) {
-                return Err(format!(
-                    "parent_root does not match the root of version {}",
-                    parent.version
-                ));
-            }
-            if version.ops.is_empty() {
-                return Err("a version after 0 must have ops".to_owned());
-            }
-        }
-    }
-    Ok(())
 }

@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 use super::digest::Digest;
 use super::error::LibraryError;
 use super::files::read_canonical;
-use super::state::State;
-use super::store::{
-    SETTINGS_FILE, USAGE_FILE, check_version, library_dir, read_settings, read_usage, version_files,
+use super::layout::{
+    SETTINGS_FILE, USAGE_FILE, check_version, read_settings, read_usage, version_files,
 };
+use super::state::State;
+use super::store::library_dir;
 use super::version::Version;
 
 /// One thing wrong with a library, and where.

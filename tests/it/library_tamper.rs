@@ -110,7 +110,7 @@ fn the_cli_exits_non_zero_and_names_file_and_version() {
         error.contains("versions/000002.json (version 2)"),
         "{error}"
     );
-    assert!(error.contains("hash is"), "{error}");
+    assert!(error.contains("changed after it was written"), "{error}");
 }
 
 #[test]
