@@ -20,6 +20,7 @@ pub struct LibraryArgs {
     #[arg(
         long,
         env = "GYM_LIBRARY_DIR",
+        hide_env_values = true,
         default_value = "experiences",
         global = true
     )]

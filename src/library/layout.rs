@@ -109,6 +109,19 @@ pub(crate) fn version_files(dir: &Path) -> Result<Vec<(u64, PathBuf)>, LibraryEr
     Ok(files)
 }
 
+/// Checks a version's own hash against its content.
+pub(crate) fn check_hash(version: &Version) -> Result<(), String> {
+    let computed = version.computed_hash();
+    if computed == version.hash {
+        Ok(())
+    } else {
+        Err(format!(
+            "the file was changed after it was written: stored hash {}, content hashes to {computed}",
+            version.hash
+        ))
+    }
+}
+
 /// Checks a version's own hash and its links to its parent.
 pub(crate) fn check_version(
     version: &Version,
@@ -118,13 +131,7 @@ pub(crate) fn check_version(
     if version.version != number {
         return Err(format!("the file holds version {}", version.version));
     }
-    let computed = version.computed_hash();
-    if computed != version.hash {
-        return Err(format!(
-            "hash is {} but the content hashes to {computed}",
-            version.hash
-        ));
-    }
+    check_hash(version)?;
     match parent {
         None => {
             if version.parent.is_some()

@@ -6,7 +6,7 @@ use super::digest::Digest;
 use super::error::LibraryError;
 use super::files::read_canonical;
 use super::layout::{
-    SETTINGS_FILE, USAGE_FILE, check_version, read_settings, read_usage, version_files,
+    SETTINGS_FILE, USAGE_FILE, check_hash, check_version, read_settings, read_usage, version_files,
 };
 use super::state::State;
 use super::store::library_dir;
@@ -129,14 +129,8 @@ pub fn verify(root: &Path, name: &str) -> Result<Report, LibraryError> {
         };
         let linked = if replaying {
             check_version(&version, *number, parent.as_ref())
-        } else if version.computed_hash() != version.hash {
-            Err(format!(
-                "hash is {} but the content hashes to {}",
-                version.hash,
-                version.computed_hash()
-            ))
         } else {
-            Ok(())
+            check_hash(&version)
         };
         if let Err(message) = linked {
             problems.push(problem(message));
