@@ -8,6 +8,20 @@
 //! - [`verify()`]: checks a library from its files alone.
 //! - [`exchange`]: youtu-agent dicts, Gym JSON, Markdown.
 //!
+//! ```
+//! use gym::library::{Change, Library, Provenance, Settings, verify};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let root = tempfile::tempdir()?;
+//! let mut library = Library::init(root.path(), "arith", Settings::default())?;
+//! library.commit(&[Change::add("When a problem says each, multiply first.")], Provenance::Init)?;
+//! let proof = library.prove("E0001".parse()?, None)?;
+//! proof.verify()?;
+//! assert!(verify(root.path(), "arith")?.is_ok());
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Nothing here is async or touches the network; the training loop, server and governance
 //! build on it.
 
