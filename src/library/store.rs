@@ -429,7 +429,14 @@ impl Library {
         number: Option<u64>,
     ) -> Result<InclusionProof, LibraryError> {
         let number = number.unwrap_or_else(|| self.head_version());
-        let state = self.checkout(number)?;
+        // Proving against the head borrows it; only older versions are replayed.
+        let older;
+        let state = if number == self.head_version() {
+            &self.head
+        } else {
+            older = self.checkout(number)?;
+            &older
+        };
         let not_active = || LibraryError::NotActive {
             library: self.name.clone(),
             id,
