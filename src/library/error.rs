@@ -112,6 +112,14 @@ pub enum LibraryError {
         /// Why not.
         reason: &'static str,
     },
+    /// A library setting out of range.
+    #[error("invalid {field}: {message}")]
+    InvalidSetting {
+        /// The setting.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
     /// Reading or writing a file failed.
     #[error("cannot {action} {}: {source}", path.display())]
     Io {

@@ -99,7 +99,7 @@ pub fn list_libraries(root: &Path) -> Result<Vec<String>, LibraryError> {
     for entry in entries {
         let entry = entry.map_err(LibraryError::io("list", root))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if !is_temp_name(&name) && entry.path().join(SETTINGS_FILE).is_file() {
+        if !is_temp_name(&name) && entry.path().join(VERSIONS_DIR).is_dir() {
             names.push(name);
         }
     }
@@ -115,9 +115,9 @@ impl Library {
     pub fn init(root: &Path, name: &str, settings: Settings) -> Result<Self, LibraryError> {
         let dir = library_dir(root, name)?;
         if settings.max_words == 0 {
-            return Err(LibraryError::InvalidName {
-                name: name.to_owned(),
-                reason: "the word limit must be at least 1",
+            return Err(LibraryError::InvalidSetting {
+                field: "max_words",
+                message: "the word limit must be at least 1".to_owned(),
             });
         }
         if dir.exists() {
@@ -196,7 +196,7 @@ impl Library {
     pub fn open(root: &Path, name: &str) -> Result<Self, LibraryError> {
         let dir = library_dir(root, name)?;
         let settings_path = dir.join(SETTINGS_FILE);
-        if !settings_path.is_file() {
+        if !dir.is_dir() {
             return Err(LibraryError::NotFound {
                 name: name.to_owned(),
                 dir: root.to_owned(),

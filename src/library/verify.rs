@@ -67,7 +67,7 @@ impl Report {
 /// Only a missing library or an unreadable directory is an `Err`; everything else is reported.
 pub fn verify(root: &Path, name: &str) -> Result<Report, LibraryError> {
     let dir = library_dir(root, name)?;
-    if !dir.join(SETTINGS_FILE).is_file() {
+    if !dir.is_dir() {
         return Err(LibraryError::NotFound {
             name: name.to_owned(),
             dir: root.to_owned(),

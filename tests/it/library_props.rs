@@ -185,3 +185,54 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_backwards_diff_commits_as_a_revert_with_new_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut library = Library::init(dir.path(), "r", Settings::default()).unwrap();
+    library
+        .commit(
+            &[Change::add("When a, b."), Change::add("When c, d.")],
+            Provenance::Init,
+        )
+        .unwrap();
+    let one = ExperienceId::new(1).unwrap();
+    library
+        .commit(
+            &[
+                Change::update_text(one, "When a, z."),
+                Change::add("When e, f."),
+            ],
+            Provenance::Init,
+        )
+        .unwrap();
+    library
+        .commit(
+            &[Change::delete(ExperienceId::new(2).unwrap())],
+            Provenance::Init,
+        )
+        .unwrap();
+    let revert = library.diff(3, 1).unwrap();
+    let version = library
+        .commit_ops(
+            revert,
+            Provenance::manual_by_current_user(),
+            chrono::Utc::now(),
+        )
+        .unwrap()
+        .clone();
+    assert_eq!(version.version, 4);
+    assert_eq!(version.root, library.version(1).unwrap().root);
+    assert_eq!(
+        content(library.head()),
+        content(&library.checkout(1).unwrap())
+    );
+    // E0002 came back under its own id; ids stay stable.
+    assert!(
+        library
+            .head()
+            .get_active(ExperienceId::new(2).unwrap())
+            .is_some()
+    );
+    assert!(verify(dir.path(), "r").unwrap().is_ok());
+}

@@ -144,6 +144,22 @@ fn truncated_missing_and_stray_files_are_named() {
     );
     std::fs::write(&v1, &original).unwrap();
 
+    let settings = root.join("lib/library.json");
+    let saved = std::fs::read(&settings).unwrap();
+    std::fs::remove_file(&settings).unwrap();
+    let report = verify(&root, "lib").unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.file == settings && p.message.contains("No such file")),
+        "{:?}",
+        report.problems
+    );
+    let error = Library::open(&root, "lib").unwrap_err().to_string();
+    assert!(error.contains("library.json"), "{error}");
+    std::fs::write(&settings, saved).unwrap();
+
     let stray = root.join("lib/versions/notes.txt");
     std::fs::write(&stray, "hello").unwrap();
     let report = verify(&root, "lib").unwrap();
