@@ -189,16 +189,7 @@ impl Limits {
     /// A text over the limit is an error, never truncated: a cut-off experience can say the
     /// opposite of what was meant.
     pub fn check_text(&self, text: &str) -> Result<String, OpError> {
-        let text = text.trim();
-        if text.is_empty() {
-            return Err(OpError::EmptyText);
-        }
-        if let Some(bad) = text.chars().find(|c| c.is_control()) {
-            return Err(OpError::ControlCharacter {
-                field: "text",
-                character: bad,
-            });
-        }
+        let text = one_line("text", text, OpError::EmptyText)?;
         let words = text.split_whitespace().count();
         if words > self.max_words {
             return Err(OpError::TextTooLong {
@@ -211,18 +202,21 @@ impl Limits {
     }
 }
 
+/// Trims `value` and checks it is a non-empty single line.
+fn one_line<'a>(field: &'static str, value: &'a str, empty: OpError) -> Result<&'a str, OpError> {
+    let value = value.trim();
+    if value.is_empty() {
+        return Err(empty);
+    }
+    match value.chars().find(|c| c.is_control()) {
+        Some(character) => Err(OpError::ControlCharacter { field, character }),
+        None => Ok(value),
+    }
+}
+
 /// Checks a domain tag and returns it trimmed.
 pub fn check_domain(domain: &str) -> Result<String, OpError> {
-    let domain = domain.trim();
-    if domain.is_empty() {
-        return Err(OpError::EmptyDomain);
-    }
-    if let Some(bad) = domain.chars().find(|c| c.is_control()) {
-        return Err(OpError::ControlCharacter {
-            field: "domain",
-            character: bad,
-        });
-    }
+    let domain = one_line("domain", domain, OpError::EmptyDomain)?;
     let chars = domain.chars().count();
     if chars > MAX_DOMAIN_CHARS {
         return Err(OpError::DomainTooLong {
