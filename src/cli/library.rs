@@ -178,15 +178,20 @@ impl LibraryArgs {
                     writeln!(out, "No libraries in {}.", root.display())?;
                 }
                 for name in names {
-                    let library = Library::open(root, &name)?;
-                    let head = library.head_record();
-                    writeln!(
-                        out,
-                        "{name}\tversion {}\t{} experiences\troot {}",
-                        head.version,
-                        head.count,
-                        head.root.short(12)
-                    )?;
+                    // One damaged library must not hide the others.
+                    match Library::open(root, &name) {
+                        Ok(library) => {
+                            let head = library.head_record();
+                            writeln!(
+                                out,
+                                "{name}\tversion {}\t{} experiences\troot {}",
+                                head.version,
+                                head.count,
+                                head.root.short(12)
+                            )?;
+                        }
+                        Err(error) => writeln!(out, "{name}\tcannot be opened: {error}")?,
+                    }
                 }
             }
             LibraryCommand::Add {

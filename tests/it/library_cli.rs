@@ -79,6 +79,7 @@ fn a_manual_session_reads_back_as_log_show_and_diff() {
             scratch.ok(&["library", "diff", "arith", "5", "2"])
         );
         insta::assert_snapshot!("verify", scratch.ok(&["library", "verify", "arith"]));
+        insta::assert_snapshot!("list", scratch.ok(&["library", "list"]));
     });
 }
 
