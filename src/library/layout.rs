@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::digest::Digest;
 use super::error::LibraryError;
-use super::files::{is_temp_name, read_canonical, self_hash};
+use super::files::{file_bytes, is_temp_name, read_canonical, self_hash};
 use super::id::ExperienceId;
 use super::merkle::EMPTY_ROOT;
 use super::record::Usage;
@@ -19,7 +19,7 @@ use super::version::{Version, millis};
 /// `library.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct SettingsFile {
+struct SettingsFile {
     pub format: u32,
     pub max_words: usize,
     #[serde(with = "millis")]
@@ -30,7 +30,7 @@ pub(crate) struct SettingsFile {
 /// `usage.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct UsageFile {
+struct UsageFile {
     pub usage: BTreeMap<ExperienceId, Usage>,
     pub checksum: Digest,
 }
@@ -39,15 +39,50 @@ pub(crate) const SETTINGS_FILE: &str = "library.json";
 pub(crate) const USAGE_FILE: &str = "usage.json";
 pub(crate) const VERSIONS_DIR: &str = "versions";
 
+/// Name of the self-hash field of `library.json` and `usage.json`.
+const CHECKSUM: &str = "checksum";
+
+/// The bytes of `library.json` for a library created at `created_at`.
+pub(crate) fn settings_file_bytes(settings: Settings, created_at: DateTime<Utc>) -> Vec<u8> {
+    let mut file = SettingsFile {
+        format: FORMAT,
+        max_words: settings.max_words,
+        created_at,
+        checksum: Digest::default(),
+    };
+    file.checksum = self_hash(&file, CHECKSUM);
+    file_bytes(&file)
+}
+
+/// The bytes of `usage.json` holding `usage`.
+pub(crate) fn usage_file_bytes(usage: &BTreeMap<ExperienceId, Usage>) -> Vec<u8> {
+    let mut file = UsageFile {
+        usage: usage.clone(),
+        checksum: Digest::default(),
+    };
+    file.checksum = self_hash(&file, CHECKSUM);
+    file_bytes(&file)
+}
+
+/// Checks a file's stored checksum against its content.
+fn check_checksum<T: Serialize>(path: &Path, file: &T, stored: Digest) -> Result<(), LibraryError> {
+    if self_hash(file, CHECKSUM) == stored {
+        Ok(())
+    } else {
+        Err(LibraryError::Corrupt {
+            path: path.to_owned(),
+            message: "checksum does not match the content".to_owned(),
+        })
+    }
+}
+
 pub(crate) fn read_settings(path: &Path) -> Result<Settings, LibraryError> {
     let file: SettingsFile = read_canonical(path)?;
+    check_checksum(path, &file, file.checksum)?;
     let corrupt = |message: String| LibraryError::Corrupt {
         path: path.to_owned(),
         message,
     };
-    if self_hash(&file, "checksum") != file.checksum {
-        return Err(corrupt("checksum does not match the content".to_owned()));
-    }
     if file.format != FORMAT {
         return Err(corrupt(format!(
             "format {} is not one this Gym reads ({FORMAT})",
@@ -64,12 +99,7 @@ pub(crate) fn read_settings(path: &Path) -> Result<Settings, LibraryError> {
 
 pub(crate) fn read_usage(path: &Path) -> Result<BTreeMap<ExperienceId, Usage>, LibraryError> {
     let file: UsageFile = read_canonical(path)?;
-    if self_hash(&file, "checksum") != file.checksum {
-        return Err(LibraryError::Corrupt {
-            path: path.to_owned(),
-            message: "checksum does not match the content".to_owned(),
-        });
-    }
+    check_checksum(path, &file, file.checksum)?;
     Ok(file.usage)
 }
 

@@ -203,11 +203,15 @@ impl State {
         }
     }
 
-    /// Sets the usage statistics of the experiences `ops` touched.
-    pub fn set_usage_of(&mut self, ops: &[Op], usage: &BTreeMap<ExperienceId, Usage>) {
-        for op in ops {
-            if let Some(entry) = self.entries.get_mut(&op.id()) {
-                entry.experience.usage = usage.get(&op.id()).copied().unwrap_or_default();
+    /// Sets the usage statistics of just the experiences `ids`.
+    pub fn set_usage_of(
+        &mut self,
+        ids: impl IntoIterator<Item = ExperienceId>,
+        usage: &BTreeMap<ExperienceId, Usage>,
+    ) {
+        for id in ids {
+            if let Some(entry) = self.entries.get_mut(&id) {
+                entry.experience.usage = usage.get(&id).copied().unwrap_or_default();
             }
         }
     }

@@ -17,15 +17,12 @@ use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, SubsecRound, Utc};
 
-use super::digest::Digest;
 use super::error::LibraryError;
-use super::files::{
-    Replace, file_bytes, is_temp_name, read_canonical, self_hash, sync_dir, write_atomic,
-};
+use super::files::{Replace, file_bytes, is_temp_name, read_canonical, sync_dir, write_atomic};
 use super::id::ExperienceId;
 use super::layout::{
-    SETTINGS_FILE, SettingsFile, USAGE_FILE, UsageFile, VERSIONS_DIR, check_version, read_settings,
-    read_usage, version_files,
+    SETTINGS_FILE, USAGE_FILE, VERSIONS_DIR, check_version, read_settings, read_usage,
+    settings_file_bytes, usage_file_bytes, version_files,
 };
 use super::merkle::{self, EMPTY_ROOT, InclusionProof, LeafContent, PROOF_FORMAT};
 use super::op::{Change, Limits, Op};
@@ -132,33 +129,18 @@ impl Library {
             .tempdir_in(root)
             .map_err(LibraryError::io("create a temporary directory in", root))?;
         let now = Utc::now().trunc_subsecs(3);
-        let mut settings_file = SettingsFile {
-            format: FORMAT,
-            max_words: settings.max_words,
-            created_at: now,
-            checksum: Digest::default(),
-        };
-        settings_file.checksum = self_hash(&settings_file, "checksum");
-        let usage_file = UsageFile {
-            usage: BTreeMap::new(),
-            checksum: Digest::default(),
-        };
-        let usage_file = UsageFile {
-            checksum: self_hash(&usage_file, "checksum"),
-            ..usage_file
-        };
         let genesis = Version::sealed(0, None, now, Provenance::Init, vec![], 0, EMPTY_ROOT);
         let versions_dir = staging.path().join(VERSIONS_DIR);
         fs::create_dir(&versions_dir).map_err(LibraryError::io("create", &versions_dir))?;
         write_atomic(
             &staging.path().join(SETTINGS_FILE),
-            &file_bytes(&settings_file),
+            &settings_file_bytes(settings, now),
             Replace::No,
             name,
         )?;
         write_atomic(
             &staging.path().join(USAGE_FILE),
-            &file_bytes(&usage_file),
+            &usage_file_bytes(&BTreeMap::new()),
             Replace::No,
             name,
         )?;
@@ -396,7 +378,8 @@ impl Library {
             self.head.undo(undo);
             return Err(error);
         }
-        self.head.set_usage_of(&version.ops, &self.usage);
+        self.head
+            .set_usage_of(version.ops.iter().map(Op::id), &self.usage);
         self.versions.push(version);
         Ok(self.head_record())
     }
@@ -482,15 +465,9 @@ impl Library {
             entry.helpful += delta.helpful;
             entry.harmful += delta.harmful;
         }
-        let file = UsageFile {
-            usage: usage.clone(),
-            checksum: Digest::default(),
-        };
-        let file = UsageFile {
-            checksum: self_hash(&file, "checksum"),
-            ..file
-        };
-        write_atomic(&path, &file_bytes(&file), Replace::Yes, &self.name)?;
+        write_atomic(&path, &usage_file_bytes(&usage), Replace::Yes, &self.name)?;
+        // Refresh every id, not just `deltas`: `usage` was re-read from disk and may hold other
+        // processes' counts too.
         self.head.set_usage(&usage);
         self.usage = usage;
         Ok(())
