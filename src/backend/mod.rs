@@ -1,0 +1,249 @@
+//! Model backends: one small async seam, [`Backend`], that turns a chat prompt into a *group* of
+//! G sampled completions (the unit of Training-Free GRPO), with per-token log-probabilities when
+//! the backend has them and token usage for cost accounting.
+//!
+//! | implementation | feature | where it runs |
+//! |---|---|---|
+//! | [`llama::LlamaBackend`] | `llama` (default) | in process, llama.cpp on an owned thread; one prompt evaluation shared by the whole group |
+//! | [`openai::OpenAiBackend`] | always | any OpenAI-compatible server (vLLM, SGLang, TGI, llama-server, hosted APIs) |
+
+mod error;
+mod grammar;
+#[cfg(feature = "llama")]
+pub mod llama;
+mod price;
+mod stop;
+
+use std::fmt;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+pub use error::BackendError;
+pub use grammar::{GrammarError, json_schema_to_gbnf};
+pub use price::{Price, PriceTable, PriceTableError};
+pub use stop::StopMatcher;
+
+/// Who said a chat message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+/// One message of a chat prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: Role,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn system(content: impl Into<String>) -> Self {
+        Self {
+            role: Role::System,
+            content: content.into(),
+        }
+    }
+
+    pub fn user(content: impl Into<String>) -> Self {
+        Self {
+            role: Role::User,
+            content: content.into(),
+        }
+    }
+
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self {
+            role: Role::Assistant,
+            content: content.into(),
+        }
+    }
+}
+
+/// Restricts what the model may emit, for structured outputs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum Constraint {
+    /// A llama.cpp GBNF grammar whose start rule is `root`.
+    Grammar(String),
+    /// A JSON schema; the output is a JSON document valid against it.
+    JsonSchema(serde_json::Value),
+}
+
+/// How to sample. Every completion `i` of a group uses the seed `seed + i`, so a group is
+/// reproducible and its members are distinct draws.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sampling {
+    pub temperature: f32,
+    pub top_p: f32,
+    pub max_tokens: u32,
+    /// Generation stops before the first occurrence of any of these strings.
+    pub stop: Vec<String>,
+    pub seed: u64,
+    pub constraint: Option<Constraint>,
+    /// Keep generating past end-of-generation tokens until `max_tokens` (benchmarks only;
+    /// backends that cannot honour it ignore it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignore_eos: bool,
+    /// Ask for per-token log-probabilities.
+    #[serde(default)]
+    pub logprobs: bool,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Self {
+            temperature: 0.7,
+            top_p: 0.95,
+            max_tokens: 256,
+            stop: Vec::new(),
+            seed: 0,
+            constraint: None,
+            ignore_eos: false,
+            logprobs: false,
+        }
+    }
+}
+
+impl Sampling {
+    /// The seed of the `index`-th completion of a group.
+    pub fn seed_for(&self, index: usize) -> u64 {
+        self.seed.wrapping_add(index as u64)
+    }
+}
+
+/// A request for `n` completions of one prompt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupRequest {
+    pub messages: Vec<ChatMessage>,
+    pub n: usize,
+    pub sampling: Sampling,
+}
+
+/// Why a completion ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// The model ended its turn (end-of-generation token, or a stop string).
+    Stop,
+    /// `max_tokens` was reached.
+    Length,
+    /// The server stopped for another reason (content filter, …).
+    Other,
+}
+
+/// The log-probability the model gave to a token it emitted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenLogprob {
+    pub token: String,
+    pub logprob: f32,
+}
+
+/// One sampled answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Completion {
+    pub text: String,
+    pub finish: FinishReason,
+    pub seed: u64,
+    pub completion_tokens: u32,
+    /// Per-token log-probabilities under the unmodified model distribution, when available.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<Vec<TokenLogprob>>,
+}
+
+/// Tokens a request consumed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Self) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+    }
+}
+
+/// The answer to a [`GroupRequest`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Group {
+    pub completions: Vec<Completion>,
+    pub usage: Usage,
+    /// What the tokens cost in US dollars, when the model has a price.
+    pub cost_usd: Option<f64>,
+    /// Requests that were retried while producing this group.
+    pub retries: u32,
+}
+
+/// Counters a backend keeps over its lifetime (for run statistics and dashboards).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendStats {
+    pub requests: u64,
+    pub retries: u64,
+    pub rate_limited: u64,
+    pub server_errors: u64,
+    pub timeouts: u64,
+    pub connection_errors: u64,
+    pub failed_requests: u64,
+}
+
+/// A chat model that samples groups of completions.
+///
+/// Implementations must return exactly `request.n` completions or an error.
+pub trait Backend: Send + Sync {
+    /// The model's name, as recorded in provenance.
+    fn model(&self) -> &str;
+
+    /// Samples `request.n` completions of `request.messages`.
+    fn generate<'a>(&'a self, request: &'a GroupRequest) -> BoxFuture<'a, Result<Group, BackendError>>;
+
+    /// Lifetime counters.
+    fn stats(&self) -> BackendStats {
+        BackendStats::default()
+    }
+}
+
+impl fmt::Debug for dyn Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Backend").field("model", &self.model()).finish()
+    }
+}
+
+/// Checks a request before it reaches a model, so every backend refuses the same bad input.
+pub(crate) fn check_request(request: &GroupRequest) -> Result<(), BackendError> {
+    let bad = |field: &'static str, message: String| BackendError::InvalidRequest { field, message };
+    if request.n == 0 {
+        return Err(bad("n", "a group needs at least one completion".into()));
+    }
+    if request.messages.is_empty() {
+        return Err(bad("messages", "the prompt has no messages".into()));
+    }
+    let s = &request.sampling;
+    if !(s.temperature.is_finite() && s.temperature >= 0.0) {
+        return Err(bad("temperature", format!("{} is not a finite number >= 0", s.temperature)));
+    }
+    if !(s.top_p > 0.0 && s.top_p <= 1.0) {
+        return Err(bad("top_p", format!("{} is not in (0, 1]", s.top_p)));
+    }
+    if s.max_tokens == 0 {
+        return Err(bad("max_tokens", "must be at least 1".into()));
+    }
+    if s.stop.iter().any(String::is_empty) {
+        return Err(bad("stop", "stop strings must not be empty".into()));
+    }
+    Ok(())
+}
