@@ -28,3 +28,5 @@
 pub mod backend;
 pub mod data;
 pub mod library;
+pub mod reward;
+pub mod rollout;

@@ -11,6 +11,7 @@ mod error;
 mod grammar;
 #[cfg(feature = "llama")]
 pub mod llama;
+pub mod openai;
 mod price;
 mod stop;
 

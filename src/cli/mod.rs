@@ -1,5 +1,8 @@
 //! Command-line interface: one file per subcommand.
 
+mod backend_args;
+mod bench;
+mod eval;
 mod library;
 
 use std::process::ExitCode;
@@ -19,6 +22,10 @@ enum Command {
     /// Create, edit, inspect, verify, import and export experience libraries.
     #[command(subcommand_required = true)]
     Library(library::LibraryArgs),
+    /// Mean@k and Pass@k of a model on a dataset, with and without a library's experiences.
+    Eval(Box<eval::EvalArgs>),
+    /// Throughput benchmarks on this machine.
+    Bench(bench::BenchArgs),
 }
 
 impl Cli {
@@ -26,6 +33,8 @@ impl Cli {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         match self.command {
             Command::Library(args) => args.run(),
+            Command::Eval(args) => args.run(),
+            Command::Bench(args) => args.run(),
         }
     }
 }

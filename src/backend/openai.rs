@@ -1,0 +1,469 @@
+//! Any OpenAI-compatible chat-completions server: hosted APIs, vLLM, SGLang, TGI, llama-server.
+//!
+//! `async-openai` does the transport (base URL, auth headers, error bodies); requests and
+//! responses use Gym's own lenient types (its "bring your own types" mode) because local servers
+//! often omit fields the official schema marks as required. Every request goes through a
+//! concurrency limit, a per-request timeout and retries with exponential backoff and jitter on
+//! 408/429/5xx, connection errors and timeouts; every retry is counted.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use async_openai::Client;
+use async_openai::config::OpenAIConfig;
+use async_openai::error::OpenAIError;
+use futures::future::{BoxFuture, join_all};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::Semaphore;
+
+use super::{
+    Backend, BackendError, BackendStats, Completion, Constraint, FinishReason, Group, GroupRequest,
+    PriceTable, TokenLogprob, Usage, check_request,
+};
+
+/// Whether to ask the server for a whole group in one request (`n`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GroupMode {
+    /// Use `n`; if the server returns fewer choices, fetch the rest in parallel and stop using `n`.
+    Auto,
+    /// Always one request per completion.
+    Parallel,
+    /// Always `n`; fewer choices than asked for is an error.
+    N,
+}
+
+/// Where and how to reach the server.
+#[derive(Debug, Clone)]
+pub struct OpenAiConfig {
+    /// Base URL including the API prefix, e.g. `http://127.0.0.1:8000/v1`.
+    pub base_url: String,
+    pub api_key: Option<String>,
+    pub model: String,
+    /// Requests in flight at once.
+    pub concurrency: usize,
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    pub timeout: Duration,
+    /// First backoff; doubles each retry up to `backoff_max`, with jitter.
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+    pub group_mode: GroupMode,
+    pub prices: PriceTable,
+}
+
+impl OpenAiConfig {
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        Self {
+            base_url: base_url.into(),
+            api_key: None,
+            model: model.into(),
+            concurrency: 8,
+            max_retries: 5,
+            timeout: Duration::from_secs(120),
+            backoff_base: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(30),
+            group_mode: GroupMode::Auto,
+            prices: PriceTable::default(),
+        }
+    }
+}
+
+const N_UNKNOWN: u8 = 0;
+const N_SUPPORTED: u8 = 1;
+const N_UNSUPPORTED: u8 = 2;
+
+/// A chat model behind an OpenAI-compatible HTTP API.
+pub struct OpenAiBackend {
+    client: Client<OpenAIConfig>,
+    config: OpenAiConfig,
+    permits: Semaphore,
+    n_support: AtomicU8,
+    stats: Mutex<BackendStats>,
+}
+
+impl OpenAiBackend {
+    pub fn new(config: OpenAiConfig) -> Result<Self, BackendError> {
+        if config.concurrency == 0 {
+            return Err(BackendError::InvalidRequest {
+                field: "concurrency",
+                message: "must be at least 1".into(),
+            });
+        }
+        let url = reqwest_url_check(&config.base_url)?;
+        // rustls needs a process-wide crypto provider; a second install is a harmless no-op.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let transport = OpenAIConfig::new()
+            .with_api_base(url)
+            .with_api_key(config.api_key.clone().unwrap_or_default());
+        Ok(Self {
+            client: Client::with_config(transport),
+            permits: Semaphore::new(config.concurrency),
+            n_support: AtomicU8::new(N_UNKNOWN),
+            stats: Mutex::new(BackendStats::default()),
+            config,
+        })
+    }
+
+    fn count(&self, update: impl FnOnce(&mut BackendStats)) {
+        update(&mut self.stats.lock().expect("stats lock"));
+    }
+
+    fn url(&self) -> String {
+        format!("{}/chat/completions", self.config.base_url)
+    }
+
+    /// One logical request with retries; returns the response and how many retries it took.
+    async fn call(&self, body: &ChatRequest<'_>) -> Result<(ChatResponse, u32), BackendError> {
+        let mut retries = 0;
+        loop {
+            self.count(|s| s.requests += 1);
+            let result = {
+                let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
+                let call = self.client.chat().create_byot::<_, ChatResponse>(body);
+                match tokio::time::timeout(self.config.timeout, call).await {
+                    Err(_) => Err(BackendError::Timeout {
+                        url: self.url(),
+                        after: self.config.timeout,
+                    }),
+                    Ok(result) => result.map_err(|e| self.classify(e)),
+                }
+            };
+            let error = match result {
+                Ok(response) => return Ok((response, retries)),
+                Err(error) => error,
+            };
+            self.count(|s| match &error {
+                BackendError::Http { status: 429, .. } => s.rate_limited += 1,
+                BackendError::Http { status, .. } if *status >= 500 => s.server_errors += 1,
+                BackendError::Timeout { .. } => s.timeouts += 1,
+                BackendError::Connection { .. } => s.connection_errors += 1,
+                _ => {}
+            });
+            if !error.is_transient() {
+                self.count(|s| s.failed_requests += 1);
+                return Err(error);
+            }
+            if retries >= self.config.max_retries {
+                self.count(|s| s.failed_requests += 1);
+                return Err(BackendError::RetriesExhausted {
+                    attempts: retries + 1,
+                    last: Box::new(error),
+                });
+            }
+            tokio::time::sleep(self.backoff(retries)).await;
+            retries += 1;
+            self.count(|s| s.retries += 1);
+        }
+    }
+
+    /// Exponential backoff with "equal jitter": half fixed, half random, so retries from many
+    /// concurrent requests spread out instead of hitting the server together.
+    fn backoff(&self, retry: u32) -> Duration {
+        let exp = self.config.backoff_base.saturating_mul(1u32 << retry.min(16));
+        let capped = exp.min(self.config.backoff_max);
+        let half = capped / 2;
+        half + half.mul_f64(rand::rng().random::<f64>())
+    }
+
+    fn classify(&self, error: OpenAIError) -> BackendError {
+        let url = self.url();
+        match error {
+            OpenAIError::ApiError(response) => BackendError::Http {
+                url,
+                status: response.status_code.as_u16(),
+                message: response.api_error.message,
+            },
+            OpenAIError::Reqwest(e) if e.is_timeout() => BackendError::Timeout {
+                url,
+                after: self.config.timeout,
+            },
+            OpenAIError::Reqwest(e) => match e.status() {
+                Some(status) => BackendError::Http {
+                    url,
+                    status: status.as_u16(),
+                    message: e.to_string(),
+                },
+                None => BackendError::Connection {
+                    url,
+                    message: error_chain(&e),
+                },
+            },
+            OpenAIError::JSONDeserialize(e, content) => BackendError::BadResponse(format!(
+                "{e}; the body was: {}",
+                content.chars().take(300).collect::<String>()
+            )),
+            other => BackendError::BadResponse(other.to_string()),
+        }
+    }
+
+    fn body<'r>(&self, request: &'r GroupRequest, n: usize, seed: u64) -> ChatRequest<'r> {
+        let s = &request.sampling;
+        ChatRequest {
+            model: &self.config.model,
+            messages: request
+                .messages
+                .iter()
+                .map(|m| Message {
+                    role: m.role.as_str(),
+                    content: &m.content,
+                })
+                .collect(),
+            n: (n > 1).then_some(n),
+            temperature: s.temperature,
+            top_p: s.top_p,
+            max_tokens: s.max_tokens,
+            stop: (!s.stop.is_empty()).then_some(&s.stop),
+            seed: seed as i64,
+            logprobs: s.logprobs.then_some(true),
+            response_format: match &s.constraint {
+                Some(Constraint::JsonSchema(schema)) => Some(serde_json::json!({
+                    "type": "json_schema",
+                    "json_schema": {"name": "answer", "schema": schema, "strict": true}
+                })),
+                _ => None,
+            },
+            grammar: match &s.constraint {
+                // llama-server and vLLM accept a GBNF grammar as an extension field.
+                Some(Constraint::Grammar(g)) => Some(g),
+                _ => None,
+            },
+            stream: false,
+        }
+    }
+
+    /// Requests `seeds.len()` completions, one request each, concurrently.
+    async fn parallel(&self, request: &GroupRequest, first: usize) -> Result<(Vec<Completion>, Usage, u32), BackendError> {
+        let calls = (first..request.n).map(|i| {
+            let seed = request.sampling.seed_for(i);
+            async move {
+                let (response, retries) = self.call(&self.body(request, 1, seed)).await?;
+                let (mut completions, usage) = response.into_completions(seed)?;
+                let completion = completions.drain(..).next().ok_or_else(|| {
+                    BackendError::BadResponse("the response has no choices".into())
+                })?;
+                Ok::<_, BackendError>((completion, usage, retries))
+            }
+        });
+        let mut completions = Vec::new();
+        let mut usage = Usage::default();
+        let mut retries = 0;
+        for result in join_all(calls).await {
+            let (completion, u, r) = result?;
+            completions.push(completion);
+            usage += u;
+            retries += r;
+        }
+        Ok((completions, usage, retries))
+    }
+
+    async fn group(&self, request: &GroupRequest) -> Result<Group, BackendError> {
+        check_request(request)?;
+        let use_n = request.n > 1
+            && match self.config.group_mode {
+                GroupMode::Parallel => false,
+                GroupMode::N => true,
+                GroupMode::Auto => self.n_support.load(Ordering::Relaxed) != N_UNSUPPORTED,
+            };
+        let (completions, usage, retries) = if use_n {
+            let body = self.body(request, request.n, request.sampling.seed);
+            let attempt = self.call(&body).await;
+            match attempt {
+                Ok((response, retries)) => {
+                    let (mut completions, mut usage) = response.into_completions(request.sampling.seed)?;
+                    completions.truncate(request.n);
+                    let mut retries = retries;
+                    if completions.len() < request.n {
+                        if self.config.group_mode == GroupMode::N {
+                            return Err(BackendError::BadResponse(format!(
+                                "asked for n={} choices, got {}",
+                                request.n,
+                                completions.len()
+                            )));
+                        }
+                        self.n_support.store(N_UNSUPPORTED, Ordering::Relaxed);
+                        let (rest, u, r) = self.parallel(request, completions.len()).await?;
+                        completions.extend(rest);
+                        usage += u;
+                        retries += r;
+                    } else {
+                        self.n_support.store(N_SUPPORTED, Ordering::Relaxed);
+                    }
+                    (completions, usage, retries)
+                }
+                // A server that rejects `n` outright (400/422) gets parallel requests from now on.
+                Err(BackendError::Http { status: 400 | 422, .. })
+                    if self.config.group_mode == GroupMode::Auto
+                        && self.n_support.load(Ordering::Relaxed) == N_UNKNOWN =>
+                {
+                    self.n_support.store(N_UNSUPPORTED, Ordering::Relaxed);
+                    self.parallel(request, 0).await?
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            self.parallel(request, 0).await?
+        };
+        Ok(Group {
+            cost_usd: self.config.prices.get(&self.config.model).map(|p| p.cost(usage)),
+            completions,
+            usage,
+            retries,
+        })
+    }
+}
+
+impl Backend for OpenAiBackend {
+    fn model(&self) -> &str {
+        &self.config.model
+    }
+
+    fn generate<'a>(&'a self, request: &'a GroupRequest) -> BoxFuture<'a, Result<Group, BackendError>> {
+        Box::pin(self.group(request))
+    }
+
+    fn stats(&self) -> BackendStats {
+        *self.stats.lock().expect("stats lock")
+    }
+}
+
+fn reqwest_url_check(base: &str) -> Result<String, BackendError> {
+    let trimmed = base.trim_end_matches('/');
+    let ok = (trimmed.starts_with("http://") || trimmed.starts_with("https://"))
+        && trimmed.split("://").nth(1).is_some_and(|rest| !rest.is_empty());
+    if !ok {
+        return Err(BackendError::InvalidRequest {
+            field: "base_url",
+            message: format!("`{base}` is not an http:// or https:// URL"),
+        });
+    }
+    Ok(trimmed.to_string())
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+#[derive(Serialize)]
+struct Message<'a> {
+    role: &'a str,
+    content: &'a str,
+}
+
+#[derive(Serialize)]
+struct ChatRequest<'a> {
+    model: &'a str,
+    messages: Vec<Message<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    n: Option<usize>,
+    temperature: f32,
+    top_p: f32,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stop: Option<&'a Vec<String>>,
+    seed: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logprobs: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    grammar: Option<&'a String>,
+    stream: bool,
+}
+
+#[derive(Deserialize)]
+struct ChatResponse {
+    #[serde(default)]
+    choices: Vec<Choice>,
+    #[serde(default)]
+    usage: Option<ResponseUsage>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    #[serde(default)]
+    index: Option<usize>,
+    message: ResponseMessage,
+    #[serde(default)]
+    finish_reason: Option<String>,
+    #[serde(default)]
+    logprobs: Option<ChoiceLogprobs>,
+}
+
+#[derive(Deserialize)]
+struct ResponseMessage {
+    #[serde(default)]
+    content: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ChoiceLogprobs {
+    #[serde(default)]
+    content: Option<Vec<ResponseLogprob>>,
+}
+
+#[derive(Deserialize)]
+struct ResponseLogprob {
+    token: String,
+    logprob: f32,
+}
+
+#[derive(Deserialize, Default)]
+struct ResponseUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+}
+
+impl ChatResponse {
+    fn into_completions(mut self, seed: u64) -> Result<(Vec<Completion>, Usage), BackendError> {
+        if self.choices.is_empty() {
+            return Err(BackendError::BadResponse("the response has no choices".into()));
+        }
+        self.choices.sort_by_key(|c| c.index.unwrap_or(usize::MAX));
+        let usage = self.usage.unwrap_or_default();
+        let usage = Usage {
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+        };
+        let count = self.choices.len() as u64;
+        let completions = self
+            .choices
+            .into_iter()
+            .enumerate()
+            .map(|(i, choice)| {
+                let logprobs = choice.logprobs.and_then(|l| l.content).map(|tokens| {
+                    tokens
+                        .into_iter()
+                        .map(|t| TokenLogprob { token: t.token, logprob: t.logprob })
+                        .collect::<Vec<_>>()
+                });
+                // The server reports tokens for the whole response; per choice we know them only
+                // from log-probabilities, otherwise we split the total evenly.
+                let share = usage.completion_tokens / count + u64::from((i as u64) < usage.completion_tokens % count);
+                Completion {
+                    text: choice.message.content.unwrap_or_default(),
+                    finish: match choice.finish_reason.as_deref() {
+                        Some("stop") | Some("eos") | None => FinishReason::Stop,
+                        Some("length") => FinishReason::Length,
+                        Some(_) => FinishReason::Other,
+                    },
+                    seed,
+                    completion_tokens: logprobs.as_ref().map_or(share, |l| l.len() as u64) as u32,
+                    logprobs,
+                }
+            })
+            .collect();
+        Ok((completions, usage))
+    }
+}

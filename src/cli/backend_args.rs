@@ -1,0 +1,160 @@
+//! Flags that choose and configure a model backend, and sampling flags; shared by every
+//! subcommand that talks to a model.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, ValueEnum};
+use gym::backend::openai::{GroupMode, OpenAiBackend, OpenAiConfig};
+use gym::backend::{Backend, PriceTable, Sampling};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendKind {
+    /// llama.cpp in process (a GGUF file).
+    Llama,
+    /// Any OpenAI-compatible chat-completions server.
+    Openai,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BackendArgs {
+    /// Which backend runs the model.
+    #[arg(long, env = "GYM_BACKEND", value_enum, default_value = "llama")]
+    pub backend: BackendKind,
+
+    /// llama: path to a GGUF file (default: the SmolLM2-135M-Instruct model that `make setup`
+    /// fetches into $GYM_MODELS_DIR). openai: the model name sent to the server.
+    #[arg(long, env = "GYM_MODEL")]
+    pub model: Option<String>,
+
+    /// openai: base URL including the API prefix, e.g. http://127.0.0.1:8000/v1.
+    #[arg(long, env = "OPENAI_BASE_URL")]
+    pub base_url: Option<String>,
+
+    /// openai: name of the environment variable that holds the API key.
+    #[arg(long, default_value = "OPENAI_API_KEY")]
+    pub api_key_env: String,
+
+    /// openai: requests in flight at once.
+    #[arg(long, env = "GYM_CONCURRENCY", default_value_t = 8)]
+    pub concurrency: usize,
+
+    /// openai: retries of a failed request (429, 5xx, timeouts, connection errors).
+    #[arg(long, default_value_t = 5)]
+    pub max_retries: u32,
+
+    /// openai: seconds before a request is abandoned and retried.
+    #[arg(long, default_value_t = 120.0)]
+    pub request_timeout: f64,
+
+    /// openai: how a group of G answers is requested.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub group_mode: GroupMode,
+
+    /// openai: JSON file of extra or overriding prices,
+    /// {"model": {"input_per_mtok": 0.5, "output_per_mtok": 1.5}}.
+    #[arg(long, env = "GYM_PRICE_TABLE")]
+    pub price_table: Option<PathBuf>,
+
+    /// llama: CPU threads (default: all cores).
+    #[arg(long, env = "GYM_THREADS")]
+    pub threads: Option<u32>,
+
+    /// llama: most KV cells per group (prompt + all answers).
+    #[arg(long, default_value_t = 16_384)]
+    pub max_context: u32,
+
+    /// llama: layers to offload to a GPU (needs a GPU-enabled build).
+    #[arg(long, default_value_t = 0)]
+    pub gpu_layers: u32,
+}
+
+impl BackendArgs {
+    pub fn build(&self) -> anyhow::Result<Arc<dyn Backend>> {
+        match self.backend {
+            BackendKind::Llama => self.llama(),
+            BackendKind::Openai => {
+                let base_url = self
+                    .base_url
+                    .clone()
+                    .context("--backend openai needs --base-url (or OPENAI_BASE_URL)")?;
+                let model = self.model.clone().context("--backend openai needs --model (or GYM_MODEL)")?;
+                let mut config = OpenAiConfig::new(base_url, model);
+                config.api_key = std::env::var(&self.api_key_env).ok();
+                config.concurrency = self.concurrency;
+                config.max_retries = self.max_retries;
+                anyhow::ensure!(
+                    self.request_timeout.is_finite() && self.request_timeout > 0.0,
+                    "--request-timeout must be a positive number of seconds"
+                );
+                config.timeout = Duration::from_secs_f64(self.request_timeout);
+                config.group_mode = self.group_mode;
+                if let Some(path) = &self.price_table {
+                    config.prices = PriceTable::with_file(path)?;
+                }
+                Ok(Arc::new(OpenAiBackend::new(config)?))
+            }
+        }
+    }
+
+    #[cfg(feature = "llama")]
+    fn llama(&self) -> anyhow::Result<Arc<dyn Backend>> {
+        use gym::backend::llama::{LlamaBackend, LlamaConfig, default_model_path};
+        let path = self.model.as_ref().map_or_else(default_model_path, PathBuf::from);
+        let mut config = LlamaConfig::new(&path);
+        config.threads = self.threads;
+        config.max_context = self.max_context;
+        config.gpu_layers = self.gpu_layers;
+        let backend = LlamaBackend::load(config).map_err(|e| {
+            let hint = if self.model.is_none() { " (run `make setup` to fetch the default model)" } else { "" };
+            anyhow::anyhow!("{e}{hint}")
+        })?;
+        Ok(Arc::new(backend))
+    }
+
+    #[cfg(not(feature = "llama"))]
+    fn llama(&self) -> anyhow::Result<Arc<dyn Backend>> {
+        anyhow::bail!("this gym was built without the `llama` feature; use --backend openai")
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SamplingArgs {
+    /// Sampling temperature (0 = greedy).
+    #[arg(long, default_value_t = 0.7)]
+    pub temperature: f32,
+
+    /// Nucleus sampling: keep the smallest set of tokens whose probability reaches this.
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+
+    /// Most tokens per answer.
+    #[arg(long, default_value_t = 256)]
+    pub max_tokens: u32,
+
+    /// Base seed; every query and every answer in a group derive their own from it.
+    #[arg(long, env = "GYM_SEED", default_value_t = 0)]
+    pub seed: u64,
+}
+
+impl SamplingArgs {
+    pub fn sampling(&self) -> Sampling {
+        Sampling {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            max_tokens: self.max_tokens,
+            seed: self.seed,
+            ..Sampling::default()
+        }
+    }
+}
+
+/// A multi-threaded tokio runtime for the async parts of a command.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}

@@ -1,0 +1,126 @@
+//! `gym bench …`: throughput figures on this machine.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{Args, Subcommand};
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Tokens/s of one group of G answers: the shared-prompt group path versus G independent
+    /// sequences (each evaluating the prompt itself), on the llama.cpp backend.
+    Rollout(RolloutBench),
+}
+
+#[derive(Debug, Args)]
+struct RolloutBench {
+    /// GGUF model (default: the model `make setup` fetches).
+    #[arg(long, env = "GYM_MODEL")]
+    model: Option<String>,
+    /// Answers per group.
+    #[arg(long, default_value_t = 8)]
+    group: usize,
+    /// Approximate prompt length in tokens.
+    #[arg(long, default_value_t = 300)]
+    prompt_tokens: usize,
+    /// Tokens generated per answer (end-of-generation is ignored so every answer is this long).
+    #[arg(long, default_value_t = 128)]
+    new_tokens: u32,
+    /// Timed repetitions of each mode; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    /// CPU threads (default: all cores).
+    #[arg(long, env = "GYM_THREADS")]
+    threads: Option<u32>,
+    /// Layers to offload to a GPU (needs a GPU-enabled build).
+    #[arg(long, default_value_t = 0)]
+    gpu_layers: u32,
+}
+
+impl BenchArgs {
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        match self.command {
+            BenchCommand::Rollout(args) => args.run(),
+        }
+    }
+}
+
+impl RolloutBench {
+    #[cfg(feature = "llama")]
+    fn run(self) -> anyhow::Result<ExitCode> {
+        use gym::backend::llama::{LlamaBackend, LlamaConfig, PromptMode, default_model_path};
+        use gym::backend::{ChatMessage, GroupRequest, Sampling};
+
+        anyhow::ensure!(self.group >= 1 && self.repeat >= 1, "--group and --repeat must be at least 1");
+        let path = self.model.as_ref().map_or_else(default_model_path, Into::into);
+        let mut config = LlamaConfig::new(&path);
+        config.threads = self.threads;
+        config.gpu_layers = self.gpu_layers;
+        let backend = LlamaBackend::load(config)?;
+        let rt = super::backend_args::runtime()?;
+
+        // A prompt of roughly the requested length: calibrate words per token once.
+        let filler = "Sam has twelve apples and buys five more at the market before giving some away to friends. ";
+        let request = |text: String, n: usize, max_tokens: u32| GroupRequest {
+            messages: vec![ChatMessage::user(text)],
+            n,
+            sampling: Sampling { max_tokens, ignore_eos: true, seed: 1, ..Sampling::default() },
+        };
+        let probe = rt.block_on(backend.generate_with(&request(filler.repeat(10), 1, 1), PromptMode::Shared))?;
+        let per_copy = (probe.usage.prompt_tokens as f64 / 10.0).max(1.0);
+        let copies = ((self.prompt_tokens as f64 / per_copy).round() as usize).max(1);
+        let prompt = filler.repeat(copies);
+        let group = request(prompt, self.group, self.new_tokens);
+
+        let measure = |mode: PromptMode| -> anyhow::Result<(f64, u64, u64)> {
+            let mut times = Vec::new();
+            let mut usage = Default::default();
+            for _ in 0..self.repeat {
+                let started = Instant::now();
+                let result = rt.block_on(backend.generate_with(&group, mode))?;
+                times.push(started.elapsed().as_secs_f64());
+                usage = result.usage;
+            }
+            times.sort_by(f64::total_cmp);
+            let gym::backend::Usage { prompt_tokens, completion_tokens } = usage;
+            Ok((times[times.len() / 2], prompt_tokens, completion_tokens))
+        };
+        // Warm up caches and thread pools so the first timed run is not an outlier.
+        rt.block_on(backend.generate_with(&request("Hi".into(), self.group, 8), PromptMode::Shared))?;
+        let (shared, prompt_tokens, generated) = measure(PromptMode::Shared)?;
+        let (independent, _, _) = measure(PromptMode::Independent)?;
+
+        println!(
+            "rollout benchmark: {}, G={}, prompt {} tokens, {} new tokens per answer, median of {}",
+            path.display(),
+            self.group,
+            prompt_tokens,
+            self.new_tokens,
+            self.repeat
+        );
+        let total = |secs: f64, prompt_evals: u64| (prompt_evals * prompt_tokens + generated) as f64 / secs;
+        println!(
+            "shared prompt (group path): {shared:>7.2} s  {:>7.1} generated tok/s  {:>7.1} tok/s incl. prompt",
+            generated as f64 / shared,
+            total(shared, 1)
+        );
+        println!(
+            "independent sequences:      {independent:>7.2} s  {:>7.1} generated tok/s  {:>7.1} tok/s incl. prompt",
+            generated as f64 / independent,
+            total(independent, self.group as u64)
+        );
+        println!("speed-up of the group path: {:.2}x", independent / shared);
+        Ok(ExitCode::SUCCESS)
+    }
+
+    #[cfg(not(feature = "llama"))]
+    fn run(self) -> anyhow::Result<ExitCode> {
+        anyhow::bail!("`gym bench rollout` needs the `llama` feature")
+    }
+}

@@ -1,0 +1,306 @@
+//! `gym eval`: Mean@k and Pass@k with and without a library's experiences.
+
+use std::fmt::Write as _;
+use std::io::{IsTerminal as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::Args;
+use gym::backend::Backend;
+use gym::data::{self, Dataset, DatasetSpec, Split};
+use gym::library::Library;
+use gym::reward::{self, Verifier, VerifierSpec};
+use gym::rollout::eval::{Condition, EvalReport, EvalSettings, evaluate};
+use gym::rollout::prompt::Shown;
+
+use super::backend_args::{BackendArgs, SamplingArgs, runtime};
+
+/// Where the queries come from.
+#[derive(Debug, Clone, Args)]
+pub struct DatasetArgs {
+    /// A JSONL, JSON-array or CSV file, or a built-in suite: builtin:arith, builtin:compare,
+    /// builtin:letters.
+    #[arg(long, env = "GYM_DATASET")]
+    pub dataset: String,
+
+    /// Use only the first N queries.
+    #[arg(long)]
+    pub limit: Option<usize>,
+
+    /// Field holding the question (default: question, problem, prompt, input, query, …).
+    #[arg(long)]
+    pub question_field: Option<String>,
+
+    /// Field holding the reference answer (default: answer, solution, ground_truth, …).
+    #[arg(long)]
+    pub answer_field: Option<String>,
+
+    /// Field holding a stable query id (default: id, else file:line).
+    #[arg(long)]
+    pub id_field: Option<String>,
+
+    /// Skip malformed records (they are counted and reported) instead of stopping.
+    #[arg(long)]
+    pub skip_bad_lines: bool,
+}
+
+impl DatasetArgs {
+    pub fn load(&self, split: Split, seed: u64) -> anyhow::Result<Dataset> {
+        let spec = DatasetSpec {
+            source: self.dataset.clone(),
+            split,
+            question_field: self.question_field.clone(),
+            answer_field: self.answer_field.clone(),
+            id_field: self.id_field.clone(),
+            skip_bad_lines: self.skip_bad_lines,
+            limit: self.limit,
+            seed,
+        };
+        let dataset = data::load(&spec)?;
+        if !dataset.skipped.is_empty() {
+            eprintln!("warning: skipped {} malformed record(s) in {}", dataset.skipped.len(), self.dataset);
+            for skipped in dataset.skipped.iter().take(5) {
+                eprintln!("  {skipped}");
+            }
+        }
+        Ok(dataset)
+    }
+}
+
+/// How answers are scored.
+#[derive(Debug, Clone, Args)]
+pub struct RewardArgs {
+    /// exact | numeric[:TOLERANCE] | boxed | regex:PATTERN | command:CMD | judge
+    /// (default: the built-in suite's own, else exact).
+    #[arg(long, env = "GYM_REWARD")]
+    pub reward: Option<VerifierSpec>,
+
+    /// Seconds a `command:` verifier may run before it is killed.
+    #[arg(long, default_value_t = 30.0)]
+    pub verifier_timeout: f64,
+}
+
+impl RewardArgs {
+    pub fn build(&self, dataset: &Dataset, backend: &Arc<dyn Backend>) -> anyhow::Result<Arc<dyn Verifier>> {
+        let mut spec = match (&self.reward, &dataset.default_reward) {
+            (Some(spec), _) => spec.clone(),
+            (None, Some(default)) => default
+                .parse()
+                .with_context(|| format!("the dataset's default reward `{default}`"))?,
+            (None, None) => VerifierSpec::Exact,
+        };
+        if let VerifierSpec::Command { timeout, .. } = &mut spec {
+            anyhow::ensure!(
+                self.verifier_timeout.is_finite() && self.verifier_timeout > 0.0,
+                "--verifier-timeout must be a positive number of seconds"
+            );
+            *timeout = Duration::from_secs_f64(self.verifier_timeout);
+        }
+        Ok(reward::build(&spec, Some(Arc::clone(backend)))?)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    dataset: DatasetArgs,
+
+    /// Which split of the dataset.
+    #[arg(long, value_enum, default_value = "heldout")]
+    split: Split,
+
+    /// Also evaluate with this library's active experiences in the prompt: NAME or NAME@VERSION.
+    #[arg(long)]
+    library: Option<String>,
+
+    /// Directory holding the libraries.
+    #[arg(long, env = "GYM_LIBRARY_DIR", hide_env_values = true, default_value = "experiences")]
+    library_dir: PathBuf,
+
+    /// Answers sampled per query (Mean@k averages them; Pass@k asks whether any is right).
+    #[arg(short = 'k', long = "k", default_value_t = 4)]
+    k: usize,
+
+    /// Groups in flight at once.
+    #[arg(long, default_value_t = 4)]
+    parallel: usize,
+
+    /// Write every query's answers and rewards here as JSONL.
+    #[arg(long)]
+    output: Option<PathBuf>,
+
+    #[command(flatten)]
+    reward: RewardArgs,
+
+    #[command(flatten)]
+    backend: BackendArgs,
+
+    #[command(flatten)]
+    sampling: SamplingArgs,
+}
+
+/// `NAME` or `NAME@VERSION`.
+pub fn parse_library_ref(text: &str) -> anyhow::Result<(String, Option<u64>)> {
+    match text.split_once('@') {
+        None => Ok((text.to_string(), None)),
+        Some((name, version)) => {
+            let version = version
+                .parse()
+                .with_context(|| format!("`{text}`: the version after @ must be a number"))?;
+            Ok((name.to_string(), Some(version)))
+        }
+    }
+}
+
+fn library_condition(dir: &Path, reference: &str) -> anyhow::Result<Condition> {
+    let (name, version) = parse_library_ref(reference)?;
+    let library = Library::open(dir, &name)?;
+    let version = version.unwrap_or_else(|| library.head_version());
+    let state = library.checkout(version)?;
+    let experiences = state
+        .active()
+        .map(|e| Shown {
+            id: e.id.to_string(),
+            text: e.text.clone(),
+        })
+        .collect();
+    Ok(Condition {
+        label: format!("with {name}@{version}"),
+        experiences,
+    })
+}
+
+impl EvalArgs {
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        anyhow::ensure!(self.k >= 1, "-k must be at least 1");
+        let dataset = self.dataset.load(self.split, self.sampling.seed)?;
+        let mut conditions = vec![Condition {
+            label: "without library".into(),
+            experiences: Vec::new(),
+        }];
+        if let Some(reference) = &self.library {
+            conditions.push(library_condition(&self.library_dir, reference)?);
+        }
+        let mut output = match &self.output {
+            Some(path) => Some(std::io::BufWriter::new(
+                std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+            )),
+            None => None,
+        };
+        let backend = self.backend.build()?;
+        let verifier = self.reward.build(&dataset, &backend)?;
+        let settings = EvalSettings {
+            k: self.k,
+            sampling: self.sampling.sampling(),
+            concurrency: self.parallel,
+            instruction: dataset.instruction.clone(),
+        };
+        let started = Instant::now();
+        let interactive = std::io::stderr().is_terminal();
+        let progress = move |done: usize, total: usize| {
+            if interactive {
+                eprint!("\reval: {done}/{total} groups");
+                if done == total {
+                    eprintln!();
+                }
+            } else if done == total || done % (total / 10).max(1) == 0 {
+                eprintln!("eval: {done}/{total} groups");
+            }
+        };
+        let report = runtime()?.block_on(evaluate(
+            backend.as_ref(),
+            verifier.as_ref(),
+            &dataset.samples,
+            &conditions,
+            &settings,
+            &progress,
+        ))?;
+        if let Some(out) = output.as_mut() {
+            for row in &report.results {
+                serde_json::to_writer(&mut *out, row)?;
+                out.write_all(b"\n")?;
+            }
+            out.flush()?;
+        }
+        let header = format!(
+            "{} ({}, {} queries), k={}, model {}, reward {}, {:.1} s",
+            dataset.name,
+            self.split,
+            dataset.samples.len(),
+            self.k,
+            backend.model(),
+            verifier.name(),
+            started.elapsed().as_secs_f64()
+        );
+        print!("{}", render_report(&header, &report));
+        let failures: usize = report.conditions.iter().map(|c| c.verifier_failures).sum();
+        if failures > 0 {
+            let first = report
+                .results
+                .iter()
+                .flat_map(|r| &r.group.answers)
+                .find(|a| a.verifier_failed)
+                .map(|a| a.reason.clone())
+                .unwrap_or_default();
+            eprintln!("warning: the verifier failed on {failures} answer(s), scored 0; first: {first}");
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// The side-by-side table `gym eval` prints.
+pub fn render_report(header: &str, report: &EvalReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{header}");
+    let mut columns: Vec<(String, String, String, String, String)> = report
+        .conditions
+        .iter()
+        .map(|c| {
+            let label = if c.experiences > 0 || c.label != "without library" {
+                format!("{} ({} exp.)", c.label, c.experiences)
+            } else {
+                c.label.clone()
+            };
+            let tokens = format!("{} in / {} out", c.usage.prompt_tokens, c.usage.completion_tokens);
+            let cost = c.cost_usd.map_or_else(|| "unknown".into(), |usd| format!("${usd:.4}"));
+            (label, c.mean_at_k.to_string(), c.pass_at_k.to_string(), tokens, cost)
+        })
+        .collect();
+    if let (Some(mean), Some(pass)) = (report.delta_mean_at_k, report.delta_pass_at_k) {
+        let signed = |e: gym::rollout::stats::Estimate| format!("{:+.3} [{:+.3}, {:+.3}]", e.value, e.low, e.high);
+        columns.push(("difference (paired)".into(), signed(mean), signed(pass), String::new(), String::new()));
+    }
+    let rows = [
+        ("", 0),
+        (&*format!("Mean@{}", report.k), 1),
+        (&*format!("Pass@{}", report.k), 2),
+        ("tokens", 3),
+        ("cost", 4),
+    ];
+    let cell = |c: &(String, String, String, String, String), i: usize| match i {
+        0 => c.0.clone(),
+        1 => c.1.clone(),
+        2 => c.2.clone(),
+        3 => c.3.clone(),
+        _ => c.4.clone(),
+    };
+    let widths: Vec<usize> = columns
+        .iter()
+        .map(|c| (0..5).map(|i| cell(c, i).chars().count()).max().unwrap_or(0))
+        .collect();
+    for (name, i) in rows {
+        let mut line = format!("{name:<8}");
+        for (c, width) in columns.iter().zip(&widths) {
+            let _ = write!(line, "  {:<width$}", cell(c, i));
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    let retries: u64 = report.conditions.iter().map(|c| c.retries).sum();
+    if retries > 0 {
+        let _ = writeln!(out, "retried requests: {retries}");
+    }
+    out
+}

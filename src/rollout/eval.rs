@@ -1,0 +1,157 @@
+//! Evaluation: Mean@k and Pass@k of a model on a dataset, with and without a library's
+//! experiences in the prompt.
+//!
+//! Both conditions draw with the same per-query seeds, so their difference is measured on paired
+//! samples and its interval is narrower than that of two independent runs.
+
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+
+use super::group::{RolloutGroup, rollout};
+use super::prompt::{Shown, solve_messages};
+use super::stats::Estimate;
+use crate::backend::{Backend, BackendError, Sampling, Usage};
+use crate::data::Sample;
+use crate::reward::Verifier;
+
+/// A reward at or above this counts as solved for Pass@k.
+pub const SOLVED: f64 = 1.0 - 1e-9;
+
+/// A prompt condition: a label and the experiences shown to the model.
+#[derive(Debug, Clone)]
+pub struct Condition {
+    pub label: String,
+    pub experiences: Vec<Shown>,
+}
+
+#[derive(Debug, Clone)]
+pub struct EvalSettings {
+    pub k: usize,
+    pub sampling: Sampling,
+    /// Groups in flight at once.
+    pub concurrency: usize,
+    /// The answer-format instruction (the dataset's own, if it has one).
+    pub instruction: Option<String>,
+}
+
+/// One query under one condition (a line of the `--output` JSONL).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueryResult {
+    pub condition: String,
+    pub id: String,
+    pub question: String,
+    pub reference: String,
+    pub mean_reward: f64,
+    pub solved: bool,
+    pub group: RolloutGroup,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConditionSummary {
+    pub label: String,
+    pub experiences: usize,
+    pub queries: usize,
+    pub mean_at_k: Estimate,
+    pub pass_at_k: Estimate,
+    pub usage: Usage,
+    pub cost_usd: Option<f64>,
+    pub retries: u64,
+    pub verifier_failures: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalReport {
+    pub k: usize,
+    pub conditions: Vec<ConditionSummary>,
+    /// Last condition minus first, paired by query (present with two or more conditions).
+    pub delta_mean_at_k: Option<Estimate>,
+    pub delta_pass_at_k: Option<Estimate>,
+    pub results: Vec<QueryResult>,
+}
+
+/// Runs every sample under every condition, `k` draws each.
+pub async fn evaluate(
+    backend: &dyn Backend,
+    verifier: &dyn Verifier,
+    samples: &[Sample],
+    conditions: &[Condition],
+    settings: &EvalSettings,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<EvalReport, BackendError> {
+    let jobs: Vec<(usize, &Sample)> = (0..conditions.len())
+        .flat_map(|c| samples.iter().map(move |s| (c, s)))
+        .collect();
+    let total = jobs.len();
+    let mut done = 0;
+    let mut results: Vec<Option<QueryResult>> = vec![None; total];
+    let mut stream = futures::stream::iter(jobs.into_iter().enumerate().map(|(slot, (c, sample))| async move {
+        let condition = &conditions[c];
+        let messages = solve_messages(sample, settings.instruction.as_deref(), &condition.experiences);
+        let group = rollout(backend, verifier, sample, messages, settings.k, &settings.sampling).await?;
+        let result = QueryResult {
+            condition: condition.label.clone(),
+            id: sample.id.clone(),
+            question: sample.question.clone(),
+            reference: sample.answer.clone(),
+            mean_reward: group.mean_reward(),
+            solved: group.rewards().any(|r| r >= SOLVED),
+            group,
+        };
+        Ok::<_, BackendError>((slot, result))
+    }))
+    .buffer_unordered(settings.concurrency.max(1));
+    while let Some(item) = stream.next().await {
+        let (slot, result) = item?;
+        results[slot] = Some(result);
+        done += 1;
+        progress(done, total);
+    }
+    drop(stream);
+    let results: Vec<QueryResult> = results.into_iter().map(|r| r.expect("every job reported")).collect();
+
+    let per_condition: Vec<&[QueryResult]> = results.chunks(samples.len().max(1)).collect();
+    let summaries = conditions
+        .iter()
+        .zip(&per_condition)
+        .map(|(condition, rows)| summarize(condition, rows))
+        .collect();
+    let (delta_mean_at_k, delta_pass_at_k) = match (per_condition.first(), per_condition.last()) {
+        (Some(first), Some(last)) if conditions.len() >= 2 => {
+            let means = |rows: &[QueryResult]| rows.iter().map(|r| r.mean_reward).collect::<Vec<_>>();
+            let solved = |rows: &[QueryResult]| rows.iter().map(|r| f64::from(u8::from(r.solved))).collect::<Vec<_>>();
+            (
+                Some(Estimate::paired_difference(&means(first), &means(last))),
+                Some(Estimate::paired_difference(&solved(first), &solved(last))),
+            )
+        }
+        _ => (None, None),
+    };
+    Ok(EvalReport {
+        k: settings.k,
+        conditions: summaries,
+        delta_mean_at_k,
+        delta_pass_at_k,
+        results,
+    })
+}
+
+fn summarize(condition: &Condition, rows: &[QueryResult]) -> ConditionSummary {
+    let means: Vec<f64> = rows.iter().map(|r| r.mean_reward).collect();
+    let mut usage = Usage::default();
+    let mut cost: Option<f64> = Some(0.0);
+    for row in rows {
+        usage += row.group.usage;
+        cost = cost.zip(row.group.cost_usd).map(|(a, b)| a + b);
+    }
+    ConditionSummary {
+        label: condition.label.clone(),
+        experiences: condition.experiences.len(),
+        queries: rows.len(),
+        mean_at_k: Estimate::bounded_mean(&means),
+        pass_at_k: Estimate::proportion(rows.iter().filter(|r| r.solved).count(), rows.len()),
+        usage,
+        cost_usd: cost,
+        retries: rows.iter().map(|r| u64::from(r.group.retries)).sum(),
+        verifier_failures: rows.iter().map(|r| r.group.verifier_failures()).sum(),
+    }
+}

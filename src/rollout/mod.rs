@@ -1,0 +1,9 @@
+//! Rollouts: sampling a group of G answers per query, scoring them, and evaluating a model with
+//! and without a library's experiences.
+
+pub mod eval;
+mod group;
+pub mod prompt;
+pub mod stats;
+
+pub use group::{RolloutGroup, ScoredAnswer, query_seed, rollout};

@@ -1,0 +1,143 @@
+//! `gym eval` end to end: the real default model, and a local OpenAI-protocol server.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::common::Scratch;
+use crate::fake_openai::{FakeOpenAi, Fault};
+use crate::llama_backend::model_path;
+
+fn gym(scratch: &Scratch, args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_gym"))
+        .args(args)
+        .current_dir(scratch.dir.path())
+        .env("GYM_LIBRARY_DIR", scratch.libraries())
+        .env("GYM_MODELS_DIR", model_path().parent().unwrap())
+        .env("USER", "tester")
+        .env_remove("GYM_BACKEND")
+        .env_remove("GYM_MODEL")
+        .output()
+        .expect("run the gym binary");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
+fn jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn eval_on_the_default_model_prints_both_columns_and_writes_results() {
+    let scratch = Scratch::new();
+    scratch.ok(&["library", "init", "arith"]);
+    scratch.ok(&[
+        "library",
+        "add",
+        "arith",
+        "--text",
+        "When sharing items equally among friends, divide the total by the number of friends.",
+    ]);
+    let (code, stdout, stderr) = gym(
+        &scratch,
+        &[
+            "eval", "--dataset", "builtin:arith", "--limit", "2", "-k", "2", "--max-tokens", "48",
+            "--library", "arith", "--output", "results.jsonl",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    for expected in ["without library", "with arith@1 (1 exp.)", "difference (paired)", "Mean@2", "Pass@2"] {
+        assert!(stdout.contains(expected), "missing {expected:?} in:\n{stdout}");
+    }
+    let rows = jsonl(&scratch.dir.path().join("results.jsonl"));
+    assert_eq!(rows.len(), 4, "2 queries x 2 conditions");
+    for row in &rows {
+        let answers = row["group"]["answers"].as_array().unwrap();
+        assert_eq!(answers.len(), 2);
+        for answer in answers {
+            let reward = answer["reward"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&reward));
+            assert!(!answer["reason"].as_str().unwrap().is_empty());
+        }
+    }
+    assert_eq!(rows[0]["id"], rows[2]["id"], "the same queries under both conditions");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_through_an_openai_server_survives_faults_and_scores_exactly() {
+    let server = FakeOpenAi::start(true, "Answer: 42").await;
+    server.inject([Fault::RateLimited, Fault::ServerError]);
+    let scratch = Scratch::new();
+    std::fs::write(
+        scratch.dir.path().join("qa.jsonl"),
+        "{\"id\": \"a\", \"question\": \"6 x 7?\", \"answer\": 42}\n{\"id\": \"b\", \"problem\": \"3 + 4?\", \"solution\": \"7\"}\n",
+    )
+    .unwrap();
+    let base_url = server.base_url();
+    let (code, stdout, stderr) = tokio::task::spawn_blocking(move || {
+        let result = gym(
+            &scratch,
+            &[
+                "eval", "--dataset", "qa.jsonl", "--split", "train", "-k", "3", "--backend", "openai",
+                "--base-url", &base_url, "--model", "gpt-4o-mini", "--reward", "numeric",
+                "--parallel", "1",
+            ],
+        );
+        drop(scratch);
+        result
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("Mean@3   0.500 [0.000, 1.000]"), "{stdout}");
+    assert!(stdout.contains("Pass@3   0.500"), "{stdout}");
+    assert!(stdout.contains("retried requests: 2"), "{stdout}");
+    assert!(stdout.contains("model gpt-4o-mini"), "{stdout}");
+    assert!(stdout.contains("$0.0000"), "gpt-4o-mini has a price: {stdout}");
+}
+
+#[test]
+fn bad_eval_inputs_are_clear_errors() {
+    let scratch = Scratch::new();
+    let stderr = scratch.fails(&["eval", "--dataset", "builtin:nope"]);
+    assert!(stderr.contains("builtin:nope") && stderr.contains("arith"), "{stderr}");
+
+    std::fs::write(scratch.dir.path().join("bad.jsonl"), "{\"question\": \"q\", \"answer\": \"1\"}\n{oops\n").unwrap();
+    let stderr = scratch.fails(&["eval", "--dataset", "bad.jsonl", "--split", "train"]);
+    assert!(stderr.contains("bad.jsonl") && stderr.contains("line 2"), "{stderr}");
+
+    let stderr = scratch.fails(&["eval", "--dataset", "builtin:arith", "--model", "/nonexistent/m.gguf"]);
+    assert!(stderr.contains("/nonexistent/m.gguf cannot be read"), "{stderr}");
+
+    let stderr = scratch.fails(&["eval", "--dataset", "builtin:arith", "--library", "missing@x"]);
+    assert!(stderr.contains("missing@x"), "{stderr}");
+
+    let stderr = scratch.fails(&["eval", "--dataset", "builtin:arith", "--reward", "fuzzy"]);
+    assert!(stderr.contains("fuzzy"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn a_hanging_verifier_command_is_killed_counted_and_reported() {
+    let scratch = Scratch::new();
+    let (code, stdout, stderr) = gym(
+        &scratch,
+        &[
+            "eval", "--dataset", "builtin:compare", "--limit", "1", "-k", "2", "--max-tokens", "8",
+            "--reward", "command:sleep 30", "--verifier-timeout", "0.3",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("Mean@2   0.000"), "{stdout}");
+    assert!(stderr.contains("the verifier failed on 2 answer(s)"), "{stderr}");
+    assert!(stderr.contains("sleep 30"), "the error names the command: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
