@@ -28,3 +28,4 @@
 pub mod backend;
 pub mod data;
 pub mod library;
+pub mod reward;
