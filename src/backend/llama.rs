@@ -105,6 +105,11 @@ impl LlamaBackend {
         let (jobs, queue) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = mpsc::channel();
         let stats = Arc::new(Mutex::new(BackendStats::default()));
+        let model_name = config
+            .model_path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "llama".into());
         let worker_stats = Arc::clone(&stats);
         let worker = thread::Builder::new()
             .name("gym-llama".into())
@@ -139,13 +144,8 @@ impl LlamaBackend {
             .map_err(|e| BackendError::Llama(format!("cannot start the model thread: {e}")))?;
         ready_rx.recv().map_err(|_| BackendError::WorkerGone)??;
 
-        let model = config
-            .model_path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "llama".into());
         Ok(Self {
-            model,
+            model: model_name,
             jobs: Mutex::new(Some(jobs)),
             worker: Mutex::new(Some(worker)),
             stats,

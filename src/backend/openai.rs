@@ -13,6 +13,7 @@ use std::time::Duration;
 use async_openai::Client;
 use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
+use async_openai::middleware::ReqwestService;
 use futures::future::{BoxFuture, join_all};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -98,8 +99,11 @@ impl OpenAiBackend {
         let transport = OpenAIConfig::new()
             .with_api_base(url)
             .with_api_key(config.api_key.clone().unwrap_or_default());
+        // The client's default transport retries 429/5xx by itself; Gym retries (and counts)
+        // in one place, so it gets the plain reqwest service.
+        let client = Client::with_config(transport).with_http_service(ReqwestService::default());
         Ok(Self {
-            client: Client::with_config(transport),
+            client,
             permits: Semaphore::new(config.concurrency),
             n_support: AtomicU8::new(N_UNKNOWN),
             stats: Mutex::new(BackendStats::default()),
@@ -122,7 +126,8 @@ impl OpenAiBackend {
             self.count(|s| s.requests += 1);
             let result = {
                 let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
-                let call = self.client.chat().create_byot::<_, ChatResponse>(body);
+                let chat = self.client.chat();
+                let call = chat.create_byot::<_, ChatResponse>(body);
                 match tokio::time::timeout(self.config.timeout, call).await {
                     Err(_) => Err(BackendError::Timeout {
                         url: self.url(),
@@ -199,7 +204,7 @@ impl OpenAiBackend {
         }
     }
 
-    fn body<'r>(&self, request: &'r GroupRequest, n: usize, seed: u64) -> ChatRequest<'r> {
+    fn body<'r>(&'r self, request: &'r GroupRequest, n: usize, seed: u64) -> ChatRequest<'r> {
         let s = &request.sampling;
         ChatRequest {
             model: &self.config.model,

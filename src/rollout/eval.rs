@@ -88,13 +88,14 @@ pub async fn evaluate(
         let condition = &conditions[c];
         let messages = solve_messages(sample, settings.instruction.as_deref(), &condition.experiences);
         let group = rollout(backend, verifier, sample, messages, settings.k, &settings.sampling).await?;
+        let solved = group.rewards().any(|r| r >= SOLVED);
         let result = QueryResult {
             condition: condition.label.clone(),
             id: sample.id.clone(),
             question: sample.question.clone(),
             reference: sample.answer.clone(),
             mean_reward: group.mean_reward(),
-            solved: group.rewards().any(|r| r >= SOLVED),
+            solved,
             group,
         };
         Ok::<_, BackendError>((slot, result))

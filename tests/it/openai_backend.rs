@@ -129,7 +129,7 @@ async fn constraints_and_modes_reach_the_wire() {
     assert_eq!(bodies[0]["stop"], json!(["\n\n"]));
     assert_eq!(bodies[1]["seed"], 12);
 
-    let bad = OpenAiBackend::new(OpenAiConfig::new("localhost:8000", "m")).unwrap_err();
+    let bad = OpenAiBackend::new(OpenAiConfig::new("localhost:8000", "m")).err().unwrap();
     assert!(bad.to_string().contains("base_url"), "{bad}");
     let empty = backend.generate(&request(0)).await.unwrap_err();
     assert!(empty.to_string().contains("`n`"), "{empty}");
