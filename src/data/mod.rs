@@ -1,6 +1,51 @@
 //! Datasets: the queries a run learns from and is evaluated on.
+//!
+//! A [`DatasetSpec`] names a source and a [`Split`]; [`load`] gives a [`Dataset`].
+//!
+//! - **Files**, format by extension: `.jsonl` / `.ndjson` (one JSON object per line; blank
+//!   lines ignored), `.json` (an array of objects), `.csv` (a header row, then records). The
+//!   question and answer fields default to the first present of [`QUESTION_FIELDS`] and
+//!   [`ANSWER_FIELDS`]; numbers are accepted and kept as their text. The id is the `id` field
+//!   when there is one, else `<file stem>:<line>` (`<file stem>:<index>` in a JSON array).
+//! - **Built-in suites**, `builtin:NAME` (see [`builtin_suites`]): generated from the seed,
+//!   500 train and 200 held-out questions with no problem in both, ids like
+//!   `arith-train-0007`, and a default reward spec and answer-format instruction.
+//!
+//! Splits of a file: `train` is the whole file, unless the file has a `split` field (JSON) or
+//! column (CSV); then every record needs one, `train`/`training` select train, and
+//! `heldout`/`held-out`/`held_out`/`test`/`validation`/`val`/`dev`/`eval` select held-out. A
+//! file without that field has no held-out part: asking for one is an error.
+//!
+//! Bad input is never silently dropped: each bad record is an error naming the file, line and
+//! field, unless `skip_bad_lines` is set, in which case it is counted in [`Dataset::skipped`].
+//!
+//! ```
+//! use gym::data::{DatasetSpec, Split, load};
+//!
+//! let mut spec = DatasetSpec::new("builtin:compare");
+//! spec.split = Split::Heldout;
+//! spec.limit = Some(3);
+//! let dataset = load(&spec).unwrap();
+//! assert_eq!(dataset.samples.len(), 3);
+//! assert_eq!(dataset.samples[0].id, "compare-heldout-0000");
+//! assert_eq!(dataset.default_reward.as_deref(), Some("exact"));
+//! ```
+
+mod builtin;
+mod error;
+mod file;
+mod record;
+mod split;
 
 use serde::{Deserialize, Serialize};
+
+pub use builtin::{HELDOUT_SIZE, TRAIN_SIZE};
+pub use error::{DataError, RecordError, SkippedRecord};
+pub use record::{ANSWER_FIELDS, ID_FIELD, QUESTION_FIELDS, SPLIT_FIELD};
+pub use split::Split;
+
+/// The prefix that marks a built-in suite in [`DatasetSpec::source`].
+pub const BUILTIN_PREFIX: &str = "builtin:";
 
 /// One query with its reference answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -10,4 +55,116 @@ pub struct Sample {
     pub question: String,
     /// The reference answer the verifier compares against.
     pub answer: String,
+}
+
+/// What to load.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatasetSpec {
+    /// A file path, or `builtin:NAME`.
+    pub source: String,
+    pub split: Split,
+    /// The question's field; `None` tries [`QUESTION_FIELDS`] in order.
+    pub question_field: Option<String>,
+    /// The answer's field; `None` tries [`ANSWER_FIELDS`] in order.
+    pub answer_field: Option<String>,
+    /// The id's field; `None` uses `id` when present and a position-based id otherwise.
+    pub id_field: Option<String>,
+    /// Leave bad records out (listed in [`Dataset::skipped`]) instead of failing.
+    pub skip_bad_lines: bool,
+    /// Keep only the first N samples of the split.
+    pub limit: Option<usize>,
+    /// Seed of the built-in suites; files ignore it.
+    pub seed: u64,
+}
+
+impl DatasetSpec {
+    /// The whole train split of `source`, strict about bad records, seed 0.
+    pub fn new(source: impl Into<String>) -> Self {
+        Self {
+            source: source.into(),
+            split: Split::Train,
+            question_field: None,
+            answer_field: None,
+            id_field: None,
+            skip_bad_lines: false,
+            limit: None,
+            seed: 0,
+        }
+    }
+}
+
+/// Samples ready for a run, with what the source says about grading them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dataset {
+    /// Short name for display: the suite name or the file stem.
+    pub name: String,
+    /// Never empty.
+    pub samples: Vec<Sample>,
+    /// Bad records left out under `skip_bad_lines`, in file order.
+    pub skipped: Vec<SkippedRecord>,
+    /// The reward spec a built-in suite is graded with (`numeric`, `exact`); `None` for files.
+    pub default_reward: Option<String>,
+    /// The answer-format instruction for the prompt; `None` for files.
+    pub instruction: Option<String>,
+}
+
+/// The built-in suite names, without the `builtin:` prefix.
+pub fn builtin_suites() -> &'static [&'static str] {
+    builtin::NAMES
+}
+
+/// Loads the samples `spec` names.
+///
+/// # Errors
+///
+/// [`DataError`] when the source cannot be read, a record is bad (and bad records are not
+/// skipped), the split does not exist, or no sample is left.
+pub fn load(spec: &DatasetSpec) -> Result<Dataset, DataError> {
+    let mut dataset = match spec.source.strip_prefix(BUILTIN_PREFIX) {
+        Some(name) => builtin::load(name.trim(), spec.split, spec.seed)?,
+        None => file::load(spec)?,
+    };
+    if let Some(limit) = spec.limit {
+        if limit == 0 {
+            return Err(DataError::Empty {
+                source_name: spec.source.clone(),
+                why: "the limit is 0".to_owned(),
+            });
+        }
+        dataset.samples.truncate(limit);
+    }
+    Ok(dataset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_sizes_and_limit() {
+        let mut spec = DatasetSpec::new("builtin:arith");
+        assert_eq!(load(&spec).unwrap().samples.len(), TRAIN_SIZE);
+        spec.split = Split::Heldout;
+        assert_eq!(load(&spec).unwrap().samples.len(), HELDOUT_SIZE);
+        spec.limit = Some(5);
+        let limited = load(&spec).unwrap();
+        assert_eq!(limited.samples.len(), 5);
+        spec.limit = None;
+        assert_eq!(load(&spec).unwrap().samples[..5], limited.samples[..]);
+    }
+
+    #[test]
+    fn limit_zero_is_an_error() {
+        let mut spec = DatasetSpec::new("builtin:letters");
+        spec.limit = Some(0);
+        assert_eq!(
+            load(&spec).unwrap_err().to_string(),
+            "builtin:letters: no samples (the limit is 0)"
+        );
+    }
+
+    #[test]
+    fn lists_the_builtin_suites() {
+        assert_eq!(builtin_suites(), ["arith", "compare", "letters"]);
+    }
 }

@@ -1,0 +1,268 @@
+//! Errors of dataset loading: every one names the file, and the line and field where it can.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// Why one record of a dataset file cannot become a [`Sample`](super::Sample).
+///
+/// With `skip_bad_lines` these are collected as [`SkippedRecord`]s instead of failing the load.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// A JSONL line that is not valid JSON.
+    #[error("invalid JSON at column {column}: {message}")]
+    InvalidJson {
+        /// 1-based column within the line.
+        column: usize,
+        /// serde_json's message, without its position.
+        message: String,
+    },
+    /// A line whose bytes are not UTF-8.
+    #[error("not valid UTF-8")]
+    NotUtf8,
+    /// A JSON record that is an array, string, … instead of an object.
+    #[error("expected a JSON object with the question and answer, found {found}")]
+    NotAnObject {
+        /// `an array`, `a string`, ….
+        found: &'static str,
+    },
+    /// None of the candidate field names is present.
+    #[error("missing field {}{}", quoted(&tried[0]), tried_list(tried))]
+    MissingField {
+        /// The names tried, in order; never empty.
+        tried: Vec<String>,
+    },
+    /// The field is present but `null`.
+    #[error("field {} is null", quoted(field))]
+    NullField {
+        /// The field name.
+        field: String,
+    },
+    /// The field is present but empty or only whitespace.
+    #[error("field {} is empty", quoted(field))]
+    EmptyField {
+        /// The field name.
+        field: String,
+    },
+    /// The field holds a boolean, array or object instead of text or a number.
+    #[error("field {} is {found}; expected text or a number", quoted(field))]
+    WrongType {
+        /// The field name.
+        field: String,
+        /// `a boolean`, `an array`, `an object`.
+        found: &'static str,
+    },
+    /// The `split` field holds a value that is neither train nor held-out.
+    #[error(
+        "field {} is {}; expected one of {}",
+        quoted(field),
+        quoted(value),
+        super::split::ACCEPTED
+    )]
+    UnknownSplit {
+        /// The field name.
+        field: String,
+        /// What it holds.
+        value: String,
+    },
+    /// A CSV row with a different number of cells than the header.
+    #[error("has {found} cells but the header has {expected}")]
+    CellCount {
+        /// Cells in the header.
+        expected: u64,
+        /// Cells in this row.
+        found: u64,
+    },
+    /// Any other CSV syntax problem.
+    #[error("invalid CSV: {message}")]
+    InvalidCsv {
+        /// The csv crate's message.
+        message: String,
+    },
+    /// A second record with an id already taken.
+    #[error("duplicate id {} (first used on line {first_line})", quoted(id))]
+    DuplicateId {
+        /// The id.
+        id: String,
+        /// The line of the record that has it first.
+        first_line: usize,
+    },
+}
+
+fn quoted(text: &str) -> String {
+    format!("{text:?}")
+}
+
+fn tried_list(tried: &[String]) -> String {
+    if tried.len() < 2 {
+        String::new()
+    } else {
+        format!(" (tried: {})", tried.join(", "))
+    }
+}
+
+/// A bad record left out because the spec asked for `skip_bad_lines`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedRecord {
+    /// 1-based line where the record starts.
+    pub line: usize,
+    /// Why it was left out.
+    pub reason: RecordError,
+}
+
+impl fmt::Display for SkippedRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}", self.line, self.reason)
+    }
+}
+
+/// Any failure of [`load`](super::load).
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    /// The file cannot be read.
+    #[error("cannot read {}: {source}{}", path.display(), builtin_hint(path))]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+    /// The extension does not say which format the file is in.
+    #[error(
+        "{}: cannot tell the format from the file name; name it .jsonl, .ndjson, .json or .csv",
+        path.display()
+    )]
+    UnknownFormat {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A JSON file that is not valid JSON as a whole (one bad element cannot be skipped).
+    #[error("{}: line {line} column {column}: invalid JSON: {message}", path.display())]
+    InvalidJson {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// serde_json's message, without its position.
+        message: String,
+    },
+    /// A whole file (JSON or CSV header) that is not UTF-8.
+    #[error("{}: line {line}: not valid UTF-8", path.display())]
+    NotUtf8 {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line of the first bad byte.
+        line: usize,
+    },
+    /// A `.json` file whose top level is not an array of records.
+    #[error(
+        "{}: expected a JSON array of records at the top level, found {found} \
+         (for one record per line, name the file .jsonl)",
+        path.display()
+    )]
+    NotAnArray {
+        /// The file.
+        path: PathBuf,
+        /// `an object`, `a string`, ….
+        found: &'static str,
+    },
+    /// One bad record, when bad records are not skipped.
+    #[error("{}: line {line}: {reason}", path.display())]
+    Record {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line where the record starts.
+        line: usize,
+        /// What is wrong with it.
+        reason: RecordError,
+    },
+    /// Held-out split asked of a file that has no `split` field.
+    #[error(
+        "{}: no record has a \"split\" field, so the file has no held-out part; \
+         put the held-out questions in a separate file and load it as split train",
+        path.display()
+    )]
+    NoHeldout {
+        /// The file.
+        path: PathBuf,
+    },
+    /// Nothing left to learn from or evaluate on.
+    #[error("{source_name}: no samples ({why})")]
+    Empty {
+        /// The file or `builtin:NAME`.
+        source_name: String,
+        /// Why: all skipped, no record of the split, a limit of 0, ….
+        why: String,
+    },
+    /// `builtin:NAME` with a name that is not a built-in suite.
+    #[error("unknown built-in suite {name:?}; the built-in suites are {}", known.join(", "))]
+    UnknownSuite {
+        /// What was given after `builtin:`.
+        name: String,
+        /// The suites there are, as `builtin:NAME`.
+        known: Vec<String>,
+    },
+}
+
+/// `arith` given as a path that does not exist most likely meant `builtin:arith`.
+fn builtin_hint(path: &std::path::Path) -> String {
+    let name = path.to_string_lossy();
+    if super::builtin_suites().contains(&name.as_ref()) {
+        format!(" (for the built-in suite, write builtin:{name})")
+    } else {
+        String::new()
+    }
+}
+
+/// serde_json appends " at line L column C" to its messages; Gym puts the position in front.
+pub(crate) fn strip_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_field_lists_what_was_tried_only_when_more_than_one() {
+        let one = RecordError::MissingField {
+            tried: vec!["q".into()],
+        };
+        assert_eq!(one.to_string(), r#"missing field "q""#);
+        let two = RecordError::MissingField {
+            tried: vec!["answer".into(), "solution".into()],
+        };
+        assert_eq!(
+            two.to_string(),
+            r#"missing field "answer" (tried: answer, solution)"#
+        );
+    }
+
+    #[test]
+    fn a_missing_file_named_like_a_suite_suggests_the_builtin() {
+        let error = DataError::Io {
+            path: "arith".into(),
+            source: io::Error::from(io::ErrorKind::NotFound),
+        };
+        assert!(
+            error
+                .to_string()
+                .ends_with("(for the built-in suite, write builtin:arith)"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn strips_serde_positions() {
+        assert_eq!(
+            strip_position("EOF while parsing at line 1 column 2"),
+            "EOF while parsing"
+        );
+        assert_eq!(strip_position("no position"), "no position");
+    }
+}

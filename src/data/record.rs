@@ -1,0 +1,321 @@
+//! From one record (a JSON object or a CSV row) to the question, answer, id and split it holds.
+
+use std::borrow::Cow;
+
+use serde_json::{Map, Value};
+
+use super::error::RecordError;
+
+/// Field names tried for the question when none is given, in order.
+///
+/// youtu-agent's Training-Free GRPO datasets use `question` or `problem`; the rest cover common
+/// exports (prompt/completion pairs, instruction data).
+pub const QUESTION_FIELDS: &[&str] = &[
+    "question",
+    "problem",
+    "prompt",
+    "input",
+    "query",
+    "raw_question",
+];
+
+/// Field names tried for the reference answer when none is given, in order.
+pub const ANSWER_FIELDS: &[&str] = &[
+    "answer",
+    "solution",
+    "ground_truth",
+    "groundtruth",
+    "correct_answer",
+    "target",
+    "output",
+];
+
+/// The id field when none is given; when it is absent the loader makes an id from the position.
+pub const ID_FIELD: &str = "id";
+
+/// A field whose presence makes a file carry its own train/held-out split.
+pub const SPLIT_FIELD: &str = "split";
+
+/// Which field holds what.
+#[derive(Debug, Clone)]
+pub(crate) struct FieldMap {
+    question: Vec<String>,
+    answer: Vec<String>,
+    id: String,
+    /// An id field the user named must be there; the default one may be absent.
+    id_required: bool,
+}
+
+impl FieldMap {
+    /// A given name replaces the defaults entirely, so a typo is an error rather than a
+    /// silent fall-back to another column.
+    pub(crate) fn new(question: Option<&str>, answer: Option<&str>, id: Option<&str>) -> Self {
+        let names = |given: Option<&str>, defaults: &[&str]| match given {
+            Some(name) => vec![name.to_owned()],
+            None => defaults.iter().map(|&name| name.to_owned()).collect(),
+        };
+        Self {
+            question: names(question, QUESTION_FIELDS),
+            answer: names(answer, ANSWER_FIELDS),
+            id: id.unwrap_or(ID_FIELD).to_owned(),
+            id_required: id.is_some(),
+        }
+    }
+}
+
+/// One field's value, whatever the format.
+#[derive(Debug)]
+pub(crate) enum Cell<'a> {
+    /// Text, or a number written as text.
+    Text(Cow<'a, str>),
+    /// JSON `null`.
+    Null,
+    /// Anything else: `a boolean`, `an array`, `an object`.
+    Other(&'static str),
+}
+
+/// A record whose fields can be looked up by name.
+pub(crate) trait Fields {
+    fn field(&self, name: &str) -> Option<Cell<'_>>;
+}
+
+impl Fields for Map<String, Value> {
+    fn field(&self, name: &str) -> Option<Cell<'_>> {
+        Some(match self.get(name)? {
+            Value::String(text) => Cell::Text(Cow::Borrowed(text)),
+            // Answers such as 42 or 3.5 are often stored as numbers.
+            Value::Number(number) => Cell::Text(Cow::Owned(number.to_string())),
+            Value::Null => Cell::Null,
+            other => Cell::Other(json_kind(other)),
+        })
+    }
+}
+
+/// A CSV row read against its header.
+pub(crate) struct CsvRow<'a> {
+    pub(crate) header: &'a csv::StringRecord,
+    pub(crate) row: &'a csv::StringRecord,
+}
+
+impl Fields for CsvRow<'_> {
+    fn field(&self, name: &str) -> Option<Cell<'_>> {
+        let column = self.header.iter().position(|title| title == name)?;
+        self.row
+            .get(column)
+            .map(|cell| Cell::Text(Cow::Borrowed(cell)))
+    }
+}
+
+/// How a JSON value is named in messages.
+pub(crate) fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// What one good record holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Extracted {
+    /// The record's own id, when it has one.
+    pub(crate) id: Option<String>,
+    pub(crate) question: String,
+    pub(crate) answer: String,
+    /// The raw `split` value, when the record has one.
+    pub(crate) split: Option<String>,
+}
+
+/// Reads the fields of one record, or says which field is wrong.
+pub(crate) fn extract(map: &FieldMap, record: &impl Fields) -> Result<Extracted, RecordError> {
+    let required = |names: &[String]| {
+        find(record, names)?.ok_or_else(|| RecordError::MissingField {
+            tried: names.to_vec(),
+        })
+    };
+    let question = required(&map.question)?;
+    let answer = required(&map.answer)?;
+    let id_names = std::slice::from_ref(&map.id);
+    let id = if map.id_required {
+        Some(required(id_names)?)
+    } else {
+        find(record, id_names)?
+    };
+    let split = find(record, &[SPLIT_FIELD.to_owned()])?;
+    Ok(Extracted {
+        id,
+        question,
+        answer,
+        split,
+    })
+}
+
+/// The trimmed text of the first of `names` present and not null.
+fn find(record: &impl Fields, names: &[String]) -> Result<Option<String>, RecordError> {
+    let mut null = None;
+    for name in names {
+        match record.field(name) {
+            None => {}
+            Some(Cell::Null) => {
+                null.get_or_insert(name);
+            }
+            Some(Cell::Other(found)) => {
+                return Err(RecordError::WrongType {
+                    field: name.clone(),
+                    found,
+                });
+            }
+            Some(Cell::Text(text)) => {
+                let text = text.trim();
+                if text.is_empty() {
+                    return Err(RecordError::EmptyField {
+                        field: name.clone(),
+                    });
+                }
+                return Ok(Some(text.to_owned()));
+            }
+        }
+    }
+    match null {
+        Some(field) => Err(RecordError::NullField {
+            field: field.clone(),
+        }),
+        None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn extract_json(map: &FieldMap, value: Value) -> Result<Extracted, RecordError> {
+        let Value::Object(object) = value else {
+            panic!("not an object")
+        };
+        extract(map, &object)
+    }
+
+    fn defaults() -> FieldMap {
+        FieldMap::new(None, None, None)
+    }
+
+    #[test]
+    fn reads_question_and_answer() {
+        let got = extract_json(&defaults(), json!({"question": " 2+2? ", "answer": "4"})).unwrap();
+        assert_eq!(
+            got,
+            Extracted {
+                id: None,
+                question: "2+2?".into(),
+                answer: "4".into(),
+                split: None
+            }
+        );
+    }
+
+    #[test]
+    fn falls_back_to_problem_and_solution_and_accepts_numbers() {
+        let got = extract_json(
+            &defaults(),
+            json!({"problem": "p", "solution": 42, "id": 7, "split": "test"}),
+        )
+        .unwrap();
+        assert_eq!(got.question, "p");
+        assert_eq!(got.answer, "42");
+        assert_eq!(got.id.as_deref(), Some("7"));
+        assert_eq!(got.split.as_deref(), Some("test"));
+        let got = extract_json(
+            &defaults(),
+            json!({"raw_question": "q", "groundtruth": 2.5}),
+        );
+        assert_eq!(got.unwrap().answer, "2.5");
+    }
+
+    #[test]
+    fn earlier_default_names_win() {
+        let got = extract_json(
+            &defaults(),
+            json!({"prompt": "second", "question": "first", "output": "b", "answer": "a"}),
+        )
+        .unwrap();
+        assert_eq!((got.question.as_str(), got.answer.as_str()), ("first", "a"));
+    }
+
+    #[test]
+    fn null_defers_to_later_names() {
+        let got = extract_json(
+            &defaults(),
+            json!({"question": "q", "answer": null, "target": 1}),
+        );
+        assert_eq!(got.unwrap().answer, "1");
+        let got = extract_json(&defaults(), json!({"question": "q", "answer": null}));
+        assert_eq!(
+            got.unwrap_err(),
+            RecordError::NullField {
+                field: "answer".into()
+            }
+        );
+    }
+
+    #[test]
+    fn given_names_replace_the_defaults() {
+        let map = FieldMap::new(Some("q"), Some("a"), Some("key"));
+        let got = extract_json(&map, json!({"q": "x", "a": "y", "key": "k1"})).unwrap();
+        assert_eq!(got.id.as_deref(), Some("k1"));
+        let got = extract_json(&map, json!({"question": "x", "a": "y", "key": "k1"}));
+        assert_eq!(got.unwrap_err().to_string(), r#"missing field "q""#);
+        let got = extract_json(&map, json!({"q": "x", "a": "y"}));
+        assert_eq!(got.unwrap_err().to_string(), r#"missing field "key""#);
+    }
+
+    #[test]
+    fn names_the_bad_field() {
+        let cases = [
+            (
+                json!({"answer": "1"}),
+                "missing field \"question\" (tried: question, problem, prompt, input, query, \
+                 raw_question)",
+            ),
+            (
+                json!({"question": "  ", "answer": "1"}),
+                r#"field "question" is empty"#,
+            ),
+            (
+                json!({"question": "q", "answer": [1]}),
+                r#"field "answer" is an array; expected text or a number"#,
+            ),
+            (
+                json!({"question": "q", "answer": "1", "id": true}),
+                r#"field "id" is a boolean; expected text or a number"#,
+            ),
+            (
+                json!({"question": "q", "answer": "1", "split": {}}),
+                r#"field "split" is an object; expected text or a number"#,
+            ),
+        ];
+        for (record, message) in cases {
+            let error = extract_json(&defaults(), record).unwrap_err();
+            assert_eq!(error.to_string(), message);
+        }
+    }
+
+    #[test]
+    fn reads_csv_rows_by_header() {
+        let header = csv::StringRecord::from(vec!["id", "problem", "answer"]);
+        let row = csv::StringRecord::from(vec!["a1", "1, 2 or 3?", "3"]);
+        let got = extract(
+            &defaults(),
+            &CsvRow {
+                header: &header,
+                row: &row,
+            },
+        )
+        .unwrap();
+        assert_eq!(got.question, "1, 2 or 3?");
+        assert_eq!(got.id.as_deref(), Some("a1"));
+    }
+}
