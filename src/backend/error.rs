@@ -7,7 +7,10 @@ use super::GrammarError;
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     #[error("invalid request: field `{field}`: {message}")]
-    InvalidRequest { field: &'static str, message: String },
+    InvalidRequest {
+        field: &'static str,
+        message: String,
+    },
 
     #[error("model file {} cannot be read: {message}", path.display())]
     ModelUnreadable { path: PathBuf, message: String },
@@ -18,7 +21,9 @@ pub enum BackendError {
     #[error("the model has no usable chat template: {0}")]
     ChatTemplate(String),
 
-    #[error("the prompt is {tokens} tokens; with {n} completions of up to {max_tokens} tokens it needs {needed} KV cells but the context allows {limit}")]
+    #[error(
+        "the prompt is {tokens} tokens; with {n} completions of up to {max_tokens} tokens it needs {needed} KV cells but the context allows {limit}"
+    )]
     ContextTooSmall {
         tokens: usize,
         n: usize,
@@ -34,7 +39,11 @@ pub enum BackendError {
     Grammar(#[from] GrammarError),
 
     #[error("HTTP {status} from {url}: {message}")]
-    Http { url: String, status: u16, message: String },
+    Http {
+        url: String,
+        status: u16,
+        message: String,
+    },
 
     #[error("no answer from {url} within {}", humantime(*after))]
     Timeout { url: String, after: Duration },
@@ -46,7 +55,10 @@ pub enum BackendError {
     BadResponse(String),
 
     #[error("gave up after {attempts} attempts: {last}")]
-    RetriesExhausted { attempts: u32, last: Box<BackendError> },
+    RetriesExhausted {
+        attempts: u32,
+        last: Box<BackendError>,
+    },
 
     #[error("the model worker thread stopped")]
     WorkerGone,

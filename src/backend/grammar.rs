@@ -33,13 +33,21 @@ array ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
 "#;
 
 const IGNORED: &[&str] = &[
-    "$schema", "$id", "title", "description", "default", "examples", "additionalProperties",
+    "$schema",
+    "$id",
+    "title",
+    "description",
+    "default",
+    "examples",
+    "additionalProperties",
     "$comment",
 ];
 
 /// Converts a JSON schema to a GBNF grammar with start rule `root`.
 pub fn json_schema_to_gbnf(schema: &Value) -> Result<String, GrammarError> {
-    let mut builder = Builder { rules: BTreeMap::new() };
+    let mut builder = Builder {
+        rules: BTreeMap::new(),
+    };
     let root = builder.node(schema, "root", "")?;
     let mut out = format!("root ::= {root}\n");
     for (name, body) in &builder.rules {
@@ -56,7 +64,10 @@ struct Builder {
 impl Builder {
     /// Returns a GBNF expression for `schema`, defining helper rules as needed.
     fn node(&mut self, schema: &Value, name: &str, pointer: &str) -> Result<String, GrammarError> {
-        let invalid = |message: String| GrammarError::Invalid { pointer: pointer.to_string(), message };
+        let invalid = |message: String| GrammarError::Invalid {
+            pointer: pointer.to_string(),
+            message,
+        };
         let object = match schema {
             Value::Bool(true) => return Ok("value".into()),
             Value::Object(map) => map,
@@ -66,28 +77,43 @@ impl Builder {
             let known = IGNORED.contains(&key.as_str())
                 || matches!(
                     key.as_str(),
-                    "type" | "properties" | "required" | "items" | "minItems" | "maxItems"
-                        | "enum" | "const" | "minLength" | "maxLength" | "anyOf" | "oneOf"
+                    "type"
+                        | "properties"
+                        | "required"
+                        | "items"
+                        | "minItems"
+                        | "maxItems"
+                        | "enum"
+                        | "const"
+                        | "minLength"
+                        | "maxLength"
+                        | "anyOf"
+                        | "oneOf"
                 );
             if !known {
-                return Err(GrammarError::Unsupported { pointer: pointer.to_string(), keyword: key.clone() });
+                return Err(GrammarError::Unsupported {
+                    pointer: pointer.to_string(),
+                    keyword: key.clone(),
+                });
             }
         }
         if let Some(value) = object.get("const") {
             return Ok(literal(&json_text(value)));
         }
         if let Some(values) = object.get("enum") {
-            let values = values.as_array().filter(|v| !v.is_empty()).ok_or_else(|| {
-                invalid("`enum` must be a non-empty array".into())
-            })?;
+            let values = values
+                .as_array()
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| invalid("`enum` must be a non-empty array".into()))?;
             let alts: Vec<String> = values.iter().map(|v| literal(&json_text(v))).collect();
             return Ok(format!("({})", alts.join(" | ")));
         }
         for key in ["anyOf", "oneOf"] {
             if let Some(options) = object.get(key) {
-                let options = options.as_array().filter(|v| !v.is_empty()).ok_or_else(|| {
-                    invalid(format!("`{key}` must be a non-empty array"))
-                })?;
+                let options = options
+                    .as_array()
+                    .filter(|v| !v.is_empty())
+                    .ok_or_else(|| invalid(format!("`{key}` must be a non-empty array")))?;
                 let mut alts = Vec::new();
                 for (i, option) in options.iter().enumerate() {
                     let rule = format!("{name}-{i}");
@@ -98,20 +124,26 @@ impl Builder {
             }
         }
         match object.get("type") {
-            None if object.contains_key("properties") => self.typed("object", object, name, pointer),
+            None if object.contains_key("properties") => {
+                self.typed("object", object, name, pointer)
+            }
             None => Ok("value".into()),
             Some(Value::String(ty)) => self.typed(ty, object, name, pointer),
             Some(Value::Array(types)) => {
                 let mut alts = Vec::new();
                 for ty in types {
-                    let ty = ty.as_str().ok_or_else(|| invalid("`type` entries must be strings".into()))?;
+                    let ty = ty
+                        .as_str()
+                        .ok_or_else(|| invalid("`type` entries must be strings".into()))?;
                     let rule = format!("{name}-{ty}");
                     let body = self.typed(ty, object, &rule, pointer)?;
                     alts.push(self.define(rule, body));
                 }
                 Ok(format!("({})", alts.join(" | ")))
             }
-            Some(other) => Err(invalid(format!("`type` must be a string or an array, found {other}"))),
+            Some(other) => Err(invalid(format!(
+                "`type` must be a string or an array, found {other}"
+            ))),
         }
     }
 
@@ -122,11 +154,17 @@ impl Builder {
         name: &str,
         pointer: &str,
     ) -> Result<String, GrammarError> {
-        let invalid = |message: String| GrammarError::Invalid { pointer: pointer.to_string(), message };
+        let invalid = |message: String| GrammarError::Invalid {
+            pointer: pointer.to_string(),
+            message,
+        };
         let count = |key: &str| -> Result<Option<u64>, GrammarError> {
             object
                 .get(key)
-                .map(|v| v.as_u64().ok_or_else(|| invalid(format!("`{key}` must be a non-negative integer"))))
+                .map(|v| {
+                    v.as_u64()
+                        .ok_or_else(|| invalid(format!("`{key}` must be a non-negative integer")))
+                })
                 .transpose()
         };
         match ty {
@@ -135,7 +173,10 @@ impl Builder {
                 if min.is_none() && max.is_none() {
                     return Ok("string".into());
                 }
-                Ok(format!("\"\\\"\" char{} \"\\\"\"", repeat(min.unwrap_or(0), max)))
+                Ok(format!(
+                    "\"\\\"\" char{} \"\\\"\"",
+                    repeat(min.unwrap_or(0), max)
+                ))
             }
             "number" => Ok("number".into()),
             "integer" => Ok("integer".into()),
@@ -178,23 +219,32 @@ impl Builder {
                 let required: Vec<&str> = match object.get("required") {
                     Some(Value::Array(r)) => r
                         .iter()
-                        .map(|v| v.as_str().ok_or_else(|| invalid("`required` entries must be strings".into())))
+                        .map(|v| {
+                            v.as_str()
+                                .ok_or_else(|| invalid("`required` entries must be strings".into()))
+                        })
                         .collect::<Result<_, _>>()?,
                     Some(_) => return Err(invalid("`required` must be an array".into())),
                     None => Vec::new(),
                 };
                 if let Some(missing) = required.iter().find(|r| !properties.contains_key(**r)) {
-                    return Err(invalid(format!("`required` names `{missing}`, which is not a property")));
+                    return Err(invalid(format!(
+                        "`required` names `{missing}`, which is not a property"
+                    )));
                 }
                 let mut pairs = Vec::new();
                 for (i, (key, sub)) in properties.iter().enumerate() {
                     let rule = format!("{name}-{}", rule_name(key, i));
                     let body = self.node(sub, &rule, &format!("{pointer}/properties/{key}"))?;
                     let value = self.define(rule, body);
-                    let pair = format!("{} ws \":\" ws {value} ws", literal(&json_text(&Value::String(key.clone()))));
+                    let pair = format!(
+                        "{} ws \":\" ws {value} ws",
+                        literal(&json_text(&Value::String(key.clone())))
+                    );
                     pairs.push((required.contains(&key.as_str()), pair));
                 }
-                let (mandatory, optional): (Vec<_>, Vec<_>) = pairs.into_iter().partition(|(r, _)| *r);
+                let (mandatory, optional): (Vec<_>, Vec<_>) =
+                    pairs.into_iter().partition(|(r, _)| *r);
                 let optional: Vec<String> = optional.into_iter().map(|(_, p)| p).collect();
                 let mut body = String::from("\"{\" ws ");
                 if mandatory.is_empty() {
@@ -241,7 +291,13 @@ fn repeat(min: u64, max: Option<u64>) -> String {
 fn rule_name(key: &str, index: usize) -> String {
     let clean: String = key
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
         .collect();
     format!("p{index}-{}", clean.trim_matches('-'))
 }
@@ -295,12 +351,21 @@ mod tests {
 
     #[test]
     fn unsupported_keywords_are_refused_with_their_place() {
-        let schema = json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "x+"}}});
+        let schema =
+            json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "x+"}}});
         assert_eq!(
             json_schema_to_gbnf(&schema),
-            Err(GrammarError::Unsupported { pointer: "/properties/a".into(), keyword: "pattern".into() })
+            Err(GrammarError::Unsupported {
+                pointer: "/properties/a".into(),
+                keyword: "pattern".into()
+            })
         );
         let schema = json!({"type": "object", "properties": {"a": {}}, "required": ["b"]});
-        assert!(json_schema_to_gbnf(&schema).unwrap_err().to_string().contains("`b`"));
+        assert!(
+            json_schema_to_gbnf(&schema)
+                .unwrap_err()
+                .to_string()
+                .contains("`b`")
+        );
     }
 }

@@ -83,7 +83,9 @@ fn runtime() -> Result<&'static LlamaRuntime, BackendError> {
     RUNTIME
         .get_or_init(|| {
             // llama.cpp logs every tensor it loads to stderr; Gym reports what matters itself.
-            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default().with_logs_enabled(false));
+            llama_cpp_2::send_logs_to_tracing(
+                llama_cpp_2::LogOptions::default().with_logs_enabled(false),
+            );
             LlamaRuntime::init().map_err(|e| e.to_string())
         })
         .as_ref()
@@ -94,7 +96,10 @@ impl LlamaBackend {
     /// Loads the model on a new worker thread; returns once it is ready to sample.
     pub fn load(config: LlamaConfig) -> Result<Self, BackendError> {
         let path = config.model_path.clone();
-        let unreadable = |message: String| BackendError::ModelUnreadable { path: path.clone(), message };
+        let unreadable = |message: String| BackendError::ModelUnreadable {
+            path: path.clone(),
+            message,
+        };
         let metadata = std::fs::metadata(&path).map_err(|e| unreadable(e.to_string()))?;
         if !metadata.is_file() {
             return Err(unreadable("not a file".into()));
@@ -153,7 +158,11 @@ impl LlamaBackend {
     }
 
     /// Samples a group with an explicit prompt mode (the benchmark compares the two).
-    pub async fn generate_with(&self, request: &GroupRequest, mode: PromptMode) -> Result<Group, BackendError> {
+    pub async fn generate_with(
+        &self,
+        request: &GroupRequest,
+        mode: PromptMode,
+    ) -> Result<Group, BackendError> {
         check_request(request)?;
         if request.n > MAX_SEQUENCES {
             return Err(BackendError::InvalidRequest {
@@ -162,7 +171,11 @@ impl LlamaBackend {
             });
         }
         let (reply, answer) = oneshot::channel();
-        let job = Job { request: request.clone(), mode, reply };
+        let job = Job {
+            request: request.clone(),
+            mode,
+            reply,
+        };
         {
             let jobs = self.jobs.lock().expect("jobs lock");
             let sender = jobs.as_ref().ok_or(BackendError::WorkerGone)?;
@@ -177,7 +190,10 @@ impl Backend for LlamaBackend {
         &self.model
     }
 
-    fn generate<'a>(&'a self, request: &'a GroupRequest) -> BoxFuture<'a, Result<Group, BackendError>> {
+    fn generate<'a>(
+        &'a self,
+        request: &'a GroupRequest,
+    ) -> BoxFuture<'a, Result<Group, BackendError>> {
         Box::pin(self.generate_with(request, PromptMode::Shared))
     }
 
@@ -207,16 +223,26 @@ struct Worker<'m> {
 }
 
 impl<'m> Worker<'m> {
-    fn load_model(runtime: &LlamaRuntime, config: &LlamaConfig) -> Result<LlamaModel, BackendError> {
+    fn load_model(
+        runtime: &LlamaRuntime,
+        config: &LlamaConfig,
+    ) -> Result<LlamaModel, BackendError> {
         let params = LlamaModelParams::default().with_n_gpu_layers(config.gpu_layers);
-        LlamaModel::load_from_file(runtime, &config.model_path, &params)
-            .map_err(|_| BackendError::ModelLoad { path: config.model_path.clone() })
+        LlamaModel::load_from_file(runtime, &config.model_path, &params).map_err(|_| {
+            BackendError::ModelLoad {
+                path: config.model_path.clone(),
+            }
+        })
     }
 
-    fn new(runtime: &'static LlamaRuntime, model: &'m LlamaModel, config: &LlamaConfig) -> Result<Self, BackendError> {
-        let template = model
-            .chat_template(None)
-            .map_err(|e| BackendError::ChatTemplate(format!("{e} ({})", config.model_path.display())))?;
+    fn new(
+        runtime: &'static LlamaRuntime,
+        model: &'m LlamaModel,
+        config: &LlamaConfig,
+    ) -> Result<Self, BackendError> {
+        let template = model.chat_template(None).map_err(|e| {
+            BackendError::ChatTemplate(format!("{e} ({})", config.model_path.display()))
+        })?;
         let threads = config
             .threads
             .map(|t| t as i32)
@@ -236,7 +262,10 @@ impl<'m> Worker<'m> {
             .iter()
             .map(|m| LlamaChatMessage::new(m.role.as_str().to_string(), m.content.clone()))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| BackendError::InvalidRequest { field: "messages", message: e.to_string() })?;
+            .map_err(|e| BackendError::InvalidRequest {
+                field: "messages",
+                message: e.to_string(),
+            })?;
         let prompt = self
             .model
             .apply_chat_template(&self.template, &chat, true)
@@ -245,7 +274,11 @@ impl<'m> Worker<'m> {
     }
 
     /// A context with room for `cells` KV cells and `sequences` sequences, reused when big enough.
-    fn context(&mut self, cells: usize, sequences: usize) -> Result<&mut LlamaContext<'m>, BackendError> {
+    fn context(
+        &mut self,
+        cells: usize,
+        sequences: usize,
+    ) -> Result<&mut LlamaContext<'m>, BackendError> {
         let fits = self
             .context
             .as_ref()
@@ -262,10 +295,9 @@ impl<'m> Worker<'m> {
                 .with_kv_unified(true)
                 .with_n_threads(self.threads)
                 .with_n_threads_batch(self.threads);
-            let context = self
-                .model
-                .new_context(self.runtime, params)
-                .map_err(|e| BackendError::Llama(format!("cannot create a context of {cells} cells: {e}")))?;
+            let context = self.model.new_context(self.runtime, params).map_err(|e| {
+                BackendError::Llama(format!("cannot create a context of {cells} cells: {e}"))
+            })?;
             self.context = Some((context, cells, sequences));
         }
         let (context, _, _) = self.context.as_mut().expect("context was just created");
@@ -273,7 +305,11 @@ impl<'m> Worker<'m> {
         Ok(context)
     }
 
-    fn generate(&mut self, request: &GroupRequest, mode: PromptMode) -> Result<Group, BackendError> {
+    fn generate(
+        &mut self,
+        request: &GroupRequest,
+        mode: PromptMode,
+    ) -> Result<Group, BackendError> {
         let prompt = self.render(&request.messages)?;
         let n = request.n;
         let sampling = &request.sampling;
@@ -297,7 +333,14 @@ impl<'m> Worker<'m> {
             Some(Constraint::JsonSchema(schema)) => Some(json_schema_to_gbnf(schema)?),
         };
         let mut samplers = (0..n)
-            .map(|i| build_sampler(self.model, sampling, sampling.seed_for(i), grammar.as_deref()))
+            .map(|i| {
+                build_sampler(
+                    self.model,
+                    sampling,
+                    sampling.seed_for(i),
+                    grammar.as_deref(),
+                )
+            })
             .collect::<Result<Vec<_>, _>>()?;
 
         let model = self.model;
@@ -334,7 +377,9 @@ impl<'m> Worker<'m> {
                     continue;
                 }
                 let token = samplers[seq].sample(context, logits_at[seq]);
-                let logprob = sampling.logprobs.then(|| log_softmax_at(context.get_logits_ith(logits_at[seq]), token));
+                let logprob = sampling
+                    .logprobs
+                    .then(|| log_softmax_at(context.get_logits_ith(logits_at[seq]), token));
                 state.push(token, logprob, &vocab, sampling, &stop);
             }
             let active: Vec<usize> = (0..n).filter(|&s| sequences[s].finish.is_none()).collect();
@@ -343,13 +388,18 @@ impl<'m> Worker<'m> {
             }
             batch.clear();
             for (index, &seq) in active.iter().enumerate() {
-                let token = *sequences[seq].tokens.last().expect("an active sequence has a token");
+                let token = *sequences[seq]
+                    .tokens
+                    .last()
+                    .expect("an active sequence has a token");
                 batch
                     .add(token, position, &[seq as i32], true)
                     .map_err(|e| BackendError::Llama(e.to_string()))?;
                 logits_at[seq] = index as i32;
             }
-            context.decode(&mut batch).map_err(|e| BackendError::Llama(format!("decode failed: {e}")))?;
+            context
+                .decode(&mut batch)
+                .map_err(|e| BackendError::Llama(format!("decode failed: {e}")))?;
             position += 1;
         }
 
@@ -410,7 +460,10 @@ fn build_sampler(
 ) -> Result<LlamaSampler, BackendError> {
     let mut chain = Vec::new();
     if let Some(grammar) = grammar {
-        chain.push(LlamaSampler::grammar(model, grammar, "root").map_err(|_| super::GrammarError::Rejected)?);
+        chain.push(
+            LlamaSampler::grammar(model, grammar, "root")
+                .map_err(|_| super::GrammarError::Rejected)?,
+        );
     }
     if sampling.temperature == 0.0 {
         chain.push(LlamaSampler::greedy());
@@ -486,7 +539,8 @@ impl Sequence {
 
 /// The default model fetched by `scripts/setup`, under `$GYM_MODELS_DIR` (default `models/`).
 pub fn default_model_path() -> PathBuf {
-    let dir = std::env::var_os("GYM_MODELS_DIR").map_or_else(|| PathBuf::from("models"), PathBuf::from);
+    let dir =
+        std::env::var_os("GYM_MODELS_DIR").map_or_else(|| PathBuf::from("models"), PathBuf::from);
     dir.join(DEFAULT_MODEL_FILE)
 }
 

@@ -210,7 +210,10 @@ pub trait Backend: Send + Sync {
     fn model(&self) -> &str;
 
     /// Samples `request.n` completions of `request.messages`.
-    fn generate<'a>(&'a self, request: &'a GroupRequest) -> BoxFuture<'a, Result<Group, BackendError>>;
+    fn generate<'a>(
+        &'a self,
+        request: &'a GroupRequest,
+    ) -> BoxFuture<'a, Result<Group, BackendError>>;
 
     /// Lifetime counters.
     fn stats(&self) -> BackendStats {
@@ -220,13 +223,16 @@ pub trait Backend: Send + Sync {
 
 impl fmt::Debug for dyn Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Backend").field("model", &self.model()).finish()
+        f.debug_struct("Backend")
+            .field("model", &self.model())
+            .finish()
     }
 }
 
 /// Checks a request before it reaches a model, so every backend refuses the same bad input.
 pub(crate) fn check_request(request: &GroupRequest) -> Result<(), BackendError> {
-    let bad = |field: &'static str, message: String| BackendError::InvalidRequest { field, message };
+    let bad =
+        |field: &'static str, message: String| BackendError::InvalidRequest { field, message };
     if request.n == 0 {
         return Err(bad("n", "a group needs at least one completion".into()));
     }
@@ -235,7 +241,10 @@ pub(crate) fn check_request(request: &GroupRequest) -> Result<(), BackendError> 
     }
     let s = &request.sampling;
     if !(s.temperature.is_finite() && s.temperature >= 0.0) {
-        return Err(bad("temperature", format!("{} is not a finite number >= 0", s.temperature)));
+        return Err(bad(
+            "temperature",
+            format!("{} is not a finite number >= 0", s.temperature),
+        ));
     }
     if !(s.top_p > 0.0 && s.top_p <= 1.0) {
         return Err(bad("top_p", format!("{} is not in (0, 1]", s.top_p)));

@@ -125,7 +125,11 @@ impl OpenAiBackend {
         loop {
             self.count(|s| s.requests += 1);
             let result = {
-                let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
+                let _permit = self
+                    .permits
+                    .acquire()
+                    .await
+                    .expect("the semaphore is never closed");
                 let chat = self.client.chat();
                 let call = chat.create_byot::<_, ChatResponse>(body);
                 match tokio::time::timeout(self.config.timeout, call).await {
@@ -167,7 +171,10 @@ impl OpenAiBackend {
     /// Exponential backoff with "equal jitter": half fixed, half random, so retries from many
     /// concurrent requests spread out instead of hitting the server together.
     fn backoff(&self, retry: u32) -> Duration {
-        let exp = self.config.backoff_base.saturating_mul(1u32 << retry.min(16));
+        let exp = self
+            .config
+            .backoff_base
+            .saturating_mul(1u32 << retry.min(16));
         let capped = exp.min(self.config.backoff_max);
         let half = capped / 2;
         half + half.mul_f64(rand::rng().random::<f64>())
@@ -240,7 +247,11 @@ impl OpenAiBackend {
     }
 
     /// Requests `seeds.len()` completions, one request each, concurrently.
-    async fn parallel(&self, request: &GroupRequest, first: usize) -> Result<(Vec<Completion>, Usage, u32), BackendError> {
+    async fn parallel(
+        &self,
+        request: &GroupRequest,
+        first: usize,
+    ) -> Result<(Vec<Completion>, Usage, u32), BackendError> {
         let calls = (first..request.n).map(|i| {
             let seed = request.sampling.seed_for(i);
             async move {
@@ -277,7 +288,8 @@ impl OpenAiBackend {
             let attempt = self.call(&body).await;
             match attempt {
                 Ok((response, retries)) => {
-                    let (mut completions, mut usage) = response.into_completions(request.sampling.seed)?;
+                    let (mut completions, mut usage) =
+                        response.into_completions(request.sampling.seed)?;
                     completions.truncate(request.n);
                     let mut retries = retries;
                     if completions.len() < request.n {
@@ -299,9 +311,10 @@ impl OpenAiBackend {
                     (completions, usage, retries)
                 }
                 // A server that rejects `n` outright (400/422) gets parallel requests from now on.
-                Err(BackendError::Http { status: 400 | 422, .. })
-                    if self.config.group_mode == GroupMode::Auto
-                        && self.n_support.load(Ordering::Relaxed) == N_UNKNOWN =>
+                Err(BackendError::Http {
+                    status: 400 | 422, ..
+                }) if self.config.group_mode == GroupMode::Auto
+                    && self.n_support.load(Ordering::Relaxed) == N_UNKNOWN =>
                 {
                     self.n_support.store(N_UNSUPPORTED, Ordering::Relaxed);
                     self.parallel(request, 0).await?
@@ -312,7 +325,11 @@ impl OpenAiBackend {
             self.parallel(request, 0).await?
         };
         Ok(Group {
-            cost_usd: self.config.prices.get(&self.config.model).map(|p| p.cost(usage)),
+            cost_usd: self
+                .config
+                .prices
+                .get(&self.config.model)
+                .map(|p| p.cost(usage)),
             completions,
             usage,
             retries,
@@ -325,7 +342,10 @@ impl Backend for OpenAiBackend {
         &self.config.model
     }
 
-    fn generate<'a>(&'a self, request: &'a GroupRequest) -> BoxFuture<'a, Result<Group, BackendError>> {
+    fn generate<'a>(
+        &'a self,
+        request: &'a GroupRequest,
+    ) -> BoxFuture<'a, Result<Group, BackendError>> {
         Box::pin(self.group(request))
     }
 
@@ -337,7 +357,10 @@ impl Backend for OpenAiBackend {
 fn reqwest_url_check(base: &str) -> Result<String, BackendError> {
     let trimmed = base.trim_end_matches('/');
     let ok = (trimmed.starts_with("http://") || trimmed.starts_with("https://"))
-        && trimmed.split("://").nth(1).is_some_and(|rest| !rest.is_empty());
+        && trimmed
+            .split("://")
+            .nth(1)
+            .is_some_and(|rest| !rest.is_empty());
     if !ok {
         return Err(BackendError::InvalidRequest {
             field: "base_url",
@@ -433,7 +456,9 @@ struct ResponseUsage {
 impl ChatResponse {
     fn into_completions(mut self, seed: u64) -> Result<(Vec<Completion>, Usage), BackendError> {
         if self.choices.is_empty() {
-            return Err(BackendError::BadResponse("the response has no choices".into()));
+            return Err(BackendError::BadResponse(
+                "the response has no choices".into(),
+            ));
         }
         self.choices.sort_by_key(|c| c.index.unwrap_or(usize::MAX));
         let usage = self.usage.unwrap_or_default();
@@ -450,12 +475,16 @@ impl ChatResponse {
                 let logprobs = choice.logprobs.and_then(|l| l.content).map(|tokens| {
                     tokens
                         .into_iter()
-                        .map(|t| TokenLogprob { token: t.token, logprob: t.logprob })
+                        .map(|t| TokenLogprob {
+                            token: t.token,
+                            logprob: t.logprob,
+                        })
                         .collect::<Vec<_>>()
                 });
                 // The server reports tokens for the whole response; per choice we know them only
                 // from log-probabilities, otherwise we split the total evenly.
-                let share = usage.completion_tokens / count + u64::from((i as u64) < usage.completion_tokens % count);
+                let share = usage.completion_tokens / count
+                    + u64::from((i as u64) < usage.completion_tokens % count);
                 Completion {
                     text: choice.message.content.unwrap_or_default(),
                     finish: match choice.finish_reason.as_deref() {

@@ -32,9 +32,17 @@ pub struct PriceTable {
 #[derive(Debug, thiserror::Error)]
 pub enum PriceTableError {
     #[error("cannot read price table {}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("price table {}: line {line}, column {column}: {message}", path.display())]
-    Parse { path: PathBuf, line: usize, column: usize, message: String },
+    Parse {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
     #[error("price table {}: model `{model}`: prices must be finite and >= 0", path.display())]
     Negative { path: PathBuf, model: String },
 }
@@ -53,7 +61,13 @@ impl Default for PriceTable {
             prices: BUILTIN
                 .iter()
                 .map(|&(model, input, output)| {
-                    (model.to_string(), Price { input_per_mtok: input, output_per_mtok: output })
+                    (
+                        model.to_string(),
+                        Price {
+                            input_per_mtok: input,
+                            output_per_mtok: output,
+                        },
+                    )
                 })
                 .collect(),
         }
@@ -63,8 +77,10 @@ impl Default for PriceTable {
 impl PriceTable {
     /// The built-in table extended by `path`, whose entries win.
     pub fn with_file(path: &Path) -> Result<Self, PriceTableError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| PriceTableError::Io { path: path.to_owned(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| PriceTableError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
         let extra: BTreeMap<String, Price> =
             serde_json::from_str(&text).map_err(|e| PriceTableError::Parse {
                 path: path.to_owned(),
@@ -76,7 +92,10 @@ impl PriceTable {
         for (model, price) in extra {
             let ok = |v: f64| v.is_finite() && v >= 0.0;
             if !ok(price.input_per_mtok) || !ok(price.output_per_mtok) {
-                return Err(PriceTableError::Negative { path: path.to_owned(), model });
+                return Err(PriceTableError::Negative {
+                    path: path.to_owned(),
+                    model,
+                });
             }
             table.prices.insert(model, price);
         }
@@ -97,7 +116,8 @@ impl PriceTable {
             .iter()
             .filter(|(name, _)| {
                 model.strip_prefix(name.as_str()).is_some_and(|rest| {
-                    rest.strip_prefix('-').is_some_and(|d| d.starts_with(|c: char| c.is_ascii_digit()))
+                    rest.strip_prefix('-')
+                        .is_some_and(|d| d.starts_with(|c: char| c.is_ascii_digit()))
                 })
             })
             .max_by_key(|(name, _)| name.len())
@@ -112,9 +132,15 @@ mod tests {
     #[test]
     fn costs_follow_the_table_and_snapshots_fall_back_to_the_base_model() {
         let table = PriceTable::default();
-        let usage = Usage { prompt_tokens: 1_000_000, completion_tokens: 500_000 };
+        let usage = Usage {
+            prompt_tokens: 1_000_000,
+            completion_tokens: 500_000,
+        };
         assert!((table.get("gpt-4o-mini").unwrap().cost(usage) - 0.45).abs() < 1e-12);
-        assert_eq!(table.get("gpt-4o-mini-2024-07-18"), table.get("gpt-4o-mini"));
+        assert_eq!(
+            table.get("gpt-4o-mini-2024-07-18"),
+            table.get("gpt-4o-mini")
+        );
         assert_eq!(table.get("gpt-4o-2024-08-06"), table.get("gpt-4o"));
         assert_eq!(table.get("gpt-4o-minimal"), None);
         assert_eq!(table.get("llama"), None);
@@ -124,8 +150,12 @@ mod tests {
     fn a_file_extends_and_overrides_and_bad_files_name_the_place() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("prices.json");
-        std::fs::write(&path, r#"{"local": {"input_per_mtok": 0, "output_per_mtok": 0},
- "gpt-4o": {"input_per_mtok": 1, "output_per_mtok": 2}}"#).unwrap();
+        std::fs::write(
+            &path,
+            r#"{"local": {"input_per_mtok": 0, "output_per_mtok": 0},
+ "gpt-4o": {"input_per_mtok": 1, "output_per_mtok": 2}}"#,
+        )
+        .unwrap();
         let table = PriceTable::with_file(&path).unwrap();
         assert_eq!(table.get("local").unwrap().output_per_mtok, 0.0);
         assert_eq!(table.get("gpt-4o").unwrap().input_per_mtok, 1.0);
@@ -133,7 +163,16 @@ mod tests {
         std::fs::write(&path, "{\"m\": {\"input_per_mtok\": 1,\n \"output\": 2}}").unwrap();
         let err = PriceTable::with_file(&path).unwrap_err().to_string();
         assert!(err.contains("line 2"), "{err}");
-        std::fs::write(&path, r#"{"m": {"input_per_mtok": -1, "output_per_mtok": 2}}"#).unwrap();
-        assert!(PriceTable::with_file(&path).unwrap_err().to_string().contains("`m`"));
+        std::fs::write(
+            &path,
+            r#"{"m": {"input_per_mtok": -1, "output_per_mtok": 2}}"#,
+        )
+        .unwrap();
+        assert!(
+            PriceTable::with_file(&path)
+                .unwrap_err()
+                .to_string()
+                .contains("`m`")
+        );
     }
 }

@@ -80,7 +80,10 @@ impl BackendArgs {
                     .base_url
                     .clone()
                     .context("--backend openai needs --base-url (or OPENAI_BASE_URL)")?;
-                let model = self.model.clone().context("--backend openai needs --model (or GYM_MODEL)")?;
+                let model = self
+                    .model
+                    .clone()
+                    .context("--backend openai needs --model (or GYM_MODEL)")?;
                 let mut config = OpenAiConfig::new(base_url, model);
                 config.api_key = std::env::var(&self.api_key_env).ok();
                 config.concurrency = self.concurrency;
@@ -102,13 +105,20 @@ impl BackendArgs {
     #[cfg(feature = "llama")]
     fn llama(&self) -> anyhow::Result<Arc<dyn Backend>> {
         use gym::backend::llama::{LlamaBackend, LlamaConfig, default_model_path};
-        let path = self.model.as_ref().map_or_else(default_model_path, PathBuf::from);
+        let path = self
+            .model
+            .as_ref()
+            .map_or_else(default_model_path, PathBuf::from);
         let mut config = LlamaConfig::new(&path);
         config.threads = self.threads;
         config.max_context = self.max_context;
         config.gpu_layers = self.gpu_layers;
         let backend = LlamaBackend::load(config).map_err(|e| {
-            let hint = if self.model.is_none() { " (run `make setup` to fetch the default model)" } else { "" };
+            let hint = if self.model.is_none() {
+                " (run `make setup` to fetch the default model)"
+            } else {
+                ""
+            };
             anyhow::anyhow!("{e}{hint}")
         })?;
         Ok(Arc::new(backend))

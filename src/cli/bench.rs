@@ -1,7 +1,6 @@
 //! `gym bench …`: throughput figures on this machine.
 
 use std::process::ExitCode;
-use std::time::Instant;
 
 use clap::{Args, Subcommand};
 
@@ -56,9 +55,16 @@ impl RolloutBench {
     fn run(self) -> anyhow::Result<ExitCode> {
         use gym::backend::llama::{LlamaBackend, LlamaConfig, PromptMode, default_model_path};
         use gym::backend::{ChatMessage, GroupRequest, Sampling};
+        use std::time::Instant;
 
-        anyhow::ensure!(self.group >= 1 && self.repeat >= 1, "--group and --repeat must be at least 1");
-        let path = self.model.as_ref().map_or_else(default_model_path, Into::into);
+        anyhow::ensure!(
+            self.group >= 1 && self.repeat >= 1,
+            "--group and --repeat must be at least 1"
+        );
+        let path = self
+            .model
+            .as_ref()
+            .map_or_else(default_model_path, Into::into);
         let mut config = LlamaConfig::new(&path);
         config.threads = self.threads;
         config.gpu_layers = self.gpu_layers;
@@ -70,9 +76,16 @@ impl RolloutBench {
         let request = |text: String, n: usize, max_tokens: u32| GroupRequest {
             messages: vec![ChatMessage::user(text)],
             n,
-            sampling: Sampling { max_tokens, ignore_eos: true, seed: 1, ..Sampling::default() },
+            sampling: Sampling {
+                max_tokens,
+                ignore_eos: true,
+                seed: 1,
+                ..Sampling::default()
+            },
         };
-        let probe = rt.block_on(backend.generate_with(&request(filler.repeat(10), 1, 1), PromptMode::Shared))?;
+        let probe = rt.block_on(
+            backend.generate_with(&request(filler.repeat(10), 1, 1), PromptMode::Shared),
+        )?;
         let per_copy = (probe.usage.prompt_tokens as f64 / 10.0).max(1.0);
         let copies = ((self.prompt_tokens as f64 / per_copy).round() as usize).max(1);
         let prompt = filler.repeat(copies);
@@ -88,11 +101,16 @@ impl RolloutBench {
                 usage = result.usage;
             }
             times.sort_by(f64::total_cmp);
-            let gym::backend::Usage { prompt_tokens, completion_tokens } = usage;
+            let gym::backend::Usage {
+                prompt_tokens,
+                completion_tokens,
+            } = usage;
             Ok((times[times.len() / 2], prompt_tokens, completion_tokens))
         };
         // Warm up caches and thread pools so the first timed run is not an outlier.
-        rt.block_on(backend.generate_with(&request("Hi".into(), self.group, 8), PromptMode::Shared))?;
+        rt.block_on(
+            backend.generate_with(&request("Hi".into(), self.group, 8), PromptMode::Shared),
+        )?;
         let (shared, prompt_tokens, generated) = measure(PromptMode::Shared)?;
         let (independent, _, _) = measure(PromptMode::Independent)?;
 
@@ -104,7 +122,8 @@ impl RolloutBench {
             self.new_tokens,
             self.repeat
         );
-        let total = |secs: f64, prompt_evals: u64| (prompt_evals * prompt_tokens + generated) as f64 / secs;
+        let total =
+            |secs: f64, prompt_evals: u64| (prompt_evals * prompt_tokens + generated) as f64 / secs;
         println!(
             "shared prompt (group path): {shared:>7.2} s  {:>7.1} generated tok/s  {:>7.1} tok/s incl. prompt",
             generated as f64 / shared,

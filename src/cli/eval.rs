@@ -61,7 +61,11 @@ impl DatasetArgs {
         };
         let dataset = data::load(&spec)?;
         if !dataset.skipped.is_empty() {
-            eprintln!("warning: skipped {} malformed record(s) in {}", dataset.skipped.len(), self.dataset);
+            eprintln!(
+                "warning: skipped {} malformed record(s) in {}",
+                dataset.skipped.len(),
+                self.dataset
+            );
             for skipped in dataset.skipped.iter().take(5) {
                 eprintln!("  {skipped}");
             }
@@ -84,7 +88,11 @@ pub struct RewardArgs {
 }
 
 impl RewardArgs {
-    pub fn build(&self, dataset: &Dataset, backend: &Arc<dyn Backend>) -> anyhow::Result<Arc<dyn Verifier>> {
+    pub fn build(
+        &self,
+        dataset: &Dataset,
+        backend: &Arc<dyn Backend>,
+    ) -> anyhow::Result<Arc<dyn Verifier>> {
         let mut spec = match (&self.reward, &dataset.default_reward) {
             (Some(spec), _) => spec.clone(),
             (None, Some(default)) => default
@@ -117,7 +125,12 @@ pub struct EvalArgs {
     library: Option<String>,
 
     /// Directory holding the libraries.
-    #[arg(long, env = "GYM_LIBRARY_DIR", hide_env_values = true, default_value = "experiences")]
+    #[arg(
+        long,
+        env = "GYM_LIBRARY_DIR",
+        hide_env_values = true,
+        default_value = "experiences"
+    )]
     library_dir: PathBuf,
 
     /// Answers sampled per query (Mean@k averages them; Pass@k asks whether any is right).
@@ -186,7 +199,8 @@ impl EvalArgs {
         }
         let mut output = match &self.output {
             Some(path) => Some(std::io::BufWriter::new(
-                std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+                std::fs::File::create(path)
+                    .with_context(|| format!("cannot create {}", path.display()))?,
             )),
             None => None,
         };
@@ -206,7 +220,7 @@ impl EvalArgs {
                 if done == total {
                     eprintln!();
                 }
-            } else if done == total || done % (total / 10).max(1) == 0 {
+            } else if done == total || done.is_multiple_of((total / 10).max(1)) {
                 eprintln!("eval: {done}/{total} groups");
             }
         };
@@ -225,13 +239,15 @@ impl EvalArgs {
             }
             out.flush()?;
         }
+        let queries = dataset.samples.len();
         let header = format!(
-            "{} ({}, {} queries), k={}, model {}, reward {}, {:.1} s",
-            dataset.name,
+            "dataset {} ({}, {} quer{})\nmodel   {}, k={}, reward {}, {:.1} s",
+            self.dataset.dataset,
             self.split,
-            dataset.samples.len(),
-            self.k,
+            queries,
+            if queries == 1 { "y" } else { "ies" },
             backend.model(),
+            self.k,
             verifier.name(),
             started.elapsed().as_secs_f64()
         );
@@ -245,7 +261,9 @@ impl EvalArgs {
                 .find(|a| a.verifier_failed)
                 .map(|a| a.reason.clone())
                 .unwrap_or_default();
-            eprintln!("warning: the verifier failed on {failures} answer(s), scored 0; first: {first}");
+            eprintln!(
+                "warning: the verifier failed on {failures} answer(s), scored 0; first: {first}"
+            );
         }
         Ok(ExitCode::SUCCESS)
     }
@@ -264,14 +282,33 @@ pub fn render_report(header: &str, report: &EvalReport) -> String {
             } else {
                 c.label.clone()
             };
-            let tokens = format!("{} in / {} out", c.usage.prompt_tokens, c.usage.completion_tokens);
-            let cost = c.cost_usd.map_or_else(|| "unknown".into(), |usd| format!("${usd:.4}"));
-            (label, c.mean_at_k.to_string(), c.pass_at_k.to_string(), tokens, cost)
+            let tokens = format!(
+                "{} in / {} out",
+                c.usage.prompt_tokens, c.usage.completion_tokens
+            );
+            let cost = c
+                .cost_usd
+                .map_or_else(|| "unknown".into(), |usd| format!("${usd:.4}"));
+            (
+                label,
+                c.mean_at_k.to_string(),
+                c.pass_at_k.to_string(),
+                tokens,
+                cost,
+            )
         })
         .collect();
     if let (Some(mean), Some(pass)) = (report.delta_mean_at_k, report.delta_pass_at_k) {
-        let signed = |e: gym::rollout::stats::Estimate| format!("{:+.3} [{:+.3}, {:+.3}]", e.value, e.low, e.high);
-        columns.push(("difference (paired)".into(), signed(mean), signed(pass), String::new(), String::new()));
+        let signed = |e: gym::rollout::stats::Estimate| {
+            format!("{:+.3} [{:+.3}, {:+.3}]", e.value, e.low, e.high)
+        };
+        columns.push((
+            "difference (paired)".into(),
+            signed(mean),
+            signed(pass),
+            String::new(),
+            String::new(),
+        ));
     }
     let rows = [
         ("", 0),
@@ -289,7 +326,12 @@ pub fn render_report(header: &str, report: &EvalReport) -> String {
     };
     let widths: Vec<usize> = columns
         .iter()
-        .map(|c| (0..5).map(|i| cell(c, i).chars().count()).max().unwrap_or(0))
+        .map(|c| {
+            (0..5)
+                .map(|i| cell(c, i).chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     for (name, i) in rows {
         let mut line = format!("{name:<8}");

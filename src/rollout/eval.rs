@@ -84,22 +84,36 @@ pub async fn evaluate(
     let total = jobs.len();
     let mut done = 0;
     let mut results: Vec<Option<QueryResult>> = vec![None; total];
-    let mut stream = futures::stream::iter(jobs.into_iter().enumerate().map(|(slot, (c, sample))| async move {
-        let condition = &conditions[c];
-        let messages = solve_messages(sample, settings.instruction.as_deref(), &condition.experiences);
-        let group = rollout(backend, verifier, sample, messages, settings.k, &settings.sampling).await?;
-        let solved = group.rewards().any(|r| r >= SOLVED);
-        let result = QueryResult {
-            condition: condition.label.clone(),
-            id: sample.id.clone(),
-            question: sample.question.clone(),
-            reference: sample.answer.clone(),
-            mean_reward: group.mean_reward(),
-            solved,
-            group,
-        };
-        Ok::<_, BackendError>((slot, result))
-    }))
+    let mut stream = futures::stream::iter(jobs.into_iter().enumerate().map(
+        |(slot, (c, sample))| async move {
+            let condition = &conditions[c];
+            let messages = solve_messages(
+                sample,
+                settings.instruction.as_deref(),
+                &condition.experiences,
+            );
+            let group = rollout(
+                backend,
+                verifier,
+                sample,
+                messages,
+                settings.k,
+                &settings.sampling,
+            )
+            .await?;
+            let solved = group.rewards().any(|r| r >= SOLVED);
+            let result = QueryResult {
+                condition: condition.label.clone(),
+                id: sample.id.clone(),
+                question: sample.question.clone(),
+                reference: sample.answer.clone(),
+                mean_reward: group.mean_reward(),
+                solved,
+                group,
+            };
+            Ok::<_, BackendError>((slot, result))
+        },
+    ))
     .buffer_unordered(settings.concurrency.max(1));
     while let Some(item) = stream.next().await {
         let (slot, result) = item?;
@@ -108,7 +122,10 @@ pub async fn evaluate(
         progress(done, total);
     }
     drop(stream);
-    let results: Vec<QueryResult> = results.into_iter().map(|r| r.expect("every job reported")).collect();
+    let results: Vec<QueryResult> = results
+        .into_iter()
+        .map(|r| r.expect("every job reported"))
+        .collect();
 
     let per_condition: Vec<&[QueryResult]> = results.chunks(samples.len().max(1)).collect();
     let summaries = conditions
@@ -118,8 +135,13 @@ pub async fn evaluate(
         .collect();
     let (delta_mean_at_k, delta_pass_at_k) = match (per_condition.first(), per_condition.last()) {
         (Some(first), Some(last)) if conditions.len() >= 2 => {
-            let means = |rows: &[QueryResult]| rows.iter().map(|r| r.mean_reward).collect::<Vec<_>>();
-            let solved = |rows: &[QueryResult]| rows.iter().map(|r| f64::from(u8::from(r.solved))).collect::<Vec<_>>();
+            let means =
+                |rows: &[QueryResult]| rows.iter().map(|r| r.mean_reward).collect::<Vec<_>>();
+            let solved = |rows: &[QueryResult]| {
+                rows.iter()
+                    .map(|r| f64::from(u8::from(r.solved)))
+                    .collect::<Vec<_>>()
+            };
             (
                 Some(Estimate::paired_difference(&means(first), &means(last))),
                 Some(Estimate::paired_difference(&solved(first), &solved(last))),

@@ -3,7 +3,9 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::backend::{Backend, BackendError, ChatMessage, FinishReason, GroupRequest, Sampling, Usage};
+use crate::backend::{
+    Backend, BackendError, ChatMessage, FinishReason, GroupRequest, Sampling, Usage,
+};
 use crate::data::Sample;
 use crate::reward::Verifier;
 
@@ -49,7 +51,8 @@ impl RolloutGroup {
             return 0.0;
         }
         let mean = self.mean_reward();
-        let var = self.rewards().map(|r| (r - mean).powi(2)).sum::<f64>() / self.answers.len() as f64;
+        let var =
+            self.rewards().map(|r| (r - mean).powi(2)).sum::<f64>() / self.answers.len() as f64;
         var.sqrt()
     }
 
@@ -69,7 +72,11 @@ pub fn query_seed(base: u64, sample_id: &str) -> u64 {
     hasher.update(base.to_le_bytes());
     hasher.update(sample_id.as_bytes());
     let digest = hasher.finalize();
-    u64::from_le_bytes(digest[..8].try_into().expect("a SHA-256 digest has 8 bytes"))
+    u64::from_le_bytes(
+        digest[..8]
+            .try_into()
+            .expect("a SHA-256 digest has 8 bytes"),
+    )
 }
 
 /// Samples `group_size` answers to `messages` and scores each against `sample`.
@@ -95,10 +102,11 @@ pub async fn rollout(
     let group = backend.generate(&request).await?;
     let mut answers = Vec::with_capacity(group.completions.len());
     for completion in group.completions {
-        let (reward, reason, verifier_failed) = match verifier.verify(sample, &completion.text).await {
-            Ok(reward) => (reward.score.clamp(0.0, 1.0), reward.reason, false),
-            Err(error) => (0.0, format!("verifier failed: {error}"), true),
-        };
+        let (reward, reason, verifier_failed) =
+            match verifier.verify(sample, &completion.text).await {
+                Ok(reward) => (reward.score.clamp(0.0, 1.0), reward.reason, false),
+                Err(error) => (0.0, format!("verifier failed: {error}"), true),
+            };
         answers.push(ScoredAnswer {
             text: completion.text,
             reward,

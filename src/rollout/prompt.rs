@@ -12,7 +12,8 @@ pub const SOLVE_USER: &str = include_str!("../../prompts/solve_user.txt");
 pub const EXPERIENCES: &str = include_str!("../../prompts/experiences.txt");
 
 /// Used when the dataset brings no answer-format instruction of its own.
-pub const DEFAULT_INSTRUCTION: &str = "Give the final answer on the last line as `Answer: <answer>`.";
+pub const DEFAULT_INSTRUCTION: &str =
+    "Give the final answer on the last line as `Answer: <answer>`.";
 
 /// An experience as it is shown to the solver.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,11 +23,18 @@ pub struct Shown {
 }
 
 /// Builds the chat messages that ask the model to solve `sample`.
-pub fn solve_messages(sample: &Sample, instruction: Option<&str>, experiences: &[Shown]) -> Vec<ChatMessage> {
+pub fn solve_messages(
+    sample: &Sample,
+    instruction: Option<&str>,
+    experiences: &[Shown],
+) -> Vec<ChatMessage> {
     let experiences = if experiences.is_empty() {
         String::new()
     } else {
-        let list: Vec<String> = experiences.iter().map(|e| format!("[{}] {}", e.id, e.text)).collect();
+        let list: Vec<String> = experiences
+            .iter()
+            .map(|e| format!("[{}] {}", e.id, e.text))
+            .collect();
         EXPERIENCES.replace("{experiences}", &list.join("\n"))
     };
     let user = SOLVE_USER
@@ -66,7 +74,10 @@ mod tests {
 
         Give the final answer on the last line as `Answer: <answer>`.
         ");
-        let shown = [Shown { id: "E0001".into(), text: "When adding, line up the digits.".into() }];
+        let shown = [Shown {
+            id: "E0001".into(),
+            text: "When adding, line up the digits.".into(),
+        }];
         let with = solve_messages(&sample, Some("Reply with a number."), &shown);
         insta::assert_snapshot!(with[1].content, @r"
         Lessons learned from earlier problems (use the ones that apply):

@@ -18,35 +18,59 @@ impl Estimate {
     pub fn mean(values: &[f64]) -> Self {
         let n = values.len() as f64;
         if values.is_empty() {
-            return Self { value: 0.0, low: 0.0, high: 0.0 };
+            return Self {
+                value: 0.0,
+                low: 0.0,
+                high: 0.0,
+            };
         }
         let mean = values.iter().sum::<f64>() / n;
         if values.len() < 2 {
-            return Self { value: mean, low: mean, high: mean };
+            return Self {
+                value: mean,
+                low: mean,
+                high: mean,
+            };
         }
         let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
         let half = Z95 * (var / n).sqrt();
-        Self { value: mean, low: mean - half, high: mean + half }
+        Self {
+            value: mean,
+            low: mean - half,
+            high: mean + half,
+        }
     }
 
     /// Mean of values that live in [0, 1], with the interval clipped to that range.
     pub fn bounded_mean(values: &[f64]) -> Self {
         let e = Self::mean(values);
-        Self { value: e.value, low: e.low.max(0.0), high: e.high.min(1.0) }
+        Self {
+            value: e.value,
+            low: e.low.max(0.0),
+            high: e.high.min(1.0),
+        }
     }
 
     /// A proportion `successes / n` with the Wilson score interval, which stays inside [0, 1]
     /// and behaves at 0 and n where the normal approximation collapses.
     pub fn proportion(successes: usize, n: usize) -> Self {
         if n == 0 {
-            return Self { value: 0.0, low: 0.0, high: 0.0 };
+            return Self {
+                value: 0.0,
+                low: 0.0,
+                high: 0.0,
+            };
         }
         let n = n as f64;
         let p = successes as f64 / n;
         let z2 = Z95 * Z95;
         let centre = (p + z2 / (2.0 * n)) / (1.0 + z2 / n);
         let half = Z95 * ((p * (1.0 - p) / n) + z2 / (4.0 * n * n)).sqrt() / (1.0 + z2 / n);
-        Self { value: p, low: (centre - half).max(0.0), high: (centre + half).min(1.0) }
+        Self {
+            value: p,
+            low: (centre - half).max(0.0),
+            high: (centre + half).min(1.0),
+        }
     }
 
     /// The mean paired difference `after[i] - before[i]`.

@@ -53,6 +53,15 @@ impl Scratch {
     }
 }
 
+/// The default model fetched by `make setup` (`$GYM_MODELS_DIR`, else `models/` in the checkout).
+pub fn model_path() -> PathBuf {
+    let dir = std::env::var_os("GYM_MODELS_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models"),
+        PathBuf::from,
+    );
+    dir.join("SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
 /// Every file under `dir` with its bytes, for before/after comparisons.
 pub fn snapshot_tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut files = BTreeMap::new();

@@ -1,13 +1,9 @@
 //! `gym eval` end to end: the real default model, and a local OpenAI-protocol server.
 
-use std::path::Path;
 use std::process::Command;
 
-use serde_json::Value;
-
-use crate::common::Scratch;
+use crate::common::{Scratch, model_path};
 use crate::fake_openai::{FakeOpenAi, Fault};
-use crate::llama_backend::model_path;
 
 fn gym(scratch: &Scratch, args: &[&str]) -> (i32, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_gym"))
@@ -27,7 +23,8 @@ fn gym(scratch: &Scratch, args: &[&str]) -> (i32, String, String) {
     )
 }
 
-fn jsonl(path: &Path) -> Vec<Value> {
+#[cfg(feature = "llama")]
+fn jsonl(path: &std::path::Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
         .unwrap()
         .lines()
@@ -35,6 +32,7 @@ fn jsonl(path: &Path) -> Vec<Value> {
         .collect()
 }
 
+#[cfg(feature = "llama")]
 #[test]
 fn eval_on_the_default_model_prints_both_columns_and_writes_results() {
     let scratch = Scratch::new();
@@ -49,13 +47,33 @@ fn eval_on_the_default_model_prints_both_columns_and_writes_results() {
     let (code, stdout, stderr) = gym(
         &scratch,
         &[
-            "eval", "--dataset", "builtin:arith", "--limit", "2", "-k", "2", "--max-tokens", "48",
-            "--library", "arith", "--output", "results.jsonl",
+            "eval",
+            "--dataset",
+            "builtin:arith",
+            "--limit",
+            "2",
+            "-k",
+            "2",
+            "--max-tokens",
+            "48",
+            "--library",
+            "arith",
+            "--output",
+            "results.jsonl",
         ],
     );
     assert_eq!(code, 0, "{stderr}");
-    for expected in ["without library", "with arith@1 (1 exp.)", "difference (paired)", "Mean@2", "Pass@2"] {
-        assert!(stdout.contains(expected), "missing {expected:?} in:\n{stdout}");
+    for expected in [
+        "without library",
+        "with arith@1 (1 exp.)",
+        "difference (paired)",
+        "Mean@2",
+        "Pass@2",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
     }
     let rows = jsonl(&scratch.dir.path().join("results.jsonl"));
     assert_eq!(rows.len(), 4, "2 queries x 2 conditions");
@@ -68,7 +86,10 @@ fn eval_on_the_default_model_prints_both_columns_and_writes_results() {
             assert!(!answer["reason"].as_str().unwrap().is_empty());
         }
     }
-    assert_eq!(rows[0]["id"], rows[2]["id"], "the same queries under both conditions");
+    assert_eq!(
+        rows[0]["id"], rows[2]["id"],
+        "the same queries under both conditions"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -86,9 +107,23 @@ async fn eval_through_an_openai_server_survives_faults_and_scores_exactly() {
         let result = gym(
             &scratch,
             &[
-                "eval", "--dataset", "qa.jsonl", "--split", "train", "-k", "3", "--backend", "openai",
-                "--base-url", &base_url, "--model", "gpt-4o-mini", "--reward", "numeric",
-                "--parallel", "1",
+                "eval",
+                "--dataset",
+                "qa.jsonl",
+                "--split",
+                "train",
+                "-k",
+                "3",
+                "--backend",
+                "openai",
+                "--base-url",
+                &base_url,
+                "--model",
+                "gpt-4o-mini",
+                "--reward",
+                "numeric",
+                "--parallel",
+                "1",
             ],
         );
         drop(scratch);
@@ -97,27 +132,61 @@ async fn eval_through_an_openai_server_survives_faults_and_scores_exactly() {
     .await
     .unwrap();
     assert_eq!(code, 0, "{stderr}");
-    assert!(stdout.contains("Mean@3   0.500 [0.000, 1.000]"), "{stdout}");
-    assert!(stdout.contains("Pass@3   0.500"), "{stdout}");
+    assert!(
+        stdout.contains("Mean@3    0.500 [0.000, 1.000]"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("Pass@3    0.500"), "{stdout}");
     assert!(stdout.contains("retried requests: 2"), "{stdout}");
-    assert!(stdout.contains("model gpt-4o-mini"), "{stdout}");
-    assert!(stdout.contains("$0.0000"), "gpt-4o-mini has a price: {stdout}");
+    assert!(
+        stdout.contains("model   gpt-4o-mini, k=3, reward numeric"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("$0.0000"),
+        "gpt-4o-mini has a price: {stdout}"
+    );
 }
 
 #[test]
 fn bad_eval_inputs_are_clear_errors() {
     let scratch = Scratch::new();
     let stderr = scratch.fails(&["eval", "--dataset", "builtin:nope"]);
-    assert!(stderr.contains("builtin:nope") && stderr.contains("arith"), "{stderr}");
+    assert!(
+        stderr.contains("\"nope\"") && stderr.contains("builtin:arith"),
+        "{stderr}"
+    );
 
-    std::fs::write(scratch.dir.path().join("bad.jsonl"), "{\"question\": \"q\", \"answer\": \"1\"}\n{oops\n").unwrap();
+    std::fs::write(
+        scratch.dir.path().join("bad.jsonl"),
+        "{\"question\": \"q\", \"answer\": \"1\"}\n{oops\n",
+    )
+    .unwrap();
     let stderr = scratch.fails(&["eval", "--dataset", "bad.jsonl", "--split", "train"]);
-    assert!(stderr.contains("bad.jsonl") && stderr.contains("line 2"), "{stderr}");
+    assert!(
+        stderr.contains("bad.jsonl") && stderr.contains("line 2"),
+        "{stderr}"
+    );
 
-    let stderr = scratch.fails(&["eval", "--dataset", "builtin:arith", "--model", "/nonexistent/m.gguf"]);
-    assert!(stderr.contains("/nonexistent/m.gguf cannot be read"), "{stderr}");
+    let stderr = scratch.fails(&[
+        "eval",
+        "--dataset",
+        "builtin:arith",
+        "--model",
+        "/nonexistent/m.gguf",
+    ]);
+    assert!(
+        stderr.contains("/nonexistent/m.gguf cannot be read"),
+        "{stderr}"
+    );
 
-    let stderr = scratch.fails(&["eval", "--dataset", "builtin:arith", "--library", "missing@x"]);
+    let stderr = scratch.fails(&[
+        "eval",
+        "--dataset",
+        "builtin:arith",
+        "--library",
+        "missing@x",
+    ]);
     assert!(stderr.contains("missing@x"), "{stderr}");
 
     let stderr = scratch.fails(&["eval", "--dataset", "builtin:arith", "--reward", "fuzzy"]);
@@ -125,19 +194,37 @@ fn bad_eval_inputs_are_clear_errors() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
+#[cfg(feature = "llama")]
 #[test]
 fn a_hanging_verifier_command_is_killed_counted_and_reported() {
     let scratch = Scratch::new();
     let (code, stdout, stderr) = gym(
         &scratch,
         &[
-            "eval", "--dataset", "builtin:compare", "--limit", "1", "-k", "2", "--max-tokens", "8",
-            "--reward", "command:sleep 30", "--verifier-timeout", "0.3",
+            "eval",
+            "--dataset",
+            "builtin:compare",
+            "--limit",
+            "1",
+            "-k",
+            "2",
+            "--max-tokens",
+            "8",
+            "--reward",
+            "command:sleep 30",
+            "--verifier-timeout",
+            "0.3",
         ],
     );
     assert_eq!(code, 0, "{stderr}");
-    assert!(stdout.contains("Mean@2   0.000"), "{stdout}");
-    assert!(stderr.contains("the verifier failed on 2 answer(s)"), "{stderr}");
-    assert!(stderr.contains("sleep 30"), "the error names the command: {stderr}");
+    assert!(stdout.contains("Mean@2    0.000"), "{stdout}");
+    assert!(
+        stderr.contains("the verifier failed on 2 answer(s)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("sleep 30"),
+        "the error names the command: {stderr}"
+    );
     assert!(!stderr.contains("panicked"), "{stderr}");
 }

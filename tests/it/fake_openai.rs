@@ -56,12 +56,18 @@ impl FakeOpenAi {
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
             .with_state(Arc::clone(&shared));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         let addr = listener.local_addr().expect("local address");
         let server = tokio::spawn(async move {
             axum::serve(listener, app).await.expect("serve");
         });
-        Self { addr, shared, _server: server }
+        Self {
+            addr,
+            shared,
+            _server: server,
+        }
     }
 
     pub fn base_url(&self) -> String {
@@ -88,13 +94,21 @@ fn error(status: StatusCode, kind: &str, message: &str) -> Response {
 
 async fn chat(State(shared): State<Arc<Shared>>, body: String) -> Response {
     let Ok(request) = serde_json::from_str::<Value>(&body) else {
-        return error(StatusCode::BAD_REQUEST, "invalid_request_error", "body is not JSON");
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "body is not JSON",
+        );
     };
     shared.recorded.lock().unwrap().bodies.push(request.clone());
     let fault = shared.faults.lock().unwrap().pop_front();
     match fault {
         Some(Fault::RateLimited) => {
-            return error(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "Rate limit reached");
+            return error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "Rate limit reached",
+            );
         }
         Some(Fault::ServerError) => {
             return (StatusCode::INTERNAL_SERVER_ERROR, "upstream exploded").into_response();
@@ -103,16 +117,32 @@ async fn chat(State(shared): State<Arc<Shared>>, body: String) -> Response {
         Some(Fault::Garbage) => return (StatusCode::OK, "<html>not json</html>").into_response(),
         None => {}
     }
-    if request["messages"].as_array().is_none_or(Vec::is_empty) || request["model"].as_str().is_none() {
-        return error(StatusCode::BAD_REQUEST, "invalid_request_error", "model and messages are required");
+    if request["messages"].as_array().is_none_or(Vec::is_empty)
+        || request["model"].as_str().is_none()
+    {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "model and messages are required",
+        );
     }
-    let n = if shared.honours_n { request["n"].as_u64().unwrap_or(1) } else { 1 };
+    let n = if shared.honours_n {
+        request["n"].as_u64().unwrap_or(1)
+    } else {
+        1
+    };
     let seed = request["seed"].as_i64().unwrap_or(0);
     let prompt_tokens: usize = request["messages"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|m| m["content"].as_str().unwrap_or("").split_whitespace().count())
+        .map(|m| {
+            m["content"]
+                .as_str()
+                .unwrap_or("")
+                .split_whitespace()
+                .count()
+        })
         .sum();
     let choices: Vec<Value> = (0..n)
         .map(|i| {

@@ -2,23 +2,23 @@
 //! `make setup`). Outputs are kept short so the suite stays fast on two CPU cores.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use gym::backend::llama::{DEFAULT_MODEL_FILE, LlamaBackend, LlamaConfig, PromptMode};
-use gym::backend::{Backend, BackendError, ChatMessage, Constraint, FinishReason, GroupRequest, Sampling};
+use gym::backend::llama::{LlamaBackend, LlamaConfig, PromptMode};
+use gym::backend::{
+    Backend, BackendError, ChatMessage, Constraint, FinishReason, GroupRequest, Sampling,
+};
 use serde_json::{Value, json};
 
-pub fn model_path() -> PathBuf {
-    let dir = std::env::var_os("GYM_MODELS_DIR")
-        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models"), PathBuf::from);
-    dir.join(DEFAULT_MODEL_FILE)
-}
+use crate::common::model_path;
 
 /// One model shared by every test in this binary (the handle works from any runtime).
 pub fn backend() -> &'static LlamaBackend {
     static BACKEND: OnceLock<LlamaBackend> = OnceLock::new();
-    BACKEND.get_or_init(|| LlamaBackend::load(LlamaConfig::new(model_path())).expect("load the default model (run `make setup`)"))
+    BACKEND.get_or_init(|| {
+        LlamaBackend::load(LlamaConfig::new(model_path()))
+            .expect("load the default model (run `make setup`)")
+    })
 }
 
 fn ask(question: &str, n: usize, sampling: Sampling) -> GroupRequest {
@@ -31,27 +31,50 @@ fn ask(question: &str, n: usize, sampling: Sampling) -> GroupRequest {
 
 #[tokio::test]
 async fn a_group_has_g_distinct_reproducible_seeded_answers_with_logprobs() {
-    let sampling = Sampling { max_tokens: 24, temperature: 1.0, seed: 42, logprobs: true, ..Sampling::default() };
+    let sampling = Sampling {
+        max_tokens: 24,
+        temperature: 1.0,
+        seed: 42,
+        logprobs: true,
+        ..Sampling::default()
+    };
     let request = ask("Name a colour and say why you like it.", 3, sampling);
     let group = backend().generate(&request).await.unwrap();
     assert_eq!(group.completions.len(), 3);
     let texts: BTreeSet<_> = group.completions.iter().map(|c| c.text.clone()).collect();
     assert_eq!(texts.len(), 3, "seeded draws differ: {texts:?}");
-    assert_eq!(group.completions.iter().map(|c| c.seed).collect::<Vec<_>>(), vec![42, 43, 44]);
+    assert_eq!(
+        group.completions.iter().map(|c| c.seed).collect::<Vec<_>>(),
+        vec![42, 43, 44]
+    );
     for completion in &group.completions {
-        let logprobs = completion.logprobs.as_ref().expect("llama.cpp has log-probabilities");
+        let logprobs = completion
+            .logprobs
+            .as_ref()
+            .expect("llama.cpp has log-probabilities");
         assert_eq!(logprobs.len() as u32, completion.completion_tokens);
-        assert!(logprobs.iter().all(|t| t.logprob <= 0.0 && t.logprob.is_finite()));
+        assert!(
+            logprobs
+                .iter()
+                .all(|t| t.logprob <= 0.0 && t.logprob.is_finite())
+        );
     }
     assert!(group.usage.prompt_tokens > 5);
     assert_eq!(
         group.usage.completion_tokens,
-        group.completions.iter().map(|c| u64::from(c.completion_tokens)).sum::<u64>()
+        group
+            .completions
+            .iter()
+            .map(|c| u64::from(c.completion_tokens))
+            .sum::<u64>()
     );
     assert_eq!(group.cost_usd, Some(0.0));
 
     let again = backend().generate(&request).await.unwrap();
-    assert_eq!(again.completions, group.completions, "the same seed gives the same group");
+    assert_eq!(
+        again.completions, group.completions,
+        "the same seed gives the same group"
+    );
 }
 
 #[tokio::test]
@@ -63,12 +86,26 @@ async fn sequences_that_stop_early_leave_the_others_running() {
         stop: vec![".".into(), "\n".into()],
         ..Sampling::default()
     };
-    let group = backend().generate(&ask("Tell me a short story about a cat.", 4, sampling)).await.unwrap();
+    let group = backend()
+        .generate(&ask("Tell me a short story about a cat.", 4, sampling))
+        .await
+        .unwrap();
     assert_eq!(group.completions.len(), 4);
-    let lengths: BTreeSet<u32> = group.completions.iter().map(|c| c.completion_tokens).collect();
-    assert!(lengths.len() > 1, "answers ended at different steps: {lengths:?}");
+    let lengths: BTreeSet<u32> = group
+        .completions
+        .iter()
+        .map(|c| c.completion_tokens)
+        .collect();
+    assert!(
+        lengths.len() > 1,
+        "answers ended at different steps: {lengths:?}"
+    );
     for c in &group.completions {
-        assert!(!c.text.contains('.') && !c.text.contains('\n'), "stop strings are cut: {:?}", c.text);
+        assert!(
+            !c.text.contains('.') && !c.text.contains('\n'),
+            "stop strings are cut: {:?}",
+            c.text
+        );
         if c.finish == FinishReason::Length {
             assert_eq!(c.completion_tokens, 40);
         }
@@ -91,39 +128,84 @@ async fn json_schema_constrained_answers_parse() {
         constraint: Some(Constraint::JsonSchema(schema)),
         ..Sampling::default()
     };
-    let group = backend().generate(&ask("Is 2 + 2 = 4? Reply in JSON.", 2, sampling)).await.unwrap();
+    let group = backend()
+        .generate(&ask("Is 2 + 2 = 4? Reply in JSON.", 2, sampling))
+        .await
+        .unwrap();
     for completion in &group.completions {
         let value: Value = serde_json::from_str(&completion.text)
             .unwrap_or_else(|e| panic!("{e}: {:?}", completion.text));
-        assert!(matches!(value["verdict"].as_str(), Some("correct" | "incorrect")), "{value}");
+        assert!(
+            matches!(value["verdict"].as_str(), Some("correct" | "incorrect")),
+            "{value}"
+        );
         assert!(value["score"].is_i64(), "{value}");
     }
-    let bad = Sampling { constraint: Some(Constraint::Grammar("root ::= (".into())), ..Sampling::default() };
+    let bad = Sampling {
+        constraint: Some(Constraint::Grammar("root ::= (".into())),
+        ..Sampling::default()
+    };
     let error = backend().generate(&ask("x", 1, bad)).await.unwrap_err();
     assert!(matches!(error, BackendError::Grammar(_)), "{error}");
 }
 
 #[tokio::test]
 async fn shared_and_independent_prompts_sample_the_same_answers() {
-    let sampling = Sampling { max_tokens: 12, temperature: 0.0, seed: 1, ..Sampling::default() };
+    let sampling = Sampling {
+        max_tokens: 12,
+        temperature: 0.0,
+        seed: 1,
+        ..Sampling::default()
+    };
     let request = ask("What is the capital of France?", 2, sampling);
-    let shared = backend().generate_with(&request, PromptMode::Shared).await.unwrap();
-    let independent = backend().generate_with(&request, PromptMode::Independent).await.unwrap();
-    let texts = |g: &gym::backend::Group| g.completions.iter().map(|c| c.text.clone()).collect::<Vec<_>>();
+    let shared = backend()
+        .generate_with(&request, PromptMode::Shared)
+        .await
+        .unwrap();
+    let independent = backend()
+        .generate_with(&request, PromptMode::Independent)
+        .await
+        .unwrap();
+    let texts = |g: &gym::backend::Group| {
+        g.completions
+            .iter()
+            .map(|c| c.text.clone())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(texts(&shared), texts(&independent));
 }
 
 #[test]
 fn unreadable_and_invalid_model_files_are_clear_errors() {
-    let missing = LlamaBackend::load(LlamaConfig::new("/nonexistent/model.gguf")).err().unwrap();
-    assert!(missing.to_string().contains("/nonexistent/model.gguf cannot be read"), "{missing}");
+    let missing = LlamaBackend::load(LlamaConfig::new("/nonexistent/model.gguf"))
+        .err()
+        .unwrap();
+    assert!(
+        missing
+            .to_string()
+            .contains("/nonexistent/model.gguf cannot be read"),
+        "{missing}"
+    );
     let dir = tempfile::tempdir().unwrap();
     let junk = dir.path().join("junk.gguf");
     std::fs::write(&junk, b"this is not a model").unwrap();
     let invalid = LlamaBackend::load(LlamaConfig::new(&junk)).err().unwrap();
-    assert!(invalid.to_string().contains("could not be loaded"), "{invalid}");
-    let too_big = ask("hi", 4, Sampling { max_tokens: 100_000, ..Sampling::default() });
+    assert!(
+        invalid.to_string().contains("could not be loaded"),
+        "{invalid}"
+    );
+    let too_big = ask(
+        "hi",
+        4,
+        Sampling {
+            max_tokens: 100_000,
+            ..Sampling::default()
+        },
+    );
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let error = runtime.block_on(backend().generate(&too_big)).unwrap_err();
-    assert!(matches!(error, BackendError::ContextTooSmall { .. }), "{error}");
+    assert!(
+        matches!(error, BackendError::ContextTooSmall { .. }),
+        "{error}"
+    );
 }

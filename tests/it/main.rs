@@ -1,11 +1,12 @@
 //! Gym's integration tests: one binary, one module per area.
 
 mod common;
+mod eval_cli;
+mod fake_openai;
 mod library_bad_input;
 mod library_cli;
 mod library_props;
 mod library_tamper;
-mod fake_openai;
-mod openai_backend;
+#[cfg(feature = "llama")]
 mod llama_backend;
-mod eval_cli;
+mod openai_backend;

@@ -6,7 +6,7 @@ use gym::backend::openai::{GroupMode, OpenAiBackend, OpenAiConfig};
 use gym::backend::{Backend, BackendError, ChatMessage, Constraint, GroupRequest, Sampling};
 use serde_json::json;
 
-use crate::fake_openai::{Fault, FakeOpenAi};
+use crate::fake_openai::{FakeOpenAi, Fault};
 
 fn config(server: &FakeOpenAi, model: &str) -> OpenAiConfig {
     let mut config = OpenAiConfig::new(server.base_url(), model);
@@ -19,9 +19,15 @@ fn config(server: &FakeOpenAi, model: &str) -> OpenAiConfig {
 
 fn request(n: usize) -> GroupRequest {
     GroupRequest {
-        messages: vec![ChatMessage::system("Be brief."), ChatMessage::user("What is 6 times 7?")],
+        messages: vec![
+            ChatMessage::system("Be brief."),
+            ChatMessage::user("What is 6 times 7?"),
+        ],
         n,
-        sampling: Sampling { seed: 11, ..Sampling::default() },
+        sampling: Sampling {
+            seed: 11,
+            ..Sampling::default()
+        },
     }
 }
 
@@ -32,7 +38,8 @@ async fn a_group_comes_back_in_one_request_with_usage_and_cost() {
     let group = backend.generate(&request(4)).await.unwrap();
     assert_eq!(group.completions.len(), 4);
     assert_eq!(server.requests(), 1);
-    let texts: std::collections::BTreeSet<_> = group.completions.iter().map(|c| c.text.clone()).collect();
+    let texts: std::collections::BTreeSet<_> =
+        group.completions.iter().map(|c| c.text.clone()).collect();
     assert_eq!(texts.len(), 4, "the four choices are distinct: {texts:?}");
     assert_eq!(group.usage.prompt_tokens, 7);
     assert_eq!(group.usage.completion_tokens, 4 * 5);
@@ -57,23 +64,40 @@ async fn a_server_that_ignores_n_gets_parallel_requests_from_then_on() {
     assert_eq!(seeds, vec![11, 12, 13]);
 
     backend.generate(&request(3)).await.unwrap();
-    assert_eq!(server.requests(), 6, "no more n requests once the server ignored n");
+    assert_eq!(
+        server.requests(),
+        6,
+        "no more n requests once the server ignored n"
+    );
     assert!(server.bodies()[3..].iter().all(|b| b.get("n").is_none()));
 }
 
 #[tokio::test]
 async fn rate_limits_server_errors_and_slow_replies_are_retried_and_counted() {
     let server = FakeOpenAi::start(true, "Answer: 42").await;
-    server.inject([Fault::RateLimited, Fault::ServerError, Fault::Slow(Duration::from_secs(3))]);
+    server.inject([
+        Fault::RateLimited,
+        Fault::ServerError,
+        Fault::Slow(Duration::from_secs(3)),
+    ]);
     let backend = OpenAiBackend::new(config(&server, "gpt-4o-mini")).unwrap();
     let started = Instant::now();
     let group = backend.generate(&request(2)).await.unwrap();
-    assert!(started.elapsed() < Duration::from_secs(3), "the slow reply was abandoned at the timeout");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the slow reply was abandoned at the timeout"
+    );
     assert_eq!(group.completions.len(), 2);
     assert_eq!(group.retries, 3);
     let stats = backend.stats();
-    assert_eq!((stats.rate_limited, stats.server_errors, stats.timeouts), (1, 1, 1));
-    assert_eq!((stats.retries, stats.requests, stats.failed_requests), (3, 4, 0));
+    assert_eq!(
+        (stats.rate_limited, stats.server_errors, stats.timeouts),
+        (1, 1, 1)
+    );
+    assert_eq!(
+        (stats.retries, stats.requests, stats.failed_requests),
+        (3, 4, 0)
+    );
 }
 
 #[tokio::test]
@@ -82,7 +106,10 @@ async fn persistent_failures_give_up_after_the_retry_budget() {
     server.inject(std::iter::repeat_n(Fault::ServerError, 10));
     let backend = OpenAiBackend::new(config(&server, "m")).unwrap();
     let error = backend.generate(&request(1)).await.unwrap_err();
-    assert!(matches!(error, BackendError::RetriesExhausted { attempts: 5, .. }), "{error}");
+    assert!(
+        matches!(error, BackendError::RetriesExhausted { attempts: 5, .. }),
+        "{error}"
+    );
     assert!(error.to_string().contains("HTTP 500"), "{error}");
     assert_eq!(server.requests(), 5);
     assert_eq!(backend.stats().failed_requests, 1);
@@ -94,7 +121,10 @@ async fn garbage_bodies_are_errors_that_quote_the_body_and_are_not_retried() {
     server.inject([Fault::Garbage]);
     let backend = OpenAiBackend::new(config(&server, "m")).unwrap();
     let error = backend.generate(&request(1)).await.unwrap_err();
-    assert!(error.to_string().contains("<html>not json</html>"), "{error}");
+    assert!(
+        error.to_string().contains("<html>not json</html>"),
+        "{error}"
+    );
     assert_eq!(server.requests(), 1);
 }
 
@@ -109,7 +139,10 @@ async fn an_unreachable_server_is_a_connection_error_after_retries() {
     let backend = OpenAiBackend::new(config).unwrap();
     let error = backend.generate(&request(1)).await.unwrap_err();
     let text = error.to_string();
-    assert!(text.contains("gave up after 3 attempts") && text.contains("cannot reach"), "{text}");
+    assert!(
+        text.contains("gave up after 3 attempts") && text.contains("cannot reach"),
+        "{text}"
+    );
     assert_eq!(backend.stats().connection_errors, 3);
 }
 
@@ -125,11 +158,16 @@ async fn constraints_and_modes_reach_the_wire() {
     backend.generate(&req).await.unwrap();
     let bodies = server.bodies();
     assert_eq!(bodies.len(), 2);
-    assert_eq!(bodies[0]["response_format"]["json_schema"]["schema"], json!({"type": "object"}));
+    assert_eq!(
+        bodies[0]["response_format"]["json_schema"]["schema"],
+        json!({"type": "object"})
+    );
     assert_eq!(bodies[0]["stop"], json!(["\n\n"]));
     assert_eq!(bodies[1]["seed"], 12);
 
-    let bad = OpenAiBackend::new(OpenAiConfig::new("localhost:8000", "m")).err().unwrap();
+    let bad = OpenAiBackend::new(OpenAiConfig::new("localhost:8000", "m"))
+        .err()
+        .unwrap();
     assert!(bad.to_string().contains("base_url"), "{bad}");
     let empty = backend.generate(&request(0)).await.unwrap_err();
     assert!(empty.to_string().contains("`n`"), "{empty}");
