@@ -17,7 +17,10 @@
 //! | module | status | what it does |
 //! |---|---|---|
 //! | [`library`] | here | experience records with stable ids, ops, versions, Merkle roots and proofs, diffs, crash-safe files, verification, import/export |
-//! | `backend`, `data`, `reward`, `rollout` | planned | model backends (llama.cpp, OpenAI-compatible), datasets, verifiers, group sampling |
+//! | [`backend`] | here | the `Backend` seam: llama.cpp in process (shared-prompt groups, seeded samplers, grammars) and OpenAI-compatible servers (retries, `n`, cost) |
+//! | [`data`] | here | JSONL/JSON/CSV datasets with field mapping, built-in verifiable task suites |
+//! | [`reward`] | here | the `Verifier` seam: exact, numeric, `\boxed{}`, regex, external command, LLM judge |
+//! | [`rollout`] | here | group sampling and scoring, the solver prompt, evaluation (Mean@k, Pass@k, confidence intervals) |
 //! | `distill` | planned | the three LLM stages with tolerant parsing of model output |
 //! | `embed`, `serve` | planned | embeddings, vector index, the inference server |
 //! | `gov`, `finetune` | planned | governance over experience diffs; the gradient fallback |

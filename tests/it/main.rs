@@ -3,6 +3,7 @@
 mod common;
 mod eval_cli;
 mod fake_openai;
+mod judge;
 mod library_bad_input;
 mod library_cli;
 mod library_props;
