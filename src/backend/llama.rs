@@ -468,6 +468,9 @@ fn build_sampler(
     if sampling.temperature == 0.0 {
         chain.push(LlamaSampler::greedy());
     } else {
+        if sampling.top_k > 0 {
+            chain.push(LlamaSampler::top_k(sampling.top_k as i32));
+        }
         chain.push(LlamaSampler::top_p(sampling.top_p, 1));
         chain.push(LlamaSampler::temp(sampling.temperature));
         chain.push(LlamaSampler::dist((seed ^ (seed >> 32)) as u32));

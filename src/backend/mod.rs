@@ -90,6 +90,11 @@ pub enum Constraint {
 pub struct Sampling {
     pub temperature: f32,
     pub top_p: f32,
+    /// Keep only the `top_k` most likely tokens before top-p (0 = off). Saves sorting the whole
+    /// vocabulary at every token on llama.cpp; OpenAI's API has no such parameter, so the
+    /// OpenAI-compatible backend does not send it.
+    #[serde(default)]
+    pub top_k: u32,
     pub max_tokens: u32,
     /// Generation stops before the first occurrence of any of these strings.
     pub stop: Vec<String>,
@@ -109,6 +114,7 @@ impl Default for Sampling {
         Self {
             temperature: 0.7,
             top_p: 0.95,
+            top_k: 40,
             max_tokens: 256,
             stop: Vec::new(),
             seed: 0,

@@ -140,6 +140,10 @@ pub struct SamplingArgs {
     #[arg(long, default_value_t = 0.95)]
     pub top_p: f32,
 
+    /// Keep only the K most likely tokens before top-p (0 = off; llama.cpp only).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: u32,
+
     /// Most tokens per answer.
     #[arg(long, default_value_t = 256)]
     pub max_tokens: u32,
@@ -154,6 +158,7 @@ impl SamplingArgs {
         Sampling {
             temperature: self.temperature,
             top_p: self.top_p,
+            top_k: self.top_k,
             max_tokens: self.max_tokens,
             seed: self.seed,
             ..Sampling::default()
