@@ -21,8 +21,10 @@
 //! | [`data`] | here | JSONL/JSON/CSV datasets with field mapping, built-in verifiable task suites |
 //! | [`reward`] | here | the `Verifier` seam: exact, numeric, `\boxed{}`, regex, external command, LLM judge |
 //! | [`rollout`] | here | group sampling and scoring, the solver prompt, evaluation (Mean@k, Pass@k, confidence intervals) |
-//! | `distill` | planned | the three LLM stages with tolerant parsing of model output |
-//! | `embed`, `serve` | planned | embeddings, vector index, the inference server |
+//! | [`distill`] | here | the three LLM stages (summarize, extract, consolidate) with tolerant parsing of model output, and the deterministic op resolution |
+//! | [`embed`] | here | the `Embedder` seam (local MiniLM via fastembed) and near-duplicate detection |
+//! | [`run`] | here | a Training-Free GRPO run: the step loop, the append-only journal and resume, typed run events |
+//! | `serve` | planned | vector index, the inference server |
 //! | `gov`, `finetune` | planned | governance over experience diffs; the gradient fallback |
 //!
 //! The `gym` binary's command-line interface lives in `src/cli/` (one file per subcommand).
@@ -33,3 +35,4 @@ pub mod data;
 pub mod library;
 pub mod reward;
 pub mod rollout;
+pub mod run;

@@ -4,10 +4,14 @@ mod cli;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = match cli::Cli::parse_with_config() {
+        Ok(cli) => cli,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            return ExitCode::FAILURE;
+        }
+    };
     match cli.run() {
         Ok(code) => code,
         Err(error) => {

@@ -23,11 +23,11 @@ use super::backend_args::{BackendArgs, SamplingArgs, runtime};
 pub struct DatasetArgs {
     /// A JSONL, JSON-array or CSV file, or a built-in suite: builtin:arith, builtin:compare,
     /// builtin:letters.
-    #[arg(long, env = "GYM_DATASET")]
+    #[arg(long, env = "GYM_DATASET", default_value = "builtin:arith")]
     pub dataset: String,
 
     /// Use only the first N queries.
-    #[arg(long)]
+    #[arg(long, visible_alias = "samples")]
     pub limit: Option<usize>,
 
     /// Field holding the question (default: question, problem, prompt, input, query, …).

@@ -2,7 +2,9 @@
 
 mod backend_args;
 mod bench;
+mod config;
 mod eval;
+mod grpo;
 mod library;
 
 use std::process::ExitCode;
@@ -11,7 +13,7 @@ use clap::{Parser, Subcommand};
 
 /// Gym: Training-Free GRPO with a versioned, Merkle-committed experience library.
 #[derive(Debug, Parser)]
-#[command(name = "gym", version, about, long_about = None)]
+#[command(name = "gym", version, about, long_about = None, args_override_self = true)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -22,6 +24,8 @@ enum Command {
     /// Create, edit, inspect, verify, import and export experience libraries.
     #[command(subcommand_required = true)]
     Library(library::LibraryArgs),
+    /// Run Training-Free GRPO: learn experiences into a library from rollouts.
+    Grpo(Box<grpo::GrpoArgs>),
     /// Mean@k and Pass@k of a model on a dataset, with and without a library's experiences.
     Eval(Box<eval::EvalArgs>),
     /// Throughput benchmarks on this machine.
@@ -29,11 +33,18 @@ enum Command {
 }
 
 impl Cli {
+    /// Parses the command line; `gym grpo` first takes its defaults from a `gym.toml`.
+    pub fn parse_with_config() -> anyhow::Result<Self> {
+        let argv = config::with_config_file(std::env::args().collect())?;
+        Ok(Self::parse_from(argv))
+    }
+
     /// Runs the chosen subcommand.
     pub fn run(self) -> anyhow::Result<ExitCode> {
         match self.command {
             Command::Library(args) => args.run(),
             Command::Eval(args) => args.run(),
+            Command::Grpo(args) => args.run(),
             Command::Bench(args) => args.run(),
         }
     }

@@ -11,3 +11,5 @@ mod library_tamper;
 #[cfg(feature = "llama")]
 mod llama_backend;
 mod openai_backend;
+#[cfg(feature = "llama")]
+mod grpo_cli;

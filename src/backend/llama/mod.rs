@@ -1,0 +1,212 @@
+//! The in-process llama.cpp backend.
+//!
+//! llama.cpp contexts are not `Send`, so the model and its context live on one owned thread;
+//! [`LlamaBackend`] is the async handle that sends it jobs. A group is sampled the way
+//! llama.cpp's `batched` example does it: the shared prompt is evaluated once as sequence 0, its
+//! KV cells are shared with sequences 1..G (a unified KV cache makes that a metadata copy), and
+//! then every step decodes one token of every unfinished sequence in a single batch, each
+//! sequence drawing from its own seeded sampler. Groups requested at the same time are decoded
+//! together in one batch (see `worker`).
+
+mod sequence;
+mod worker;
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread;
+
+use futures::future::BoxFuture;
+use llama_cpp_2::llama_backend::LlamaBackend as LlamaRuntime;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::model::params::LlamaModelParams;
+use tokio::sync::oneshot;
+
+use self::worker::{Job, Worker};
+use super::{Backend, BackendError, BackendStats, Group, GroupRequest, check_request};
+
+/// llama.cpp's limit on sequences in one context.
+const MAX_SEQUENCES: usize = 256;
+
+/// How to load a GGUF model.
+#[derive(Debug, Clone)]
+pub struct LlamaConfig {
+    pub model_path: PathBuf,
+    /// The most KV cells (prompt plus all generated tokens of a group) a context may hold.
+    pub max_context: u32,
+    /// CPU threads; `None` uses every available core.
+    pub threads: Option<u32>,
+    /// Layers to offload to a GPU (only with a GPU-enabled build).
+    pub gpu_layers: u32,
+}
+
+impl LlamaConfig {
+    pub fn new(model_path: impl Into<PathBuf>) -> Self {
+        Self {
+            model_path: model_path.into(),
+            max_context: 16_384,
+            threads: None,
+            gpu_layers: 0,
+        }
+    }
+}
+
+/// How a group's prompt is evaluated; `Independent` exists to measure what sharing saves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptMode {
+    /// Evaluate the prompt once and share its KV cells with every sequence.
+    Shared,
+    /// Evaluate the prompt separately for every sequence.
+    Independent,
+}
+
+/// An async handle to a llama.cpp model running on its own thread.
+pub struct LlamaBackend {
+    model: String,
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    worker: Mutex<Option<thread::JoinHandle<()>>>,
+    stats: Arc<Mutex<BackendStats>>,
+}
+
+fn runtime() -> Result<&'static LlamaRuntime, BackendError> {
+    static RUNTIME: OnceLock<Result<LlamaRuntime, String>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            // llama.cpp logs every tensor it loads to stderr; Gym reports what matters itself.
+            llama_cpp_2::send_logs_to_tracing(
+                llama_cpp_2::LogOptions::default().with_logs_enabled(false),
+            );
+            LlamaRuntime::init().map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| BackendError::Llama(e.clone()))
+}
+
+impl LlamaBackend {
+    /// Loads the model on a new worker thread; returns once it is ready to sample.
+    pub fn load(config: LlamaConfig) -> Result<Self, BackendError> {
+        let path = config.model_path.clone();
+        let unreadable = |message: String| BackendError::ModelUnreadable {
+            path: path.clone(),
+            message,
+        };
+        let metadata = std::fs::metadata(&path).map_err(|e| unreadable(e.to_string()))?;
+        if !metadata.is_file() {
+            return Err(unreadable("not a file".into()));
+        }
+        std::fs::File::open(&path).map_err(|e| unreadable(e.to_string()))?;
+        let runtime = runtime()?;
+
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let stats = Arc::new(Mutex::new(BackendStats::default()));
+        let model_name = config
+            .model_path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "llama".into());
+        let worker_stats = Arc::clone(&stats);
+        let worker = thread::Builder::new()
+            .name("gym-llama".into())
+            .spawn(move || {
+                let model = match load_model(runtime, &config) {
+                    Ok(model) => model,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                match Worker::new(runtime, &model, &config, worker_stats) {
+                    Ok(mut worker) => {
+                        let _ = ready_tx.send(Ok(()));
+                        worker.serve(&queue);
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                    }
+                }
+            })
+            .map_err(|e| BackendError::Llama(format!("cannot start the model thread: {e}")))?;
+        ready_rx.recv().map_err(|_| BackendError::WorkerGone)??;
+
+        Ok(Self {
+            model: model_name,
+            jobs: Mutex::new(Some(jobs)),
+            worker: Mutex::new(Some(worker)),
+            stats,
+        })
+    }
+
+    /// Samples a group with an explicit prompt mode (the benchmark compares the two).
+    pub async fn generate_with(
+        &self,
+        request: &GroupRequest,
+        mode: PromptMode,
+    ) -> Result<Group, BackendError> {
+        check_request(request)?;
+        if request.n > MAX_SEQUENCES {
+            return Err(BackendError::InvalidRequest {
+                field: "n",
+                message: format!("llama.cpp samples at most {MAX_SEQUENCES} completions at once"),
+            });
+        }
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            request: request.clone(),
+            mode,
+            reply,
+        };
+        {
+            let jobs = self.jobs.lock().expect("jobs lock");
+            let sender = jobs.as_ref().ok_or(BackendError::WorkerGone)?;
+            sender.send(job).map_err(|_| BackendError::WorkerGone)?;
+        }
+        answer.await.map_err(|_| BackendError::WorkerGone)?
+    }
+}
+
+impl Backend for LlamaBackend {
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn generate<'a>(
+        &'a self,
+        request: &'a GroupRequest,
+    ) -> BoxFuture<'a, Result<Group, BackendError>> {
+        Box::pin(self.generate_with(request, PromptMode::Shared))
+    }
+
+    fn stats(&self) -> BackendStats {
+        *self.stats.lock().expect("stats lock")
+    }
+}
+
+impl Drop for LlamaBackend {
+    fn drop(&mut self) {
+        // Closing the queue ends the worker's loop; joining frees the model before we return.
+        self.jobs.lock().expect("jobs lock").take();
+        if let Some(worker) = self.worker.lock().expect("worker lock").take() {
+            let _ = worker.join();
+        }
+    }
+}
+
+fn load_model(runtime: &LlamaRuntime, config: &LlamaConfig) -> Result<LlamaModel, BackendError> {
+    let params = LlamaModelParams::default().with_n_gpu_layers(config.gpu_layers);
+    LlamaModel::load_from_file(runtime, &config.model_path, &params).map_err(|_| {
+        BackendError::ModelLoad {
+            path: config.model_path.clone(),
+        }
+    })
+}
+
+/// The default model fetched by `scripts/setup`, under `$GYM_MODELS_DIR` (default `models/`).
+pub fn default_model_path() -> PathBuf {
+    let dir =
+        std::env::var_os("GYM_MODELS_DIR").map_or_else(|| PathBuf::from("models"), PathBuf::from);
+    dir.join(DEFAULT_MODEL_FILE)
+}
+
+/// The file name of the default model.
+pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";

@@ -1,0 +1,123 @@
+//! One sampled sequence: its sampler chain, the text it has produced and why it stopped.
+
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::vocab::LlamaVocab;
+
+use crate::backend::{
+    BackendError, Completion, FinishReason, GrammarError, Sampling, StopMatcher, TokenLogprob,
+};
+
+/// The sampler chain of one sequence: grammar (if any), then top-k, top-p, temperature and a
+/// seeded draw; greedy at temperature 0.
+pub(super) fn build_sampler(
+    model: &LlamaModel,
+    sampling: &Sampling,
+    seed: u64,
+    grammar: Option<&str>,
+) -> Result<LlamaSampler, BackendError> {
+    let mut chain = Vec::new();
+    if let Some(grammar) = grammar {
+        chain.push(
+            LlamaSampler::grammar(model, grammar, "root").map_err(|_| GrammarError::Rejected)?,
+        );
+    }
+    if sampling.temperature == 0.0 {
+        chain.push(LlamaSampler::greedy());
+    } else {
+        if sampling.top_k > 0 {
+            chain.push(LlamaSampler::top_k(sampling.top_k as i32));
+        }
+        chain.push(LlamaSampler::top_p(sampling.top_p, 1));
+        chain.push(LlamaSampler::temp(sampling.temperature));
+        chain.push(LlamaSampler::dist((seed ^ (seed >> 32)) as u32));
+    }
+    Ok(LlamaSampler::chain_simple(chain))
+}
+
+/// The log-probability of `token` under the raw (untempered) distribution.
+pub(super) fn log_softmax_at(logits: &[f32], token: LlamaToken) -> f32 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = logits.iter().map(|&l| (l - max).exp()).sum();
+    logits[token.0 as usize] - max - sum.ln()
+}
+
+/// What one sequence has produced so far.
+pub(super) struct Sequence {
+    pub sampler: LlamaSampler,
+    /// The KV position of the next token fed back to the model.
+    pub position: i32,
+    /// Where this sequence's next-token logits sit in the last decoded batch.
+    pub logits_at: i32,
+    pub tokens: Vec<LlamaToken>,
+    bytes: Vec<u8>,
+    logprobs: Vec<TokenLogprob>,
+    cut: Option<usize>,
+    pub finish: Option<FinishReason>,
+}
+
+impl Sequence {
+    pub fn new(sampler: LlamaSampler, prompt_len: usize) -> Self {
+        Self {
+            sampler,
+            position: prompt_len as i32,
+            logits_at: 0,
+            tokens: Vec::new(),
+            bytes: Vec::new(),
+            logprobs: Vec::new(),
+            cut: None,
+            finish: None,
+        }
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.finish.is_none()
+    }
+
+    /// Takes a sampled token: ends the sequence on end-of-generation, a stop string or the
+    /// token limit.
+    pub fn push(
+        &mut self,
+        token: LlamaToken,
+        logprob: Option<f32>,
+        vocab: &LlamaVocab<'_>,
+        sampling: &Sampling,
+        stop: &StopMatcher,
+    ) {
+        if vocab.is_eog(token) && !sampling.ignore_eos {
+            self.finish = Some(FinishReason::Stop);
+            return;
+        }
+        let piece = vocab.token_to_piece(token, false, None);
+        self.tokens.push(token);
+        if let Some(logprob) = logprob {
+            self.logprobs.push(TokenLogprob {
+                token: String::from_utf8_lossy(&piece).into_owned(),
+                logprob,
+            });
+        }
+        self.bytes.extend_from_slice(&piece);
+        let text = String::from_utf8_lossy(&self.bytes);
+        if let Some(at) = stop.find(&text, piece.len()) {
+            self.cut = Some(at);
+            self.finish = Some(FinishReason::Stop);
+        } else if self.tokens.len() >= sampling.max_tokens as usize {
+            self.finish = Some(FinishReason::Length);
+        }
+    }
+
+    pub fn into_completion(self, seed: u64) -> Completion {
+        let mut text = String::from_utf8_lossy(&self.bytes).into_owned();
+        if let Some(cut) = self.cut {
+            text.truncate(cut);
+        }
+        Completion {
+            text,
+            finish: self.finish.unwrap_or(FinishReason::Length),
+            seed,
+            completion_tokens: self.tokens.len() as u32,
+            logprobs: (!self.logprobs.is_empty()).then_some(self.logprobs),
+        }
+    }
+}

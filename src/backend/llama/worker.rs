@@ -1,0 +1,430 @@
+//! The model thread: gathers the jobs that arrive together into a *round* and decodes all their
+//! sequences in one batch per step, so concurrent groups (an eval's parallel queries, a run's
+//! stage calls) share the CPU the way one large group does.
+
+use std::collections::VecDeque;
+use std::num::NonZeroU32;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend as LlamaRuntime;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
+use llama_cpp_2::token::LlamaToken;
+use tokio::sync::oneshot;
+
+use super::sequence::{Sequence, build_sampler, log_softmax_at};
+use super::{LlamaConfig, MAX_SEQUENCES, PromptMode};
+use crate::backend::{
+    BackendError, BackendStats, ChatMessage, Constraint, Group, GroupRequest, StopMatcher, Usage,
+    json_schema_to_gbnf,
+};
+
+/// How long the thread waits for more jobs after the first one of a round arrives.
+const GATHER: Duration = Duration::from_millis(5);
+
+pub(super) struct Job {
+    pub request: GroupRequest,
+    pub mode: PromptMode,
+    pub reply: oneshot::Sender<Result<Group, BackendError>>,
+}
+
+/// A job admitted to a round.
+struct Admitted {
+    request: GroupRequest,
+    mode: PromptMode,
+    /// Taken when the job is answered.
+    reply: Option<oneshot::Sender<Result<Group, BackendError>>>,
+    prompt: Vec<LlamaToken>,
+    first_seq: usize,
+    sequences: Vec<Sequence>,
+    stop: StopMatcher,
+}
+
+pub(super) struct Worker<'m> {
+    runtime: &'static LlamaRuntime,
+    model: &'m LlamaModel,
+    template: LlamaChatTemplate,
+    threads: i32,
+    max_context: usize,
+    context: Option<(LlamaContext<'m>, usize, usize)>,
+    waiting: VecDeque<Job>,
+    stats: Arc<Mutex<BackendStats>>,
+}
+
+impl<'m> Worker<'m> {
+    pub fn new(
+        runtime: &'static LlamaRuntime,
+        model: &'m LlamaModel,
+        config: &LlamaConfig,
+        stats: Arc<Mutex<BackendStats>>,
+    ) -> Result<Self, BackendError> {
+        let template = model.chat_template(None).map_err(|e| {
+            BackendError::ChatTemplate(format!("{e} ({})", config.model_path.display()))
+        })?;
+        let threads = config
+            .threads
+            .map(|t| t as i32)
+            .unwrap_or_else(|| thread::available_parallelism().map_or(1, |n| n.get() as i32));
+        Ok(Self {
+            runtime,
+            model,
+            template,
+            threads,
+            max_context: config.max_context as usize,
+            context: None,
+            waiting: VecDeque::new(),
+            stats,
+        })
+    }
+
+    /// Serves jobs until the queue closes and nothing is left waiting.
+    pub fn serve(&mut self, queue: &Receiver<Job>) {
+        loop {
+            if self.waiting.is_empty() {
+                match queue.recv() {
+                    Ok(job) => self.waiting.push_back(job),
+                    Err(_) => return,
+                }
+            }
+            let deadline = Instant::now() + GATHER;
+            while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+                match queue.recv_timeout(left) {
+                    Ok(job) => self.waiting.push_back(job),
+                    Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+                }
+            }
+            let round = self.admit();
+            if !round.is_empty() {
+                self.run(round);
+            }
+        }
+    }
+
+    fn finish(
+        &self,
+        reply: oneshot::Sender<Result<Group, BackendError>>,
+        result: Result<Group, BackendError>,
+    ) {
+        {
+            let mut stats = self.stats.lock().expect("stats lock");
+            stats.requests += 1;
+            if result.is_err() {
+                stats.failed_requests += 1;
+            }
+        }
+        let _ = reply.send(result);
+    }
+
+    fn render(&self, messages: &[ChatMessage]) -> Result<Vec<LlamaToken>, BackendError> {
+        let chat = messages
+            .iter()
+            .map(|m| LlamaChatMessage::new(m.role.as_str().to_string(), m.content.clone()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| BackendError::InvalidRequest {
+                field: "messages",
+                message: e.to_string(),
+            })?;
+        let prompt = self
+            .model
+            .apply_chat_template(&self.template, &chat, true)
+            .map_err(|e| BackendError::ChatTemplate(e.to_string()))?;
+        Ok(self.model.vocab().tokenize(prompt.as_bytes(), true, true))
+    }
+
+    /// KV cells a job needs: its prompt (once, or once per sequence) and every answer in full.
+    fn cells(request: &GroupRequest, mode: PromptMode, prompt_len: usize) -> usize {
+        let prompts = match mode {
+            PromptMode::Shared => 1,
+            PromptMode::Independent => request.n,
+        };
+        prompts * prompt_len + request.n * request.sampling.max_tokens as usize
+    }
+
+    /// Takes waiting jobs, in order, while they fit in one context.
+    fn admit(&mut self) -> Vec<Admitted> {
+        let mut round: Vec<Admitted> = Vec::new();
+        let (mut cells, mut sequences) = (0, 0);
+        while let Some(job) = self.waiting.pop_front() {
+            let prompt = match self.render(&job.request.messages) {
+                Ok(prompt) => prompt,
+                Err(e) => {
+                    self.finish(job.reply, Err(e));
+                    continue;
+                }
+            };
+            let request = &job.request;
+            let needed = Self::cells(request, job.mode, prompt.len());
+            if needed > self.max_context {
+                let error = BackendError::ContextTooSmall {
+                    tokens: prompt.len(),
+                    n: request.n,
+                    max_tokens: request.sampling.max_tokens,
+                    needed,
+                    limit: self.max_context,
+                };
+                self.finish(job.reply, Err(error));
+                continue;
+            }
+            if !round.is_empty()
+                && (cells + needed > self.max_context || sequences + request.n > MAX_SEQUENCES)
+            {
+                self.waiting.push_front(job);
+                break;
+            }
+            let samplers = match self.samplers(request) {
+                Ok(samplers) => samplers,
+                Err(e) => {
+                    self.finish(job.reply, Err(e));
+                    continue;
+                }
+            };
+            let stop = StopMatcher::new(&request.sampling.stop);
+            let first_seq = sequences;
+            cells += needed;
+            sequences += request.n;
+            round.push(Admitted {
+                sequences: samplers
+                    .into_iter()
+                    .map(|s| Sequence::new(s, prompt.len()))
+                    .collect(),
+                request: job.request,
+                mode: job.mode,
+                reply: Some(job.reply),
+                prompt,
+                first_seq,
+                stop,
+            });
+        }
+        round
+    }
+
+    fn samplers(
+        &self,
+        request: &GroupRequest,
+    ) -> Result<Vec<llama_cpp_2::sampling::LlamaSampler>, BackendError> {
+        let sampling = &request.sampling;
+        let grammar = match &sampling.constraint {
+            None => None,
+            Some(Constraint::Grammar(g)) => Some(g.clone()),
+            Some(Constraint::JsonSchema(schema)) => Some(json_schema_to_gbnf(schema)?),
+        };
+        (0..request.n)
+            .map(|i| {
+                build_sampler(
+                    self.model,
+                    sampling,
+                    sampling.seed_for(i),
+                    grammar.as_deref(),
+                )
+            })
+            .collect()
+    }
+
+    /// A cleared context with room for `cells` KV cells and `sequences` sequences; the previous
+    /// one is reused when it is big enough.
+    fn take_context(
+        &mut self,
+        cells: usize,
+        sequences: usize,
+    ) -> Result<(LlamaContext<'m>, usize, usize), BackendError> {
+        if let Some((mut context, c, s)) = self.context.take() {
+            if c >= cells && s >= sequences {
+                context.clear_kv_cache();
+                return Ok((context, c, s));
+            }
+        }
+        let cells = cells.max(2048).div_ceil(256) * 256;
+        let sequences = sequences.max(8);
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(cells as u32))
+            .with_n_batch(512.max(sequences as u32))
+            .with_n_ubatch(512)
+            .with_n_seq_max(sequences as u32)
+            // One unified cache makes sharing a prompt's cells with G sequences a metadata copy.
+            .with_kv_unified(true)
+            .with_n_threads(self.threads)
+            .with_n_threads_batch(self.threads);
+        let context = self.model.new_context(self.runtime, params).map_err(|e| {
+            BackendError::Llama(format!("cannot create a context of {cells} cells: {e}"))
+        })?;
+        Ok((context, cells, sequences))
+    }
+
+    fn run(&mut self, mut round: Vec<Admitted>) {
+        let cells: usize = round
+            .iter()
+            .map(|a| Self::cells(&a.request, a.mode, a.prompt.len()))
+            .sum();
+        let sequences: usize = round.iter().map(|a| a.sequences.len()).sum();
+        let result = self
+            .take_context(cells, sequences)
+            .and_then(|(mut context, c, s)| {
+                let outcome = self.decode_round(&mut context, &mut round);
+                if outcome.is_ok() {
+                    self.context = Some((context, c, s));
+                }
+                outcome
+            });
+        if let Err(error) = result {
+            let message = error.to_string();
+            for reply in round.into_iter().filter_map(|a| a.reply) {
+                self.finish(reply, Err(BackendError::Llama(message.clone())));
+            }
+        }
+    }
+
+    fn decode_round(
+        &self,
+        context: &mut LlamaContext<'m>,
+        round: &mut [Admitted],
+    ) -> Result<(), BackendError> {
+        let vocab = self.model.vocab();
+        let batch_size = context.n_batch() as usize;
+        let total: usize = round.iter().map(|a| a.sequences.len()).sum();
+        let mut batch = LlamaBatch::new(batch_size.max(total), 1);
+
+        // Prompts first; each prompt's logits are overwritten by the next decode, so its
+        // sequences draw their first token right away.
+        for admitted in round.iter_mut() {
+            let Admitted {
+                request,
+                mode,
+                prompt,
+                first_seq,
+                sequences,
+                stop,
+                ..
+            } = admitted;
+            let sampling = &request.sampling;
+            let first = *first_seq as i32;
+            let mut draw = |seq: &mut Sequence, context: &LlamaContext<'_>, at: i32| {
+                let token = seq.sampler.sample(context, at);
+                let logprob = sampling
+                    .logprobs
+                    .then(|| log_softmax_at(context.get_logits_ith(at), token));
+                seq.push(token, logprob, &vocab, sampling, stop);
+            };
+            match mode {
+                PromptMode::Shared => {
+                    let last = decode_prompt(context, &mut batch, prompt, first, batch_size)?;
+                    for offset in 1..sequences.len() as i32 {
+                        context
+                            .kv_cache_seq_cp(first, first + offset, None, None)
+                            .map_err(|e| BackendError::Llama(e.to_string()))?;
+                    }
+                    for seq in sequences.iter_mut() {
+                        draw(seq, context, last);
+                    }
+                }
+                PromptMode::Independent => {
+                    for (offset, seq) in sequences.iter_mut().enumerate() {
+                        let id = first + offset as i32;
+                        let last = decode_prompt(context, &mut batch, prompt, id, batch_size)?;
+                        draw(seq, context, last);
+                    }
+                }
+            }
+        }
+
+        loop {
+            self.reply_finished(round);
+            batch.clear();
+            let mut index = 0;
+            for admitted in round.iter_mut().filter(|a| a.reply.is_some()) {
+                for (offset, seq) in admitted.sequences.iter_mut().enumerate() {
+                    if !seq.is_active() {
+                        continue;
+                    }
+                    let token = *seq.tokens.last().expect("an active sequence has a token");
+                    let id = (admitted.first_seq + offset) as i32;
+                    batch
+                        .add(token, seq.position, &[id], true)
+                        .map_err(|e| BackendError::Llama(e.to_string()))?;
+                    seq.position += 1;
+                    seq.logits_at = index;
+                    index += 1;
+                }
+            }
+            if index == 0 {
+                return Ok(());
+            }
+            context
+                .decode(&mut batch)
+                .map_err(|e| BackendError::Llama(format!("decode failed: {e}")))?;
+            for admitted in round.iter_mut().filter(|a| a.reply.is_some()) {
+                let sampling = &admitted.request.sampling;
+                for seq in admitted.sequences.iter_mut().filter(|s| s.is_active()) {
+                    let token = seq.sampler.sample(context, seq.logits_at);
+                    let logprob = sampling
+                        .logprobs
+                        .then(|| log_softmax_at(context.get_logits_ith(seq.logits_at), token));
+                    seq.push(token, logprob, &vocab, sampling, &admitted.stop);
+                }
+            }
+        }
+    }
+
+    /// Answers every job whose sequences have all finished.
+    fn reply_finished(&self, round: &mut [Admitted]) {
+        for admitted in round.iter_mut() {
+            if admitted.reply.is_none() || admitted.sequences.iter().any(Sequence::is_active) {
+                continue;
+            }
+            let sampling = &admitted.request.sampling;
+            let mut usage = Usage {
+                prompt_tokens: admitted.prompt.len() as u64,
+                completion_tokens: 0,
+            };
+            let completions = std::mem::take(&mut admitted.sequences)
+                .into_iter()
+                .enumerate()
+                .map(|(i, seq)| {
+                    usage.completion_tokens += seq.tokens.len() as u64;
+                    seq.into_completion(sampling.seed_for(i))
+                })
+                .collect();
+            let group = Group {
+                completions,
+                usage,
+                cost_usd: Some(0.0),
+                retries: 0,
+            };
+            if let Some(reply) = admitted.reply.take() {
+                self.finish(reply, Ok(group));
+            }
+        }
+    }
+}
+
+/// Decodes `prompt` as sequence `seq` in chunks; returns the batch index of its last logits.
+fn decode_prompt(
+    context: &mut LlamaContext<'_>,
+    batch: &mut LlamaBatch<'_>,
+    prompt: &[LlamaToken],
+    seq: i32,
+    batch_size: usize,
+) -> Result<i32, BackendError> {
+    let mut last = 0;
+    for (chunk_index, chunk) in prompt.chunks(batch_size).enumerate() {
+        batch.clear();
+        let offset = chunk_index * batch_size;
+        for (i, &token) in chunk.iter().enumerate() {
+            let is_last = offset + i + 1 == prompt.len();
+            batch
+                .add(token, (offset + i) as i32, &[seq], is_last)
+                .map_err(|e| BackendError::Llama(e.to_string()))?;
+            if is_last {
+                last = i as i32;
+            }
+        }
+        context
+            .decode(batch)
+            .map_err(|e| BackendError::Llama(format!("prompt decode failed: {e}")))?;
+    }
+    Ok(last)
+}

@@ -1,0 +1,442 @@
+//! `gym grpo`: a Training-Free GRPO run, its journal, resume, summary and final evaluation.
+
+use std::io::IsTerminal as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::Args;
+use gym::backend::Backend;
+use gym::data::Split;
+use gym::distill::DistillConfig;
+use gym::library::{Library, LibraryError, Settings};
+use gym::rollout::eval::{Condition, EvalSettings, evaluate};
+use gym::rollout::prompt::Shown;
+use gym::run::{EventSink, Events, JsonlSink, RunConfig, RunEvent, RunSummary, Runner, StepEnd};
+
+use super::backend_args::{BackendArgs, SamplingArgs, runtime};
+use super::eval::{DatasetArgs, RewardArgs, render_report};
+
+/// Flags a resumed run may change; everything else is fixed by the run's first start.
+const RESUMABLE_FLAGS: &[&str] = &[
+    "--budget-tokens",
+    "--budget-usd",
+    "--events-jsonl",
+    "--parallel",
+    "--eval-limit",
+    "--eval-k",
+    "--no-eval",
+    "--api-key-env",
+    "--threads",
+];
+
+#[derive(Debug, Args)]
+pub struct GrpoArgs {
+    #[command(flatten)]
+    dataset: DatasetArgs,
+
+    /// Answers sampled per query (G).
+    #[arg(long, default_value_t = 5)]
+    group_size: usize,
+
+    /// Passes over the training queries.
+    #[arg(long, default_value_t = 3)]
+    epochs: u32,
+
+    /// Queries per step; each step commits at most one library version.
+    #[arg(long, default_value_t = 20)]
+    batch_size: usize,
+
+    /// The library to learn into (created if missing).
+    #[arg(long, env = "GYM_LIBRARY", default_value = "default")]
+    library: String,
+
+    /// Directory holding the libraries.
+    #[arg(long, env = "GYM_LIBRARY_DIR", hide_env_values = true, default_value = "experiences")]
+    library_dir: PathBuf,
+
+    /// Model for the three distillation stages (default: the rollout model).
+    #[arg(long, env = "GYM_DISTILL_MODEL")]
+    distill_model: Option<String>,
+
+    /// Most experiences the extract stage may propose per group (K).
+    #[arg(long, default_value_t = 2)]
+    max_experiences: usize,
+
+    /// Temperature of the distillation stages.
+    #[arg(long, default_value_t = 0.3)]
+    distill_temperature: f32,
+
+    /// Groups whose reward standard deviation is at most this are skipped.
+    #[arg(long, default_value_t = 0.0)]
+    min_reward_std: f64,
+
+    /// Cosine similarity at or above which a new experience counts as a near-duplicate.
+    #[arg(long, default_value_t = gym::embed::DEFAULT_DUPLICATE_THRESHOLD)]
+    duplicate_threshold: f32,
+
+    /// Groups and stage calls in flight at once (llama.cpp decodes them in one batch).
+    #[arg(long, default_value_t = 4)]
+    parallel: usize,
+
+    /// Stop (resumably) once this many tokens were spent.
+    #[arg(long)]
+    budget_tokens: Option<u64>,
+
+    /// Stop (resumably) once this many US dollars were spent.
+    #[arg(long)]
+    budget_usd: Option<f64>,
+
+    /// Also write every run event as a JSON line to this file.
+    #[arg(long)]
+    events_jsonl: Option<PathBuf>,
+
+    /// Continue the run with this id after a crash or kill.
+    #[arg(long)]
+    resume: Option<String>,
+
+    /// Id of a new run (default: the start time).
+    #[arg(long)]
+    run_id: Option<String>,
+
+    /// Directory holding run journals.
+    #[arg(long, env = "GYM_RUNS_DIR", default_value = "runs")]
+    runs_dir: PathBuf,
+
+    /// Held-out queries in the final evaluation.
+    #[arg(long, default_value_t = 50)]
+    eval_limit: usize,
+
+    /// Answers per query in the final evaluation.
+    #[arg(long, default_value_t = 4)]
+    eval_k: usize,
+
+    /// Skip the final evaluation.
+    #[arg(long)]
+    no_eval: bool,
+
+    /// A TOML file whose keys are these flags' names (e.g. `group-size = 4`); flags on the
+    /// command line win. Default: ./gym.toml when it exists.
+    #[arg(long, env = "GYM_CONFIG")]
+    config: Option<PathBuf>,
+
+    #[command(flatten)]
+    reward: RewardArgs,
+
+    #[command(flatten)]
+    backend: BackendArgs,
+
+    #[command(flatten)]
+    sampling: SamplingArgs,
+}
+
+const ARGS_FILE: &str = "args.json";
+
+impl GrpoArgs {
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        if let Some(run_id) = &self.resume {
+            return resume(run_id, &self.runs_dir);
+        }
+        let run_id = self
+            .run_id
+            .clone()
+            .unwrap_or_else(|| chrono::Utc::now().format("%Y%m%d-%H%M%S").to_string());
+        anyhow::ensure!(
+            !run_id.is_empty() && run_id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
+            "run id `{run_id}` may only use letters, digits, `-`, `_` and `.`"
+        );
+        let dir = self.runs_dir.join(&run_id);
+        anyhow::ensure!(
+            !dir.join(ARGS_FILE).exists(),
+            "run `{run_id}` already exists in {}; continue it with --resume {run_id}",
+            self.runs_dir.display()
+        );
+        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        // The exact flags of this start, so --resume rebuilds the same run.
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        let mut args = strip_flag(args, "--run-id");
+        args.push(format!("--run-id={run_id}"));
+        std::fs::write(dir.join(ARGS_FILE), serde_json::to_vec_pretty(&args)?)
+            .with_context(|| format!("cannot write {}", dir.join(ARGS_FILE).display()))?;
+        self.execute(run_id, dir)
+    }
+
+    fn execute(self, run_id: String, dir: PathBuf) -> anyhow::Result<ExitCode> {
+        anyhow::ensure!(self.group_size >= 2, "--group-size must be at least 2 (GRPO compares answers)");
+        anyhow::ensure!(self.batch_size >= 1 && self.epochs >= 1, "--batch-size and --epochs must be at least 1");
+        let train = self.dataset.load(Split::Train, self.sampling.seed)?;
+        let rollout_backend = self.backend.build()?;
+        let distill_backend: Arc<dyn Backend> = match &self.distill_model {
+            None => Arc::clone(&rollout_backend),
+            Some(model) => {
+                let mut args = self.backend.clone();
+                args.model = Some(model.clone());
+                args.build()?
+            }
+        };
+        let verifier = self.reward.build(&train, &distill_backend)?;
+        let library = open_or_init(&self.library_dir, &self.library)?;
+        let embedder = load_embedder()?;
+
+        let mut events = Events::default();
+        events.add(Box::new(Progress { interactive: std::io::stdout().is_terminal() }));
+        if let Some(path) = &self.events_jsonl {
+            events.add(Box::new(
+                JsonlSink::create(path).with_context(|| format!("cannot open {}", path.display()))?,
+            ));
+        }
+        let mut distill = DistillConfig::default();
+        distill.max_experiences = self.max_experiences;
+        distill.max_words = library.settings().max_words;
+        distill.sampling.temperature = self.distill_temperature;
+        distill.sampling.seed = self.sampling.seed;
+        let config = RunConfig {
+            run_id: run_id.clone(),
+            epochs: self.epochs,
+            batch_size: self.batch_size,
+            group_size: self.group_size,
+            sampling: self.sampling.sampling(),
+            min_reward_std: self.min_reward_std,
+            parallel: self.parallel,
+            distill,
+            duplicate_threshold: self.duplicate_threshold,
+            budget_tokens: self.budget_tokens,
+            budget_usd: self.budget_usd,
+        };
+        let runner = Runner {
+            config,
+            dir: dir.clone(),
+            rollout_backend: Arc::clone(&rollout_backend),
+            distill_backend,
+            verifier: Arc::clone(&verifier),
+            embedder,
+            samples: train.samples.clone(),
+            instruction: train.instruction.clone(),
+            library,
+            events,
+        };
+        let rt = runtime()?;
+        let summary = rt.block_on(runner.run())?;
+        std::fs::write(dir.join("summary.json"), serde_json::to_vec_pretty(&summary)?)?;
+        print!("{}", render_summary(&summary, &self.library));
+        if summary.budget_exhausted {
+            println!("budget exhausted: continue with `gym grpo --resume {run_id}` and a larger budget");
+            return Ok(ExitCode::from(3));
+        }
+
+        if !self.no_eval && self.eval_limit > 0 {
+            let mut dataset = self.dataset.clone();
+            dataset.limit = Some(self.eval_limit);
+            let heldout = dataset.load(Split::Heldout, self.sampling.seed)?;
+            let library = Library::open(&self.library_dir, &self.library)?;
+            let version = library.head_version();
+            let experiences: Vec<Shown> = library
+                .head()
+                .active()
+                .map(|e| Shown { id: e.id.to_string(), text: e.text.clone() })
+                .collect();
+            let conditions = vec![
+                Condition { label: "without library".into(), experiences: Vec::new() },
+                Condition { label: format!("with {}@{version}", self.library), experiences },
+            ];
+            let settings = EvalSettings {
+                k: self.eval_k,
+                sampling: self.sampling.sampling(),
+                concurrency: self.parallel,
+                instruction: heldout.instruction.clone(),
+            };
+            println!("\nevaluating on {} held-out queries (k={}) …", heldout.samples.len(), self.eval_k);
+            let report = rt.block_on(evaluate(
+                rollout_backend.as_ref(),
+                verifier.as_ref(),
+                &heldout.samples,
+                &conditions,
+                &settings,
+                &|_, _| {},
+            ))?;
+            std::fs::write(dir.join("eval.json"), serde_json::to_vec_pretty(&report)?)?;
+            let header = format!(
+                "dataset {} (heldout, {} queries)\nmodel   {}, k={}, reward {}",
+                self.dataset.dataset,
+                heldout.samples.len(),
+                rollout_backend.model(),
+                self.eval_k,
+                verifier.name()
+            );
+            print!("{}", render_report(&header, &report));
+        }
+        Ok(if summary.failed_steps > 0 { ExitCode::from(2) } else { ExitCode::SUCCESS })
+    }
+}
+
+fn strip_flag(args: Vec<String>, flag: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut skip_next = false;
+    for arg in args {
+        if skip_next {
+            skip_next = false;
+            continue;
+        }
+        if arg == flag {
+            skip_next = true;
+            continue;
+        }
+        if arg.starts_with(&format!("{flag}=")) {
+            continue;
+        }
+        out.push(arg);
+    }
+    out
+}
+
+/// Re-runs the saved flags of `run_id` (plus the few a resume may change) in resume mode.
+fn resume(run_id: &str, runs_dir: &Path) -> anyhow::Result<ExitCode> {
+    use clap::Parser as _;
+    let dir = runs_dir.join(run_id);
+    let path = dir.join(ARGS_FILE);
+    let saved: Vec<String> = serde_json::from_slice(
+        &std::fs::read(&path).with_context(|| format!("no run `{run_id}` in {} (cannot read {})", runs_dir.display(), path.display()))?,
+    )
+    .with_context(|| format!("{} is not a JSON list of arguments", path.display()))?;
+    let given: Vec<String> = strip_flag(std::env::args().skip(2).collect(), "--resume");
+    for arg in &given {
+        if arg.starts_with("--") {
+            let name = arg.split('=').next().unwrap_or(arg);
+            anyhow::ensure!(
+                RESUMABLE_FLAGS.contains(&name) || name == "--runs-dir",
+                "{name} cannot change when resuming; a resume may change only {}",
+                RESUMABLE_FLAGS.join(", ")
+            );
+        }
+    }
+    let argv = ["gym".to_string(), "grpo".to_string()].into_iter().chain(saved).chain(given);
+    let cli = super::Cli::try_parse_from(argv).with_context(|| format!("the saved flags in {}", path.display()))?;
+    let super::Command::Grpo(args) = cli.command else {
+        anyhow::bail!("{} does not hold `gym grpo` flags", path.display());
+    };
+    eprintln!("resuming run {run_id} from {}", dir.display());
+    args.execute(run_id.to_string(), dir)
+}
+
+fn open_or_init(dir: &Path, name: &str) -> anyhow::Result<Library> {
+    match Library::open(dir, name) {
+        Ok(library) => Ok(library),
+        Err(LibraryError::NotFound { .. }) => {
+            eprintln!("creating library {name} in {}", dir.display());
+            Ok(Library::init(dir, name, Settings::default())?)
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+#[cfg(feature = "embed")]
+fn load_embedder() -> anyhow::Result<Option<Arc<dyn gym::embed::Embedder>>> {
+    let dir = gym::embed::default_minilm_dir();
+    let embedder = gym::embed::MiniLmEmbedder::load(&dir)
+        .with_context(|| "loading the embedder for near-duplicate detection (run `make setup`)")?;
+    Ok(Some(Arc::new(embedder)))
+}
+
+#[cfg(not(feature = "embed"))]
+fn load_embedder() -> anyhow::Result<Option<Arc<dyn gym::embed::Embedder>>> {
+    eprintln!("warning: built without the `embed` feature: near-duplicate experiences are not caught");
+    Ok(None)
+}
+
+/// Plain progress lines, one per meaningful event.
+struct Progress {
+    interactive: bool,
+}
+
+impl EventSink for Progress {
+    fn emit(&self, event: &RunEvent) {
+        let _ = self.interactive;
+        let line = match event {
+            RunEvent::RunStarted { run, resumed, steps, queries, group_size, model, distill_model, library, library_version } => format!(
+                "{} run {run}: {queries} queries x G={group_size}, {steps} steps; model {model}, distill {distill_model}; library {library}@{library_version}",
+                if *resumed { "resuming" } else { "starting" }
+            ),
+            RunEvent::StepStarted { epoch, step, queries, library_version, experiences } => format!(
+                "step {step} (epoch {epoch}): {queries} queries, library v{library_version} with {experiences} experiences"
+            ),
+            RunEvent::StepEnded { step, mean_reward, kept_groups, groups, end, tokens, elapsed_s, .. } => {
+                let outcome = match end {
+                    StepEnd::Committed { version, added, updated, deleted } => {
+                        format!("committed v{version} (+{added} ~{updated} -{deleted})")
+                    }
+                    StepEnd::Skipped { reason } => format!("no change: {reason}"),
+                    StepEnd::Failed { reason } => format!("FAILED: {reason}"),
+                };
+                format!(
+                    "step {step}: mean reward {mean_reward:.3}, {kept_groups}/{groups} groups kept, {} tokens, {elapsed_s:.0} s → {outcome}",
+                    tokens.prompt_tokens + tokens.completion_tokens
+                )
+            }
+            RunEvent::StageOutput { step, stage, ok: false, attempts, .. } => {
+                format!("step {step}: {} stage failed after {attempts} attempts", stage.as_str())
+            }
+            RunEvent::BudgetExhausted { step, tokens, cost_usd } => {
+                format!("budget exhausted before step {step}: {tokens} tokens, ${cost_usd:.4}")
+            }
+            _ => return,
+        };
+        println!("{line}");
+    }
+}
+
+fn render_summary(summary: &RunSummary, library: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(out, "\nrun {} summary", summary.run);
+    let _ = writeln!(out, "step  epoch  mean reward  kept  outcome");
+    for step in &summary.steps {
+        let outcome = match &step.end {
+            StepEnd::Committed { version, added, updated, deleted } => {
+                format!("v{version}: +{added} ~{updated} -{deleted}")
+            }
+            StepEnd::Skipped { reason } => format!("no change ({reason})"),
+            StepEnd::Failed { reason } => format!("failed ({reason})"),
+        };
+        let _ = writeln!(
+            out,
+            "{:>4}  {:>5}  {:>11.3}  {:>4}  {outcome}",
+            step.step, step.epoch, step.mean_reward, format!("{}/{}", step.kept_groups, step.groups)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "library {library}: v{} → v{}, {} added, {} updated, {} deleted",
+        summary.library_version_start, summary.library_version_end, summary.added, summary.updated, summary.deleted
+    );
+    for (stage, stats) in &summary.stages {
+        let rate = if stats.attempts == 0 { 0.0 } else { stats.parse_failures as f64 / stats.attempts as f64 };
+        let _ = writeln!(
+            out,
+            "stage {:<11} {} calls, {} attempts, {} parse failures ({:.0}%), {} failed, {} items dropped",
+            stage.as_str(),
+            stats.calls,
+            stats.attempts,
+            stats.parse_failures,
+            rate * 100.0,
+            stats.failures,
+            stats.dropped_items
+        );
+    }
+    let _ = writeln!(
+        out,
+        "ops dropped {}, near-duplicates {}, verifier failures {}, failed steps {}",
+        summary.dropped_ops, summary.near_duplicates, summary.verifier_failures, summary.failed_steps
+    );
+    let total = summary.total_usage();
+    let _ = writeln!(
+        out,
+        "tokens {} (rollouts {}, stages {}), cost ${:.4}, wall time {:.0} s",
+        total.prompt_tokens + total.completion_tokens,
+        summary.rollout_usage.prompt_tokens + summary.rollout_usage.completion_tokens,
+        summary.distill_usage.prompt_tokens + summary.distill_usage.completion_tokens,
+        summary.cost_usd,
+        summary.elapsed_s
+    );
+    out
+}

@@ -1,0 +1,233 @@
+//! The run journal: an append-only JSONL file of everything a run produced, so a run killed at
+//! any moment resumes without redoing finished work.
+//!
+//! Each entry is one line, written with a single `write` and fsynced before the work that
+//! depends on it goes on. A crash can therefore leave at most one torn line, and only at the
+//! end: that line is ignored (and reported); a bad line anywhere else is corruption and an error.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::rollout::RolloutGroup;
+
+pub const JOURNAL_FILE: &str = "journal.jsonl";
+
+/// Which LLM stage produced an output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    Summarize,
+    Extract,
+    Consolidate,
+}
+
+impl Stage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Summarize => "summarize",
+            Stage::Extract => "extract",
+            Stage::Consolidate => "consolidate",
+        }
+    }
+}
+
+/// How a step ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum StepEnd {
+    /// A new library version was committed.
+    Committed { version: u64, added: usize, updated: usize, deleted: usize },
+    /// Nothing to learn (e.g. no group had differing rewards); the library is unchanged.
+    Skipped { reason: String },
+    /// The stages failed; the library is unchanged and the failure is reported.
+    Failed { reason: String },
+}
+
+/// One line of the journal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Entry {
+    /// A process started (or resumed) the run.
+    Started { at: String, resumed: bool },
+    /// A scored group of answers.
+    Rollout {
+        epoch: u32,
+        step: u32,
+        library_version: u64,
+        group: RolloutGroup,
+    },
+    /// The output of one stage call (its typed outcome as JSON).
+    Stage {
+        epoch: u32,
+        step: u32,
+        stage: Stage,
+        key: String,
+        outcome: serde_json::Value,
+    },
+    /// A step is over.
+    StepEnded { epoch: u32, step: u32, end: StepEnd },
+    /// Every step is over.
+    Finished { at: String },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error("run journal {}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("run journal {}: line {line}: {message}", path.display())]
+    Corrupt { path: PathBuf, line: usize, message: String },
+}
+
+/// What a journal holds, indexed for resuming.
+#[derive(Debug, Default)]
+pub struct Replay {
+    pub rollouts: HashMap<(u32, String), RolloutGroup>,
+    pub stages: HashMap<(u32, Stage, String), serde_json::Value>,
+    pub ended: BTreeMap<u32, StepEnd>,
+    pub finished: bool,
+    pub starts: usize,
+    /// A torn last line left by a crash mid-write, ignored.
+    pub torn_tail: bool,
+}
+
+/// An open journal, appended to as the run goes.
+pub struct Journal {
+    path: PathBuf,
+    file: File,
+}
+
+impl Journal {
+    /// Opens (creating if needed) the journal in `dir`, returning what it already holds.
+    pub fn open(dir: &Path) -> Result<(Self, Replay), JournalError> {
+        let path = dir.join(JOURNAL_FILE);
+        let io = |source| JournalError::Io { path: path.clone(), source };
+        let replay = if path.exists() { read(&path)? } else { Replay::default() };
+        if replay.torn_tail {
+            // Cut the torn line so the next entry starts on a line of its own.
+            let text = std::fs::read(&path).map_err(io)?;
+            let keep = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            let file = OpenOptions::new().write(true).open(&path).map_err(io)?;
+            file.set_len(keep as u64).map_err(io)?;
+            file.sync_all().map_err(io)?;
+        }
+        let file = OpenOptions::new().create(true).append(true).open(&path).map_err(io)?;
+        Ok((Self { path, file }, replay))
+    }
+
+    /// Appends one entry and makes it durable before returning.
+    pub fn append(&mut self, entry: &Entry) -> Result<(), JournalError> {
+        let mut line = serde_json::to_vec(entry).expect("journal entries always serialize");
+        line.push(b'\n');
+        let io = |source| JournalError::Io { path: self.path.clone(), source };
+        self.file.write_all(&line).map_err(io)?;
+        self.file.sync_data().map_err(io)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn read(path: &Path) -> Result<Replay, JournalError> {
+    let file = File::open(path).map_err(|source| JournalError::Io { path: path.to_owned(), source })?;
+    let lines: Vec<Vec<u8>> = BufReader::new(file)
+        .split(b'\n')
+        .collect::<Result<_, _>>()
+        .map_err(|source| JournalError::Io { path: path.to_owned(), source })?;
+    let ends_with_newline = std::fs::read(path)
+        .map(|bytes| bytes.last() == Some(&b'\n'))
+        .unwrap_or(true);
+    let mut replay = Replay::default();
+    let count = lines.len();
+    for (index, line) in lines.into_iter().enumerate() {
+        if line.is_empty() {
+            continue;
+        }
+        let entry = match serde_json::from_slice::<Entry>(&line) {
+            Ok(entry) => entry,
+            Err(error) => {
+                if index + 1 == count && !ends_with_newline {
+                    replay.torn_tail = true;
+                    break;
+                }
+                return Err(JournalError::Corrupt {
+                    path: path.to_owned(),
+                    line: index + 1,
+                    message: error.to_string(),
+                });
+            }
+        };
+        match entry {
+            Entry::Started { .. } => replay.starts += 1,
+            Entry::Rollout { step, group, .. } => {
+                replay.rollouts.insert((step, group.sample_id.clone()), group);
+            }
+            Entry::Stage { step, stage, key, outcome, .. } => {
+                replay.stages.insert((step, stage, key), outcome);
+            }
+            Entry::StepEnded { step, end, .. } => {
+                replay.ended.insert(step, end);
+            }
+            Entry::Finished { .. } => replay.finished = true,
+        }
+    }
+    Ok(replay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Usage;
+
+    fn group(id: &str) -> RolloutGroup {
+        RolloutGroup {
+            sample_id: id.into(),
+            answers: Vec::new(),
+            usage: Usage::default(),
+            cost_usd: None,
+            retries: 0,
+        }
+    }
+
+    #[test]
+    fn entries_survive_reopening_and_a_torn_tail_is_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut journal, replay) = Journal::open(dir.path()).unwrap();
+        assert_eq!(replay.starts, 0);
+        journal.append(&Entry::Started { at: "t".into(), resumed: false }).unwrap();
+        journal
+            .append(&Entry::Rollout { epoch: 1, step: 1, library_version: 0, group: group("q1") })
+            .unwrap();
+        drop(journal);
+        // A crash in the middle of the next write.
+        let path = dir.path().join(JOURNAL_FILE);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes.extend_from_slice(br#"{"kind":"rollout","epoch":1,"st"#);
+        std::fs::write(&path, &bytes).unwrap();
+
+        let (mut journal, replay) = Journal::open(dir.path()).unwrap();
+        assert!(replay.torn_tail);
+        assert!(replay.rollouts.contains_key(&(1, "q1".to_string())));
+        journal
+            .append(&Entry::StepEnded { epoch: 1, step: 1, end: StepEnd::Skipped { reason: "x".into() } })
+            .unwrap();
+        drop(journal);
+        let (_, replay) = Journal::open(dir.path()).unwrap();
+        assert!(!replay.torn_tail);
+        assert_eq!(replay.ended.len(), 1);
+        assert_eq!(replay.starts, 1);
+    }
+
+    #[test]
+    fn a_bad_line_in_the_middle_is_corruption_naming_the_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(JOURNAL_FILE);
+        std::fs::write(&path, "{\"kind\":\"finished\",\"at\":\"t\"}\nnot json\n{\"kind\":\"finished\",\"at\":\"t\"}\n").unwrap();
+        let error = Journal::open(dir.path()).err().unwrap().to_string();
+        assert!(error.contains("line 2"), "{error}");
+    }
+}

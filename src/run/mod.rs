@@ -1,0 +1,194 @@
+//! A Training-Free GRPO run: epochs × batches of the training set; at every step, rollouts with
+//! the current library injected → rewards → groups whose rewards differ → summarize → extract →
+//! consolidate → one new library version with full provenance.
+//!
+//! Everything a step produces is journaled (see [`journal`]) before it is used, so a run killed
+//! at any point resumes where it stopped: finished rollouts and stage outputs are read back, not
+//! regenerated, and a step's version is committed exactly once (a commit whose journal line was
+//! lost is recognised by its provenance).
+
+pub mod events;
+pub mod journal;
+mod step;
+mod summary;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+pub use self::events::{EventSink, Events, JsonlSink, RunEvent};
+pub use self::journal::{Entry, Journal, JournalError, Replay, Stage, StepEnd};
+pub use self::summary::{RunSummary, StepReport};
+use crate::backend::{Backend, BackendError, Sampling, Usage};
+use crate::data::Sample;
+use crate::distill::DistillConfig;
+use crate::embed::{EmbedError, Embedder};
+use crate::library::{Library, LibraryError};
+use crate::reward::Verifier;
+
+/// The knobs of a run that shape what it learns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunConfig {
+    pub run_id: String,
+    pub epochs: u32,
+    pub batch_size: usize,
+    pub group_size: usize,
+    pub sampling: Sampling,
+    /// Groups whose reward standard deviation is at most this teach nothing and are skipped.
+    pub min_reward_std: f64,
+    /// Groups and stage calls in flight at once.
+    pub parallel: usize,
+    pub distill: DistillConfig,
+    /// Cosine similarity at or above which a new experience is a near-duplicate.
+    pub duplicate_threshold: f32,
+    pub budget_tokens: Option<u64>,
+    pub budget_usd: Option<f64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error(transparent)]
+    Library(#[from] LibraryError),
+    #[error("a model call failed (the run can be resumed): {0}")]
+    Backend(#[from] BackendError),
+    #[error("embedding failed: {0}")]
+    Embed(#[from] EmbedError),
+    #[error("run directory {}: {message}", path.display())]
+    RunDir { path: PathBuf, message: String },
+    #[error("the training set is empty")]
+    NoSamples,
+}
+
+/// Everything a run needs, built by the caller.
+pub struct Runner {
+    pub config: RunConfig,
+    /// `runs/<run-id>/`.
+    pub dir: PathBuf,
+    pub rollout_backend: Arc<dyn Backend>,
+    pub distill_backend: Arc<dyn Backend>,
+    pub verifier: Arc<dyn Verifier>,
+    pub embedder: Option<Arc<dyn Embedder>>,
+    pub samples: Vec<Sample>,
+    pub instruction: Option<String>,
+    pub library: Library,
+    pub events: Events,
+}
+
+/// Totals the budget is checked against.
+#[derive(Debug, Clone, Copy, Default)]
+struct Spent {
+    tokens: Usage,
+    cost_usd: f64,
+}
+
+impl Runner {
+    /// The number of steps the run has: epochs × batches.
+    pub fn total_steps(&self) -> u32 {
+        let batches = self.samples.len().div_ceil(self.config.batch_size.max(1));
+        self.config.epochs * batches as u32
+    }
+
+    /// Runs (or resumes) every step, then returns the summary of the whole run.
+    pub async fn run(mut self) -> Result<RunSummary, RunError> {
+        if self.samples.is_empty() {
+            return Err(RunError::NoSamples);
+        }
+        let started = Instant::now();
+        let _lock = lock_run_dir(&self.dir)?;
+        let (mut journal, replay) = Journal::open(&self.dir)?;
+        let resumed = replay.starts > 0;
+        journal.append(&Entry::Started { at: chrono::Utc::now().to_rfc3339(), resumed })?;
+        self.events.emit(RunEvent::RunStarted {
+            run: self.config.run_id.clone(),
+            resumed,
+            steps: self.total_steps(),
+            queries: self.samples.len(),
+            group_size: self.config.group_size,
+            model: self.rollout_backend.model().to_string(),
+            distill_model: self.distill_backend.model().to_string(),
+            library: self.library.name().to_string(),
+            library_version: self.library.head_version(),
+        });
+
+        let mut summary = RunSummary::new(&self.config.run_id, self.library.head_version());
+        let mut spent = Spent::default();
+        let batch_size = self.config.batch_size.max(1);
+        let batches = self.samples.len().div_ceil(batch_size);
+        let mut step = 0u32;
+        'epochs: for epoch in 1..=self.config.epochs {
+            for batch in 0..batches {
+                step += 1;
+                let queries: Vec<Sample> = self.samples
+                    [batch * batch_size..((batch + 1) * batch_size).min(self.samples.len())]
+                    .to_vec();
+                if self.over_budget(&spent) {
+                    self.events.emit(RunEvent::BudgetExhausted {
+                        step,
+                        tokens: spent.tokens.prompt_tokens + spent.tokens.completion_tokens,
+                        cost_usd: spent.cost_usd,
+                    });
+                    summary.budget_exhausted = true;
+                    break 'epochs;
+                }
+                let step_started = Instant::now();
+                let report = step::run_step(&mut self, &mut journal, &replay, epoch, step, &queries).await?;
+                spent.tokens += report.rollout_usage;
+                spent.tokens += report.distill_usage;
+                spent.cost_usd += report.cost_usd;
+                self.events.emit(RunEvent::StepEnded {
+                    epoch,
+                    step,
+                    mean_reward: report.mean_reward,
+                    kept_groups: report.kept_groups,
+                    groups: report.groups,
+                    end: report.end.clone(),
+                    tokens: {
+                        let mut u = report.rollout_usage;
+                        u += report.distill_usage;
+                        u
+                    },
+                    cost_usd: report.cost_usd,
+                    elapsed_s: step_started.elapsed().as_secs_f64(),
+                });
+                summary.add(report);
+            }
+        }
+        if !summary.budget_exhausted {
+            journal.append(&Entry::Finished { at: chrono::Utc::now().to_rfc3339() })?;
+        }
+        summary.library_version_end = self.library.head_version();
+        summary.elapsed_s = started.elapsed().as_secs_f64();
+        self.events.emit(RunEvent::RunFinished {
+            steps: summary.steps.len() as u32,
+            tokens: summary.total_usage(),
+            cost_usd: summary.cost_usd,
+            elapsed_s: summary.elapsed_s,
+        });
+        Ok(summary)
+    }
+
+    fn over_budget(&self, spent: &Spent) -> bool {
+        let tokens = spent.tokens.prompt_tokens + spent.tokens.completion_tokens;
+        self.config.budget_tokens.is_some_and(|b| tokens >= b)
+            || self.config.budget_usd.is_some_and(|b| spent.cost_usd >= b)
+    }
+}
+
+/// Only one process may work on a run at a time.
+fn lock_run_dir(dir: &Path) -> Result<File, RunError> {
+    let fail = |message: String| RunError::RunDir { path: dir.to_owned(), message };
+    std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
+    let file = File::open(dir).map_err(|e| fail(e.to_string()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            Err(fail("another gym process is working on this run".into()))
+        }
+        Err(std::fs::TryLockError::Error(e)) => Err(fail(e.to_string())),
+    }
+}

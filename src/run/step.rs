@@ -1,0 +1,414 @@
+//! One step of a run: rollouts, group filter, the three stages, near-duplicate check, commit.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::journal::{Entry, Journal, Replay, Stage, StepEnd};
+use super::summary::StepReport;
+use super::{RunError, Runner};
+use crate::backend::Usage;
+use crate::data::Sample;
+use crate::distill::{self, Proposal, StageOutcome, StageStats};
+use crate::embed::find_near_duplicates;
+use crate::library::{Change, Evidence, Op, Provenance, State};
+use crate::rollout::prompt::{Shown, solve_messages};
+use crate::rollout::{RolloutGroup, rollout};
+
+use super::events::RunEvent;
+
+/// Per-step bookkeeping while the step runs.
+struct Tally {
+    report: StepReport,
+}
+
+impl Tally {
+    fn stage<T>(&mut self, stage: Stage, outcome: &StageOutcome<T>, reused: bool) {
+        self.report.stages.entry(stage).or_default().record(outcome);
+        self.report.distill_usage += outcome.usage;
+        self.report.cost_usd += outcome.cost_usd.unwrap_or(0.0);
+        if reused {
+            self.report.reused += 1;
+        }
+    }
+}
+
+pub(super) async fn run_step(
+    runner: &mut Runner,
+    journal: &mut Journal,
+    replay: &Replay,
+    epoch: u32,
+    step: u32,
+    queries: &[Sample],
+) -> Result<StepReport, RunError> {
+    let mut tally = Tally {
+        report: StepReport {
+            epoch,
+            step,
+            mean_reward: 0.0,
+            groups: queries.len(),
+            kept_groups: 0,
+            end: StepEnd::Skipped { reason: String::new() },
+            rollout_usage: Usage::default(),
+            distill_usage: Usage::default(),
+            cost_usd: 0.0,
+            stages: BTreeMap::new(),
+            dropped_ops: 0,
+            near_duplicates: 0,
+            verifier_failures: 0,
+            consolidate_fallback: false,
+            reused: 0,
+        },
+    };
+    let run_id = runner.config.run_id.clone();
+
+    // A version committed for this step whose journal line was lost to a crash.
+    let head = runner.library.head_record();
+    let committed_here = matches!(&head.provenance,
+        Provenance::Run { run, step: s, .. } if *run == run_id && *s == step);
+    if committed_here && !replay.ended.contains_key(&step) {
+        let end = committed_end(head.version, &head.ops);
+        journal.append(&Entry::StepEnded { epoch, step, end: end.clone() })?;
+        return Ok(replayed_report(tally, replay, queries, step, end));
+    }
+    if let Some(end) = replay.ended.get(&step) {
+        return Ok(replayed_report(tally, replay, queries, step, end.clone()));
+    }
+
+    let library_version = runner.library.head_version();
+    let state: State = runner.library.head().clone();
+    let shown: Vec<Shown> = state
+        .active()
+        .map(|e| Shown { id: e.id.to_string(), text: e.text.clone() })
+        .collect();
+    runner.events.emit(RunEvent::StepStarted {
+        epoch,
+        step,
+        queries: queries.len(),
+        library_version,
+        experiences: shown.len(),
+    });
+
+    // Rollouts: reuse what the journal has, sample the rest.
+    let mut groups: BTreeMap<String, RolloutGroup> = BTreeMap::new();
+    let mut pending = Vec::new();
+    for sample in queries {
+        match replay.rollouts.get(&(step, sample.id.clone())) {
+            Some(group) => {
+                tally.report.reused += 1;
+                groups.insert(sample.id.clone(), group.clone());
+            }
+            None => pending.push(sample),
+        }
+    }
+    {
+        let backend = Arc::clone(&runner.rollout_backend);
+        let verifier = Arc::clone(&runner.verifier);
+        let (instruction, shown, config) = (&runner.instruction, &shown, &runner.config);
+        let mut stream = futures::stream::iter(pending.into_iter().map(|sample| {
+            let (backend, verifier) = (Arc::clone(&backend), Arc::clone(&verifier));
+            async move {
+                let messages = solve_messages(sample, instruction.as_deref(), shown);
+                rollout(backend.as_ref(), verifier.as_ref(), sample, messages, config.group_size, &config.sampling)
+                    .await
+            }
+        }))
+        .buffer_unordered(runner.config.parallel.max(1));
+        while let Some(group) = stream.next().await {
+            let group = group?;
+            journal.append(&Entry::Rollout { epoch, step, library_version, group: group.clone() })?;
+            runner.events.emit(RunEvent::Rollout {
+                step,
+                sample_id: group.sample_id.clone(),
+                rewards: group.rewards().collect(),
+                usage: group.usage,
+                reused: false,
+            });
+            groups.insert(group.sample_id.clone(), group);
+        }
+    }
+    account_rollouts(&mut tally.report, groups.values());
+
+    let kept: Vec<(&Sample, &RolloutGroup)> = queries
+        .iter()
+        .filter_map(|s| groups.get(&s.id).map(|g| (s, g)))
+        .filter(|(_, g)| g.reward_std() > runner.config.min_reward_std)
+        .collect();
+    tally.report.kept_groups = kept.len();
+    if kept.is_empty() {
+        let end = StepEnd::Skipped {
+            reason: format!(
+                "no group of {} had rewards that differ (std > {})",
+                queries.len(),
+                runner.config.min_reward_std
+            ),
+        };
+        journal.append(&Entry::StepEnded { epoch, step, end: end.clone() })?;
+        tally.report.end = end;
+        return Ok(tally.report);
+    }
+
+    // Stage 1: summarize every answer of every kept group.
+    let cfg = runner.config.distill.clone();
+    let backend = Arc::clone(&runner.distill_backend);
+    let mut summaries: BTreeMap<(String, usize), StageOutcome<String>> = BTreeMap::new();
+    let mut todo = Vec::new();
+    for (sample, group) in &kept {
+        for index in 0..group.answers.len() {
+            let key = format!("{}/{index}", sample.id);
+            match reuse::<String>(replay, step, Stage::Summarize, &key) {
+                Some(outcome) => {
+                    tally.stage(Stage::Summarize, &outcome, true);
+                    summaries.insert((sample.id.clone(), index), outcome);
+                }
+                None => todo.push((*sample, *group, index, key)),
+            }
+        }
+    }
+    let mut stream = futures::stream::iter(todo.into_iter().map(|(sample, group, index, key)| {
+        let (backend, cfg) = (Arc::clone(&backend), &cfg);
+        async move {
+            let outcome = distill::summarize(backend.as_ref(), sample, &group.answers[index], cfg).await;
+            (sample.id.clone(), index, key, outcome)
+        }
+    }))
+    .buffer_unordered(runner.config.parallel.max(1));
+    while let Some((id, index, key, outcome)) = stream.next().await {
+        record(journal, &runner.events, epoch, step, Stage::Summarize, &key, &outcome)?;
+        tally.stage(Stage::Summarize, &outcome, false);
+        summaries.insert((id, index), outcome);
+    }
+    drop(stream);
+
+    // Stage 2: extract experiences and ops from each kept group.
+    let mut proposals: Vec<Proposal> = Vec::new();
+    let mut extract_ok = 0;
+    let mut todo = Vec::new();
+    for (sample, group) in &kept {
+        match reuse::<Vec<distill::ProposedOp>>(replay, step, Stage::Extract, &sample.id) {
+            Some(outcome) => {
+                tally.stage(Stage::Extract, &outcome, true);
+                extract_ok += usize::from(outcome.value.is_some());
+                proposals.extend(with_evidence(outcome.value.unwrap_or_default(), sample, group));
+            }
+            None => todo.push((*sample, *group)),
+        }
+    }
+    let mut stream = futures::stream::iter(todo.into_iter().map(|(sample, group)| {
+        let texts: Vec<String> = (0..group.answers.len())
+            .map(|i| {
+                summaries
+                    .get(&(sample.id.clone(), i))
+                    .and_then(|o| o.value.clone())
+                    .unwrap_or_else(|| "(no summary: the summarize stage failed for this answer)".into())
+            })
+            .collect();
+        let (backend, cfg, state) = (Arc::clone(&backend), &cfg, &state);
+        async move {
+            let outcome = distill::extract(backend.as_ref(), sample, group, &texts, state, cfg).await;
+            (sample, group, outcome)
+        }
+    }))
+    .buffer_unordered(runner.config.parallel.max(1));
+    while let Some((sample, group, outcome)) = stream.next().await {
+        record(journal, &runner.events, epoch, step, Stage::Extract, &sample.id, &outcome)?;
+        tally.stage(Stage::Extract, &outcome, false);
+        extract_ok += usize::from(outcome.value.is_some());
+        proposals.extend(with_evidence(outcome.value.clone().unwrap_or_default(), sample, group));
+    }
+    drop(stream);
+
+    if extract_ok == 0 {
+        let end = StepEnd::Failed {
+            reason: format!("the extract stage failed for all {} kept groups", kept.len()),
+        };
+        journal.append(&Entry::StepEnded { epoch, step, end: end.clone() })?;
+        tally.report.end = end;
+        return Ok(tally.report);
+    }
+    if proposals.is_empty() {
+        let end = StepEnd::Skipped { reason: "the extract stage proposed no changes".into() };
+        journal.append(&Entry::StepEnded { epoch, step, end: end.clone() })?;
+        tally.report.end = end;
+        return Ok(tally.report);
+    }
+
+    // Stage 3: consolidate the batch's proposals in one call; fall back to the deterministic
+    // merge (and say so) when the model's answer is unusable.
+    let consolidated = match reuse::<Vec<Proposal>>(replay, step, Stage::Consolidate, "batch") {
+        Some(outcome) => {
+            tally.stage(Stage::Consolidate, &outcome, true);
+            outcome
+        }
+        None => {
+            let outcome = distill::consolidate(backend.as_ref(), &proposals, &state, &cfg).await;
+            record(journal, &runner.events, epoch, step, Stage::Consolidate, "batch", &outcome)?;
+            tally.stage(Stage::Consolidate, &outcome, false);
+            outcome
+        }
+    };
+    let final_proposals = match consolidated.value {
+        Some(value) => value,
+        None => {
+            tally.report.consolidate_fallback = true;
+            proposals
+        }
+    };
+    let resolution = distill::resolve(final_proposals, &state, cfg.max_words);
+    tally.report.dropped_ops += resolution.dropped.len() as u64;
+    let mut changes = resolution.changes;
+
+    if let Some(embedder) = runner.embedder.clone() {
+        let near = near_duplicates(embedder, &changes, &state, runner.config.duplicate_threshold).await?;
+        tally.report.near_duplicates += near.len() as u64;
+        let mut index = 0;
+        changes.retain(|change| {
+            let keep = !(matches!(change, Change::Add { .. }) && near.contains(&index));
+            if matches!(change, Change::Add { .. }) {
+                index += 1;
+            }
+            keep
+        });
+    }
+
+    let end = if changes.is_empty() {
+        StepEnd::Skipped {
+            reason: format!(
+                "all proposed changes were dropped ({} invalid or contradicted, {} near-duplicates)",
+                tally.report.dropped_ops, tally.report.near_duplicates
+            ),
+        }
+    } else {
+        let provenance = Provenance::Run {
+            run: run_id,
+            epoch,
+            step,
+            model: runner.distill_backend.model().to_string(),
+            prompts_hash: prompts_hash(),
+        };
+        match runner.library.commit(&changes, provenance) {
+            Ok(version) => committed_end(version.version, &version.ops),
+            Err(error) => StepEnd::Failed { reason: format!("the library refused the changes: {error}") },
+        }
+    };
+    journal.append(&Entry::StepEnded { epoch, step, end: end.clone() })?;
+    tally.report.end = end;
+    Ok(tally.report)
+}
+
+/// SHA-256 over every prompt template a run uses (solver and stages).
+pub fn prompts_hash() -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(crate::rollout::prompt::templates_hash());
+    hasher.update(distill::prompts_hash());
+    hex::encode(hasher.finalize())
+}
+
+fn committed_end(version: u64, ops: &[Op]) -> StepEnd {
+    let count = |kind: &str| ops.iter().filter(|op| op.kind() == kind).count();
+    StepEnd::Committed { version, added: count("add"), updated: count("update"), deleted: count("delete") }
+}
+
+fn account_rollouts<'a>(report: &mut StepReport, groups: impl Iterator<Item = &'a RolloutGroup>) {
+    let mut rewards = Vec::new();
+    for group in groups {
+        report.rollout_usage += group.usage;
+        report.cost_usd += group.cost_usd.unwrap_or(0.0);
+        report.verifier_failures += group.verifier_failures() as u64;
+        rewards.extend(group.rewards());
+    }
+    report.mean_reward = if rewards.is_empty() { 0.0 } else { rewards.iter().sum::<f64>() / rewards.len() as f64 };
+}
+
+/// The report of a step that ended in an earlier process, rebuilt from the journal.
+fn replayed_report(mut tally: Tally, replay: &Replay, queries: &[Sample], step: u32, end: StepEnd) -> StepReport {
+    let groups: Vec<&RolloutGroup> = queries
+        .iter()
+        .filter_map(|s| replay.rollouts.get(&(step, s.id.clone())))
+        .collect();
+    tally.report.reused += groups.len() as u64;
+    account_rollouts(&mut tally.report, groups.iter().copied());
+    tally.report.kept_groups = groups.iter().filter(|g| g.has_signal()).count();
+    for ((s, stage, _), value) in &replay.stages {
+        if *s != step {
+            continue;
+        }
+        // Only the accounting fields matter here, whatever the stage's value type.
+        if let Ok(outcome) = serde_json::from_value::<StageOutcome<serde_json::Value>>(value.clone()) {
+            tally.stage(*stage, &outcome, true);
+        }
+    }
+    tally.report.end = end;
+    tally.report
+}
+
+fn reuse<T: DeserializeOwned>(replay: &Replay, step: u32, stage: Stage, key: &str) -> Option<StageOutcome<T>> {
+    replay
+        .stages
+        .get(&(step, stage, key.to_string()))
+        .and_then(|value| serde_json::from_value(value.clone()).ok())
+}
+
+fn record<T: Serialize>(
+    journal: &mut Journal,
+    events: &super::Events,
+    epoch: u32,
+    step: u32,
+    stage: Stage,
+    key: &str,
+    outcome: &StageOutcome<T>,
+) -> Result<(), RunError> {
+    let value = serde_json::to_value(outcome).expect("stage outcomes always serialize");
+    journal.append(&Entry::Stage { epoch, step, stage, key: key.to_string(), outcome: value })?;
+    events.emit(RunEvent::StageOutput {
+        step,
+        stage,
+        key: key.to_string(),
+        ok: outcome.value.is_some(),
+        attempts: outcome.attempts,
+        parse_failures: outcome.parse_failures,
+        dropped: outcome.dropped.len(),
+        reused: false,
+    });
+    Ok(())
+}
+
+fn with_evidence(ops: Vec<distill::ProposedOp>, sample: &Sample, group: &RolloutGroup) -> Vec<Proposal> {
+    ops.into_iter()
+        .map(|op| Proposal {
+            op,
+            evidence: Evidence { query_ids: vec![sample.id.clone()], group_rewards: group.rewards().collect() },
+        })
+        .collect()
+}
+
+/// Indices (among the adds, in order) of new experiences too close to an existing one or to an
+/// earlier add.
+async fn near_duplicates(
+    embedder: Arc<dyn crate::embed::Embedder>,
+    changes: &[Change],
+    state: &State,
+    threshold: f32,
+) -> Result<Vec<usize>, RunError> {
+    let adds: Vec<String> = changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::Add { text, .. } => Some(text.clone()),
+            _ => None,
+        })
+        .collect();
+    if adds.is_empty() {
+        return Ok(Vec::new());
+    }
+    let existing: Vec<(String, String)> = state.active().map(|e| (e.id.to_string(), e.text.clone())).collect();
+    let found = tokio::task::spawn_blocking(move || {
+        find_near_duplicates(embedder.as_ref(), &adds, &existing, threshold)
+    })
+    .await
+    .expect("the embedding task does not panic")?;
+    Ok(found.into_iter().map(|d| d.index).collect())
+}

@@ -1,0 +1,106 @@
+//! What a run did, step by step and in total.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::journal::{Stage, StepEnd};
+use crate::backend::Usage;
+use crate::distill::StageStats;
+
+/// One step of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepReport {
+    pub epoch: u32,
+    pub step: u32,
+    pub mean_reward: f64,
+    pub groups: usize,
+    pub kept_groups: usize,
+    pub end: StepEnd,
+    pub rollout_usage: Usage,
+    pub distill_usage: Usage,
+    pub cost_usd: f64,
+    pub stages: BTreeMap<Stage, StageStats>,
+    /// Proposed ops that were not applied (unknown ids, over the word limit, contradicted …).
+    pub dropped_ops: u64,
+    pub near_duplicates: u64,
+    pub verifier_failures: u64,
+    /// Whether the consolidation stage failed and the deterministic merge was used instead.
+    pub consolidate_fallback: bool,
+    /// Rollouts and stage outputs read back from the journal instead of regenerated.
+    pub reused: u64,
+}
+
+/// The whole run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    pub run: String,
+    pub steps: Vec<StepReport>,
+    pub stages: BTreeMap<Stage, StageStats>,
+    pub rollout_usage: Usage,
+    pub distill_usage: Usage,
+    pub cost_usd: f64,
+    pub dropped_ops: u64,
+    pub near_duplicates: u64,
+    pub verifier_failures: u64,
+    pub added: usize,
+    pub updated: usize,
+    pub deleted: usize,
+    pub failed_steps: usize,
+    pub library_version_start: u64,
+    pub library_version_end: u64,
+    pub budget_exhausted: bool,
+    pub elapsed_s: f64,
+}
+
+impl RunSummary {
+    pub fn new(run: &str, library_version_start: u64) -> Self {
+        Self {
+            run: run.to_string(),
+            steps: Vec::new(),
+            stages: BTreeMap::new(),
+            rollout_usage: Usage::default(),
+            distill_usage: Usage::default(),
+            cost_usd: 0.0,
+            dropped_ops: 0,
+            near_duplicates: 0,
+            verifier_failures: 0,
+            added: 0,
+            updated: 0,
+            deleted: 0,
+            failed_steps: 0,
+            library_version_start,
+            library_version_end: library_version_start,
+            budget_exhausted: false,
+            elapsed_s: 0.0,
+        }
+    }
+
+    pub fn add(&mut self, step: StepReport) {
+        self.rollout_usage += step.rollout_usage;
+        self.distill_usage += step.distill_usage;
+        self.cost_usd += step.cost_usd;
+        self.dropped_ops += step.dropped_ops;
+        self.near_duplicates += step.near_duplicates;
+        self.verifier_failures += step.verifier_failures;
+        for (stage, stats) in &step.stages {
+            self.stages.entry(*stage).or_default().merge(stats);
+        }
+        match &step.end {
+            StepEnd::Committed { added, updated, deleted, .. } => {
+                self.added += added;
+                self.updated += updated;
+                self.deleted += deleted;
+            }
+            StepEnd::Failed { .. } => self.failed_steps += 1,
+            StepEnd::Skipped { .. } => {}
+        }
+        self.steps.push(step);
+    }
+
+    pub fn total_usage(&self) -> Usage {
+        let mut usage = self.rollout_usage;
+        usage += self.distill_usage;
+        usage
+    }
+}
