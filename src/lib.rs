@@ -32,6 +32,7 @@
 
 pub mod backend;
 pub mod data;
+pub mod distill;
 pub mod library;
 pub mod reward;
 pub mod rollout;

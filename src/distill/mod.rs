@@ -1,0 +1,96 @@
+//! The three LLM stages of Training-Free GRPO, robust to what small models write.
+//!
+//! | stage | function | input → output |
+//! |---|---|---|
+//! | 1 | [`summarize`] | one scored answer → a short summary of what it did |
+//! | 2 | [`extract`] | one group's summaries and rewards + the library → at most K [`ProposedOp`]s |
+//! | 3 | [`consolidate`] | a batch's [`Proposal`]s + the library → the final proposals |
+//! | — | [`resolve()`] | proposals → library [`Change`](crate::library::Change)s, deterministically |
+//!
+//! Model output is untrusted. Every stage asks for JSON under a schema constraint, reads the
+//! reply tolerantly anyway ([`json`]: fences, prose, trailing commas, odd quotes, truncation),
+//! retries a bounded number of times with a new seed, and returns a [`StageOutcome`] that keeps
+//! every raw output, failure and dropped item; [`StageStats`] counts them over a run. A stage
+//! that fails says so (`value: None`); nothing is silently skipped. The reference
+//! implementation on a 135M model ends with an empty library because none of its stage outputs
+//! parse; this module exists so that does not happen here.
+//!
+//! The prompts are plain text under `prompts/` ([`prompt`]); [`prompts_hash`] goes into the
+//! provenance of every library version the stages produce.
+
+mod attempt;
+mod consolidate;
+mod error;
+mod extract;
+pub mod json;
+mod ops;
+mod outcome;
+pub mod prompt;
+mod proposal;
+mod resolve;
+mod summarize;
+#[cfg(test)]
+mod testing;
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::Sampling;
+use crate::library::DEFAULT_MAX_WORDS;
+
+pub use consolidate::{consolidate, consolidate_prompt, consolidate_schema};
+pub use error::ParseError;
+pub use extract::{extract, extract_prompt, extract_schema};
+pub use json::{Extracted, extract_json, parse_json};
+pub use outcome::{Stage, StageOutcome, StageStats};
+pub use prompt::prompts_hash;
+pub use proposal::{Proposal, ProposedOp, group_evidence, union_evidence};
+pub use resolve::{Resolution, normalize, resolve};
+pub use summarize::{parse_summary, summarize, summarize_prompt, summary_schema};
+
+/// How the stages run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DistillConfig {
+    /// Most ops stage 2 may propose per group (K).
+    pub max_experiences: usize,
+    /// Most words in an experience; longer texts are dropped, never truncated.
+    pub max_words: usize,
+    /// Requests per stage call before it counts as failed.
+    pub attempts: u32,
+    /// Sampling of the first attempt; retries vary the seed and sample a little warmer.
+    pub sampling: Sampling,
+}
+
+impl Default for DistillConfig {
+    fn default() -> Self {
+        Self {
+            max_experiences: 2,
+            max_words: DEFAULT_MAX_WORDS,
+            attempts: 3,
+            sampling: Sampling {
+                temperature: 0.3,
+                max_tokens: 256,
+                ..Sampling::default()
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_the_paper() {
+        let cfg = DistillConfig::default();
+        assert_eq!(
+            (cfg.max_experiences, cfg.max_words, cfg.attempts),
+            (2, 32, 3)
+        );
+        assert_eq!(
+            (cfg.sampling.temperature, cfg.sampling.max_tokens),
+            (0.3, 256)
+        );
+        let json = serde_json::to_string(&cfg).unwrap();
+        assert_eq!(serde_json::from_str::<DistillConfig>(&json).unwrap(), cfg);
+    }
+}

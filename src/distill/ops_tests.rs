@@ -1,0 +1,208 @@
+//! Stage 2 and 3 replies as small models write them, and the ops read from each.
+
+use super::*;
+use crate::distill::testing::library;
+
+fn id(n: u32) -> ExperienceId {
+    ExperienceId::new(n).unwrap()
+}
+
+fn add(text: &str) -> ProposedOp {
+    ProposedOp::Add { text: text.into() }
+}
+
+/// Reads `output` against a library with E0001 and E0002 active and E0003 deleted.
+fn read(output: &str) -> (Result<Vec<ProposedOp>, ParseError>, Vec<String>) {
+    let state = library();
+    let rules = Rules {
+        library: &state,
+        max_words: 12,
+    };
+    let mut dropped = Vec::new();
+    let result = read_ops(output, &rules, true, &mut dropped)
+        .map(|read| read.items.into_iter().map(|item| item.op).collect());
+    (result, dropped)
+}
+
+fn ops(output: &str) -> Vec<ProposedOp> {
+    let (result, dropped) = read(output);
+    let ops = result.unwrap_or_else(|error| panic!("{output}: {error}"));
+    assert!(dropped.is_empty(), "{output}: {dropped:?}");
+    ops
+}
+
+#[test]
+fn many_shapes_give_the_same_ops() {
+    let expected = vec![
+        add("When a price rises, multiply by the rate."),
+        ProposedOp::Update {
+            id: id(2),
+            text: "When counting, list items first.".into(),
+        },
+        ProposedOp::Delete { id: id(1) },
+    ];
+    let shapes = [
+        r#"{"ops": [{"op": "add", "text": "When a price rises, multiply by the rate."}, {"op": "update", "id": "E0002", "text": "When counting, list items first."}, {"op": "delete", "id": "E0001"}]}"#,
+        r#"[{"op": "ADD", "text": "When a price rises, multiply by the rate."}, {"op": "Modify", "id": "e2", "text": "When counting, list items first."}, {"op": "REMOVE", "id": 1}]"#,
+        r#"{"experiences": [{"action": "add", "experience": "When a price rises, multiply by the rate."}, {"action": "edit", "id": "[E0002]", "content": "When counting, list items first."}, {"action": "remove", "id": "E1"}]}"#,
+        r##"{"Operations": [{"Operation": "Add new", "Rule": "When a price rises, multiply by the rate."}, {"type": "update", "ID": "2", "text": "[E0002] When counting, list items first."}, {"type": "delete", "target": "#1"}]}"##,
+        "```json\n{\"op\": \"add\", \"text\": \"When a price rises, multiply by the rate.\"}\n{\"op\": \"update\", \"id\": \"E0002\", \"text\": \"When counting, list items first.\"}\n{\"op\": \"delete\", \"id\": \"E0001\"}\n```",
+        "1. ADD: When a price rises, multiply by the rate.\n2. UPDATE E0002: When counting, list items first.\n3. DELETE [E0001]",
+        "Here are my lessons:\n- When a price rises, multiply by the rate.\n- update e2 - When counting, list items first.\n- Delete: E0001\nThese should help.",
+        r#"{"ops": [{"text": "When a price rises, multiply by the rate."}, {"id": "E0002", "text": "When counting, list items first."}, {"op": "delete", "text": "[E0001] When stuck, guess."}]}"#,
+    ];
+    for shape in shapes {
+        assert_eq!(ops(shape), expected, "{shape}");
+    }
+}
+
+#[test]
+fn strings_in_a_list_are_adds_or_labelled_ops() {
+    assert_eq!(
+        ops(r#"{"experiences": ["When a, b.", "ADD: When c, d.", "  \"When e, f.\" "]}"#),
+        vec![add("When a, b."), add("When c, d."), add("When e, f.")]
+    );
+}
+
+#[test]
+fn none_and_keep_are_decisions_not_failures() {
+    let state = library();
+    let rules = Rules {
+        library: &state,
+        max_words: 12,
+    };
+    for output in [
+        r#"{"ops": [{"op": "none"}]}"#,
+        r#"{"ops": [{"op": "KEEP", "id": "E0001"}, {"op": "no_change"}]}"#,
+        r#"{"ops": []}"#,
+        r#"{"ops": null}"#,
+        r#"{"ops": "none"}"#,
+        "NONE",
+    ] {
+        let mut dropped = Vec::new();
+        let read = read_ops(output, &rules, true, &mut dropped).unwrap();
+        assert!(read.items.is_empty() && dropped.is_empty(), "{output}");
+        assert_eq!(read.declined, read.total, "{output}");
+    }
+}
+
+#[test]
+fn unusable_items_are_dropped_with_reasons() {
+    let long = "When the problem is long, read every word of it slowly and then read it again.";
+    let output = format!(
+        r#"{{"ops": [
+            {{"op": "update", "id": "E0003", "text": "When x, y."}},
+            {{"op": "delete", "id": "E0042"}},
+            {{"op": "update", "id": "banana", "text": "When x, y."}},
+            {{"op": "update", "text": "When x, y."}},
+            {{"op": "add", "text": "   "}},
+            {{"op": "add", "text": "{long}"}},
+            {{"op": "upgrade", "text": "When x, y."}},
+            {{"op": "add", "text": "When ..., ..."}},
+            {{"note": "nothing"}},
+            42,
+            {{"op": "add", "text": "When kept, keep it."}}
+        ]}}"#
+    );
+    let (result, dropped) = read(&output);
+    assert_eq!(result.unwrap(), vec![add("When kept, keep it.")]);
+    let expected = [
+        "update names E0003, which is not an active experience",
+        "delete names E0042, which is not an active experience",
+        "update names `banana`, which is not an experience id",
+        "update names no experience id",
+        "add with an empty text",
+        "add of 16 words is over the limit of 12: \"When the problem is long",
+        "unknown op `upgrade`",
+        "add with a placeholder for a text: \"When ..., ...\"",
+        "an object with keys note with no op or text",
+        "an item that is the number 42",
+    ];
+    assert_eq!(dropped.len(), expected.len(), "{dropped:#?}");
+    for (reason, want) in dropped.iter().zip(expected) {
+        assert!(reason.starts_with(want), "{reason} / {want}");
+    }
+}
+
+#[test]
+fn a_cut_off_last_item_says_so() {
+    let (result, dropped) = read(
+        r#"{"ops": [{"op": "add", "text": "When a, b."}, {"op": "add", "text": "When the tot"#,
+    );
+    assert_eq!(result.unwrap(), vec![add("When a, b.")]);
+    assert_eq!(
+        dropped,
+        vec!["add with an empty text (the output was cut off inside \"When the tot\")"]
+    );
+}
+
+#[test]
+fn replies_with_nothing_usable_are_errors() {
+    assert!(matches!(read("").0, Err(ParseError::Empty)));
+    assert!(matches!(
+        read("The second attempt forgot to carry the one.").0,
+        Err(ParseError::NoJson)
+    ));
+    assert!(matches!(
+        read(r#"{"summary": "it was fine"}"#).0,
+        Err(ParseError::NoOps { found }) if found == "an object with keys summary"
+    ));
+}
+
+#[test]
+fn proposal_numbers_are_read_in_any_spelling() {
+    let state = library();
+    let rules = Rules {
+        library: &state,
+        max_words: 12,
+    };
+    let output = r##"[{"from": [1, 3], "op": "add", "text": "When a, b."}, {"sources": "2, 4", "op": "add", "text": "When c, d."}, {"from": ["#5", "P6"], "op": "add", "text": "When e, f."}, {"op": "add", "text": "When g, h."}]"##;
+    let read = read_ops(output, &rules, false, &mut Vec::new()).unwrap();
+    let from: Vec<Vec<usize>> = read.items.into_iter().map(|item| item.from).collect();
+    assert_eq!(from, vec![vec![1, 3], vec![2, 4], vec![5, 6], vec![]]);
+}
+
+#[test]
+fn plain_text_needs_permission() {
+    let state = library();
+    let rules = Rules {
+        library: &state,
+        max_words: 12,
+    };
+    let output = "1. When a, b.";
+    assert!(read_ops(output, &rules, false, &mut Vec::new()).is_err());
+    assert_eq!(
+        read_ops(output, &rules, true, &mut Vec::new())
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn ids_read_in_every_spelling() {
+    for (text, n) in [
+        ("E0003", Some(3)),
+        ("e3", Some(3)),
+        ("3", Some(3)),
+        ("[E0003]", Some(3)),
+        (" #12 ", Some(12)),
+        ("E12345", Some(12345)),
+        ("E0", None),
+        ("0", None),
+        ("G3", None),
+        ("E3a", None),
+        ("", None),
+    ] {
+        assert_eq!(parse_id(text).map(ExperienceId::number), n, "{text}");
+    }
+}
+
+#[test]
+fn texts_are_cleaned_not_rewritten() {
+    assert_eq!(clean_text("  \"When a,\n  b.\"  "), "When a, b.");
+    assert_eq!(clean_text("**“When a, b.”**"), "When a, b.");
+    assert_eq!(clean_text("\"\""), "\"\"");
+    assert_eq!(clean_text("When \u{7}a, b."), "When a, b.");
+}

@@ -1,0 +1,165 @@
+//! What one stage call gave, and the counters a run keeps over many calls.
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::Usage;
+
+/// The three LLM stages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stage {
+    /// Stage 1: one answer → a summary of what it did.
+    Summarize,
+    /// Stage 2: one group → proposed ops.
+    Extract,
+    /// Stage 3: a batch of proposals → the final ops.
+    Consolidate,
+}
+
+impl Stage {
+    /// The lower-case name used in journals and events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Summarize => "summarize",
+            Self::Extract => "extract",
+            Self::Consolidate => "consolidate",
+        }
+    }
+}
+
+/// The result of one stage call, with everything the model said along the way, so a run
+/// journal can show why a stage failed and nothing is lost silently.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageOutcome<T> {
+    /// What the stage produced; `None` when every attempt failed.
+    pub value: Option<T>,
+    /// The model's output of every attempt, in order; a backend error appears as
+    /// `backend error: <message>`.
+    pub raw_outputs: Vec<String>,
+    /// Requests made.
+    pub attempts: u32,
+    /// Attempts whose output could not be read.
+    pub parse_failures: u32,
+    /// Attempts the backend failed.
+    pub backend_errors: u32,
+    /// Why each failed attempt failed: `attempt N: <reason>`.
+    pub errors: Vec<String>,
+    /// Items dropped while reading the output, with the reason: `attempt N: <reason>`.
+    pub dropped: Vec<String>,
+    /// Tokens used by all attempts.
+    pub usage: Usage,
+}
+
+impl<T> Default for StageOutcome<T> {
+    fn default() -> Self {
+        Self {
+            value: None,
+            raw_outputs: Vec::new(),
+            attempts: 0,
+            parse_failures: 0,
+            backend_errors: 0,
+            errors: Vec::new(),
+            dropped: Vec::new(),
+            usage: Usage::default(),
+        }
+    }
+}
+
+impl<T> StageOutcome<T> {
+    /// Whether the stage produced a value.
+    pub fn succeeded(&self) -> bool {
+        self.value.is_some()
+    }
+
+    /// The same outcome carrying `f(value)`.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> StageOutcome<U> {
+        StageOutcome {
+            value: self.value.map(f),
+            raw_outputs: self.raw_outputs,
+            attempts: self.attempts,
+            parse_failures: self.parse_failures,
+            backend_errors: self.backend_errors,
+            errors: self.errors,
+            dropped: self.dropped,
+            usage: self.usage,
+        }
+    }
+}
+
+/// Counters over many calls of one stage, for run statistics and dashboards.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageStats {
+    /// Stage calls.
+    pub calls: u64,
+    /// Requests over all calls.
+    pub attempts: u64,
+    /// Attempts whose output could not be read.
+    pub parse_failures: u64,
+    /// Attempts the backend failed.
+    #[serde(default)]
+    pub backend_errors: u64,
+    /// Calls that produced nothing after all attempts.
+    pub failures: u64,
+    /// Items dropped while reading outputs.
+    pub dropped_items: u64,
+}
+
+impl StageStats {
+    /// Counts one call.
+    pub fn record<T>(&mut self, outcome: &StageOutcome<T>) {
+        self.calls += 1;
+        self.attempts += u64::from(outcome.attempts);
+        self.parse_failures += u64::from(outcome.parse_failures);
+        self.backend_errors += u64::from(outcome.backend_errors);
+        self.failures += u64::from(outcome.value.is_none());
+        self.dropped_items += outcome.dropped.len() as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_count_attempts_failures_and_drops() {
+        let mut stats = StageStats::default();
+        stats.record(&StageOutcome {
+            value: Some(1),
+            attempts: 2,
+            parse_failures: 1,
+            dropped: vec!["attempt 2: x".into()],
+            ..StageOutcome::default()
+        });
+        stats.record(&StageOutcome::<u8> {
+            attempts: 3,
+            parse_failures: 2,
+            backend_errors: 1,
+            ..StageOutcome::default()
+        });
+        assert_eq!(
+            stats,
+            StageStats {
+                calls: 2,
+                attempts: 5,
+                parse_failures: 3,
+                backend_errors: 1,
+                failures: 1,
+                dropped_items: 1,
+            }
+        );
+    }
+
+    #[test]
+    fn outcomes_round_trip_through_json() {
+        let outcome = StageOutcome {
+            value: Some(vec!["x".to_owned()]),
+            raw_outputs: vec!["{}".into()],
+            attempts: 1,
+            ..StageOutcome::default()
+        };
+        let json = serde_json::to_string(&outcome).unwrap();
+        let back: StageOutcome<Vec<String>> = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, outcome);
+        assert_eq!(Stage::Consolidate.as_str(), "consolidate");
+    }
+}

@@ -1,0 +1,163 @@
+//! The stage prompts: plain text templates under `prompts/`, filled in one pass and hashed into
+//! the provenance of every library version they produce.
+
+use sha2::{Digest, Sha256};
+
+use crate::library::State;
+
+/// Stage 1: `{question}`, `{reference}`, `{answer}`, `{grade}`.
+pub const SUMMARIZE: &str = include_str!("../../prompts/summarize.txt");
+/// Stage 2: `{max_ops}`, `{question}`, `{reference}`, `{attempts}`, `{library}`, `{max_words}`.
+pub const EXTRACT: &str = include_str!("../../prompts/extract.txt");
+/// Stage 3: `{max_words}`, `{library}`, `{proposals}`.
+pub const CONSOLIDATE: &str = include_str!("../../prompts/consolidate.txt");
+
+/// Shown instead of an empty library, so the model does not invent one.
+pub const EMPTY_LIBRARY: &str = "(none yet)";
+
+/// SHA-256 (hex) over the three stage templates, recorded in each version's provenance.
+pub fn prompts_hash() -> String {
+    let mut hasher = Sha256::new();
+    for template in [SUMMARIZE, EXTRACT, CONSOLIDATE] {
+        hasher.update((template.len() as u64).to_le_bytes());
+        hasher.update(template.as_bytes());
+    }
+    hex::encode(hasher.finalize())
+}
+
+/// `template` with each `{name}` of `fields` replaced, in one pass: braces and placeholder
+/// names inside the values (a question about sets, an answer quoting JSON) are copied as they
+/// are, never expanded again. Unknown `{…}` (the JSON example in a template) stay.
+pub fn render(template: &str, fields: &[(&str, &str)]) -> String {
+    let mut out =
+        String::with_capacity(template.len() + fields.iter().map(|f| f.1.len()).sum::<usize>());
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        rest = &rest[open..];
+        let field = fields.iter().find(|(name, _)| {
+            rest.strip_prefix('{')
+                .and_then(|r| r.strip_prefix(name))
+                .is_some_and(|r| r.starts_with('}'))
+        });
+        match field {
+            Some((name, value)) => {
+                out.push_str(value);
+                rest = &rest[name.len() + 2..];
+            }
+            None => {
+                out.push('{');
+                rest = &rest[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out.trim_end().to_owned()
+}
+
+/// The active experiences as `[E0001] text` lines, or [`EMPTY_LIBRARY`].
+pub fn library_lines(library: &State) -> String {
+    let lines: Vec<String> = library
+        .active()
+        .map(|experience| format!("[{}] {}", experience.id, experience.text))
+        .collect();
+    if lines.is_empty() {
+        EMPTY_LIBRARY.to_owned()
+    } else {
+        lines.join("\n")
+    }
+}
+
+/// A reward as words a small model understands.
+pub fn grade(reward: f64) -> &'static str {
+    if reward >= 0.999 {
+        "correct"
+    } else if reward <= 0.001 {
+        "wrong"
+    } else {
+        "partly correct"
+    }
+}
+
+/// `text` trimmed and, when longer than `max_chars`, its head and tail around ` … `.
+///
+/// The tail is kept longer than the head: an answer's final result is at its end. A small
+/// model's context is short, and a rambling answer must not push the task out of it.
+pub fn clip(text: &str, max_chars: usize) -> String {
+    let text = text.trim();
+    let count = text.chars().count();
+    if count <= max_chars {
+        return text.to_owned();
+    }
+    let head = max_chars / 3;
+    let tail = max_chars - head;
+    let start: String = text.chars().take(head).collect();
+    let end: String = text.chars().skip(count - tail).collect();
+    format!("{} … {}", start.trim_end(), end.trim_start())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rendering_fills_each_field_once_and_keeps_other_braces() {
+        let out = render(
+            "Q: {question}\nA: {answer}\n{\"ops\": []} {unknown}",
+            &[("question", "Is {answer} a set {1, 2}?"), ("answer", "yes")],
+        );
+        assert_eq!(
+            out,
+            "Q: Is {answer} a set {1, 2}?\nA: yes\n{\"ops\": []} {unknown}"
+        );
+    }
+
+    #[test]
+    fn every_placeholder_is_in_its_template() {
+        let expected: [(&str, &[&str]); 3] = [
+            (SUMMARIZE, &["question", "reference", "answer", "grade"]),
+            (
+                EXTRACT,
+                &[
+                    "max_ops",
+                    "question",
+                    "reference",
+                    "attempts",
+                    "library",
+                    "max_words",
+                ],
+            ),
+            (CONSOLIDATE, &["max_words", "library", "proposals"]),
+        ];
+        for (template, names) in expected {
+            for name in names {
+                assert!(template.contains(&format!("{{{name}}}")), "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn templates_stay_short_for_small_models() {
+        for template in [SUMMARIZE, EXTRACT, CONSOLIDATE] {
+            let words = template.split_whitespace().count();
+            assert!(words < 150, "{words} words");
+        }
+    }
+
+    #[test]
+    fn the_hash_is_stable_hex() {
+        let hash = prompts_hash();
+        assert_eq!(hash.len(), 64);
+        assert_eq!(hash, prompts_hash());
+    }
+
+    #[test]
+    fn long_texts_keep_head_and_tail() {
+        assert_eq!(clip("  short ", 10), "short");
+        let clipped = clip("abcdefghijklmnopqrstuvwxyz", 9);
+        assert_eq!(clipped, "abc … uvwxyz");
+        assert_eq!(grade(1.0), "correct");
+        assert_eq!(grade(0.0), "wrong");
+        assert_eq!(grade(0.5), "partly correct");
+    }
+}
