@@ -58,6 +58,7 @@ impl Call<'_> {
             let output = match self.backend.generate(&self.request(attempt)).await {
                 Ok(group) => {
                     outcome.usage += group.usage;
+                    outcome.cost_usd += group.cost_usd.unwrap_or(0.0);
                     group.completions.into_iter().next().map(|c| c.text)
                 }
                 Err(error) => {

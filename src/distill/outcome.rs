@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::Usage;
 
 /// The three LLM stages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Stage {
     /// Stage 1: one answer → a summary of what it did.
@@ -48,6 +48,9 @@ pub struct StageOutcome<T> {
     pub dropped: Vec<String>,
     /// Tokens used by all attempts.
     pub usage: Usage,
+    /// What those tokens cost in US dollars (0 for local models and unpriced ones).
+    #[serde(default)]
+    pub cost_usd: f64,
 }
 
 impl<T> Default for StageOutcome<T> {
@@ -61,6 +64,7 @@ impl<T> Default for StageOutcome<T> {
             errors: Vec::new(),
             dropped: Vec::new(),
             usage: Usage::default(),
+            cost_usd: 0.0,
         }
     }
 }
@@ -82,6 +86,7 @@ impl<T> StageOutcome<T> {
             errors: self.errors,
             dropped: self.dropped,
             usage: self.usage,
+            cost_usd: self.cost_usd,
         }
     }
 }
@@ -105,6 +110,16 @@ pub struct StageStats {
 }
 
 impl StageStats {
+    /// Adds another set of counters to these.
+    pub fn merge(&mut self, other: &StageStats) {
+        self.calls += other.calls;
+        self.attempts += other.attempts;
+        self.parse_failures += other.parse_failures;
+        self.backend_errors += other.backend_errors;
+        self.failures += other.failures;
+        self.dropped_items += other.dropped_items;
+    }
+
     /// Counts one call.
     pub fn record<T>(&mut self, outcome: &StageOutcome<T>) {
         self.calls += 1;

@@ -12,28 +12,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::distill::Stage;
 use crate::rollout::RolloutGroup;
 
 pub const JOURNAL_FILE: &str = "journal.jsonl";
-
-/// Which LLM stage produced an output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Stage {
-    Summarize,
-    Extract,
-    Consolidate,
-}
-
-impl Stage {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Stage::Summarize => "summarize",
-            Stage::Extract => "extract",
-            Stage::Consolidate => "consolidate",
-        }
-    }
-}
 
 /// How a step ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

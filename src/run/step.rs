@@ -29,7 +29,7 @@ impl Tally {
     fn stage<T>(&mut self, stage: Stage, outcome: &StageOutcome<T>, reused: bool) {
         self.report.stages.entry(stage).or_default().record(outcome);
         self.report.distill_usage += outcome.usage;
-        self.report.cost_usd += outcome.cost_usd.unwrap_or(0.0);
+        self.report.cost_usd += outcome.cost_usd;
         if reused {
             self.report.reused += 1;
         }
