@@ -22,7 +22,8 @@
 //! | [`reward`] | here | the `Verifier` seam: exact, numeric, `\boxed{}`, regex, external command, LLM judge |
 //! | [`rollout`] | here | group sampling and scoring, the solver prompt, evaluation (Mean@k, Pass@k, confidence intervals) |
 //! | `distill` | planned | the three LLM stages with tolerant parsing of model output |
-//! | `embed`, `serve` | planned | embeddings, vector index, the inference server |
+//! | [`embed`] | here | the `Embedder` seam: MiniLM sentence embeddings in process (ONNX Runtime), cosine, near-duplicate detection |
+//! | `serve` | planned | vector index, the inference server |
 //! | `gov`, `finetune` | planned | governance over experience diffs; the gradient fallback |
 //!
 //! The `gym` binary's command-line interface lives in `src/cli/` (one file per subcommand).
@@ -30,6 +31,7 @@
 
 pub mod backend;
 pub mod data;
+pub mod embed;
 pub mod library;
 pub mod reward;
 pub mod rollout;
