@@ -22,7 +22,7 @@
 //! | [`reward`] | here | the `Verifier` seam: exact, numeric, `\boxed{}`, regex, external command, LLM judge |
 //! | [`rollout`] | here | group sampling and scoring, the solver prompt, evaluation (Mean@k, Pass@k, confidence intervals) |
 //! | [`distill`] | here | the three LLM stages (summarize, extract, consolidate) with tolerant parsing of model output, and the deterministic op resolution |
-//! | [`embed`] | here | the `Embedder` seam (local MiniLM via fastembed) and near-duplicate detection |
+//! | [`embed`] | here | the `Embedder` seam: MiniLM sentence embeddings in process (ONNX Runtime), cosine, near-duplicate detection |
 //! | [`run`] | here | a Training-Free GRPO run: the step loop, the append-only journal and resume, typed run events |
 //! | `serve` | planned | vector index, the inference server |
 //! | `gov`, `finetune` | planned | governance over experience diffs; the gradient fallback |
@@ -33,6 +33,7 @@
 pub mod backend;
 pub mod data;
 pub mod distill;
+pub mod embed;
 pub mod library;
 pub mod reward;
 pub mod rollout;
