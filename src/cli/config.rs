@@ -11,10 +11,16 @@ pub const DEFAULT_CONFIG: &str = "gym.toml";
 
 /// `argv` with the config file's flags spliced in after `gym grpo`.
 pub fn with_config_file(argv: Vec<String>) -> anyhow::Result<Vec<String>> {
-    if argv.get(1).map(String::as_str) != Some("grpo") || argv.iter().any(|a| a == "--resume" || a.starts_with("--resume=")) {
+    if argv.get(1).map(String::as_str) != Some("grpo")
+        || argv
+            .iter()
+            .any(|a| a == "--resume" || a.starts_with("--resume="))
+    {
         return Ok(argv);
     }
-    let explicit = flag_value(&argv, "--config").map(PathBuf::from).or_else(|| std::env::var_os("GYM_CONFIG").map(PathBuf::from));
+    let explicit = flag_value(&argv, "--config")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("GYM_CONFIG").map(PathBuf::from));
     let path = match explicit {
         Some(path) => path,
         None if Path::new(DEFAULT_CONFIG).exists() => PathBuf::from(DEFAULT_CONFIG),
@@ -39,11 +45,18 @@ fn flag_value(argv: &[String], flag: &str) -> Option<String> {
 
 /// The flags a config file stands for, in the file's order.
 pub fn flags_from_file(path: &Path) -> anyhow::Result<Vec<String>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
-    let table: toml::Table = text.parse().with_context(|| format!("config {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config {}", path.display()))?;
+    let table: toml::Table = text
+        .parse()
+        .with_context(|| format!("config {}", path.display()))?;
     let mut flags = Vec::new();
     for (key, value) in table {
-        anyhow::ensure!(key != "config" && key != "resume", "config {}: `{key}` cannot be set in a config file", path.display());
+        anyhow::ensure!(
+            key != "config" && key != "resume",
+            "config {}: `{key}` cannot be set in a config file",
+            path.display()
+        );
         let flag = format!("--{key}");
         match value {
             toml::Value::Boolean(true) => flags.push(flag),
@@ -69,21 +82,49 @@ mod tests {
     fn a_config_file_becomes_flags_that_the_command_line_overrides() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gym.toml");
-        std::fs::write(&path, "group-size = 4\ndataset = \"builtin:compare\"\nno-eval = true\ntemperature = 0.5\n").unwrap();
-        let argv: Vec<String> = ["gym", "grpo", "--config", path.to_str().unwrap(), "--group-size", "3"]
-            .map(String::from)
-            .to_vec();
+        std::fs::write(
+            &path,
+            "group-size = 4\ndataset = \"builtin:compare\"\nno-eval = true\ntemperature = 0.5\n",
+        )
+        .unwrap();
+        let argv: Vec<String> = [
+            "gym",
+            "grpo",
+            "--config",
+            path.to_str().unwrap(),
+            "--group-size",
+            "3",
+        ]
+        .map(String::from)
+        .to_vec();
         let out = with_config_file(argv).unwrap();
         assert_eq!(
             &out[2..6],
-            ["--group-size=4", "--dataset=builtin:compare", "--no-eval", "--temperature=0.5"]
+            [
+                "--group-size=4",
+                "--dataset=builtin:compare",
+                "--no-eval",
+                "--temperature=0.5"
+            ]
         );
-        assert_eq!(out.last().unwrap(), "3", "the command line comes last and wins");
+        assert_eq!(
+            out.last().unwrap(),
+            "3",
+            "the command line comes last and wins"
+        );
 
         std::fs::write(&path, "group-size = [1, 2]\n").unwrap();
         let error = flags_from_file(&path).unwrap_err().to_string();
-        assert!(error.contains("group-size") && error.contains("array"), "{error}");
+        assert!(
+            error.contains("group-size") && error.contains("array"),
+            "{error}"
+        );
         std::fs::write(&path, "group-size = \n").unwrap();
-        assert!(flags_from_file(&path).unwrap_err().to_string().contains("gym.toml"));
+        assert!(
+            flags_from_file(&path)
+                .unwrap_err()
+                .to_string()
+                .contains("gym.toml")
+        );
     }
 }

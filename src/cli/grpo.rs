@@ -53,7 +53,12 @@ pub struct GrpoArgs {
     library: String,
 
     /// Directory holding the libraries.
-    #[arg(long, env = "GYM_LIBRARY_DIR", hide_env_values = true, default_value = "experiences")]
+    #[arg(
+        long,
+        env = "GYM_LIBRARY_DIR",
+        hide_env_values = true,
+        default_value = "experiences"
+    )]
     library_dir: PathBuf,
 
     /// Model for the three distillation stages (default: the rollout model).
@@ -143,7 +148,10 @@ impl GrpoArgs {
             .clone()
             .unwrap_or_else(|| chrono::Utc::now().format("%Y%m%d-%H%M%S").to_string());
         anyhow::ensure!(
-            !run_id.is_empty() && run_id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
+            !run_id.is_empty()
+                && run_id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
             "run id `{run_id}` may only use letters, digits, `-`, `_` and `.`"
         );
         let dir = self.runs_dir.join(&run_id);
@@ -152,7 +160,8 @@ impl GrpoArgs {
             "run `{run_id}` already exists in {}; continue it with --resume {run_id}",
             self.runs_dir.display()
         );
-        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
         // The exact flags of this start, so --resume rebuilds the same run.
         let args: Vec<String> = std::env::args().skip(2).collect();
         let mut args = strip_flag(args, "--run-id");
@@ -163,8 +172,14 @@ impl GrpoArgs {
     }
 
     fn execute(self, run_id: String, dir: PathBuf) -> anyhow::Result<ExitCode> {
-        anyhow::ensure!(self.group_size >= 2, "--group-size must be at least 2 (GRPO compares answers)");
-        anyhow::ensure!(self.batch_size >= 1 && self.epochs >= 1, "--batch-size and --epochs must be at least 1");
+        anyhow::ensure!(
+            self.group_size >= 2,
+            "--group-size must be at least 2 (GRPO compares answers)"
+        );
+        anyhow::ensure!(
+            self.batch_size >= 1 && self.epochs >= 1,
+            "--batch-size and --epochs must be at least 1"
+        );
         let train = self.dataset.load(Split::Train, self.sampling.seed)?;
         let rollout_backend = self.backend.build()?;
         let distill_backend: Arc<dyn Backend> = match &self.distill_model {
@@ -180,11 +195,14 @@ impl GrpoArgs {
         let embedder = load_embedder()?;
 
         let mut events = Events::default();
-        events.add(Box::new(Progress { interactive: std::io::stdout().is_terminal() }));
+        events.add(Box::new(Progress {
+            interactive: std::io::stdout().is_terminal(),
+        }));
         if let Some(path) = &self.events_jsonl {
-            events.add(Box::new(
-                JsonlSink::create(path).with_context(|| format!("cannot open {}", path.display()))?,
-            ));
+            events
+                .add(Box::new(JsonlSink::create(path).with_context(|| {
+                    format!("cannot open {}", path.display())
+                })?));
         }
         let mut distill = DistillConfig::default();
         distill.max_experiences = self.max_experiences;
@@ -218,10 +236,15 @@ impl GrpoArgs {
         };
         let rt = runtime()?;
         let summary = rt.block_on(runner.run())?;
-        std::fs::write(dir.join("summary.json"), serde_json::to_vec_pretty(&summary)?)?;
+        std::fs::write(
+            dir.join("summary.json"),
+            serde_json::to_vec_pretty(&summary)?,
+        )?;
         print!("{}", render_summary(&summary, &self.library));
         if summary.budget_exhausted {
-            println!("budget exhausted: continue with `gym grpo --resume {run_id}` and a larger budget");
+            println!(
+                "budget exhausted: continue with `gym grpo --resume {run_id}` and a larger budget"
+            );
             return Ok(ExitCode::from(3));
         }
 
@@ -234,11 +257,20 @@ impl GrpoArgs {
             let experiences: Vec<Shown> = library
                 .head()
                 .active()
-                .map(|e| Shown { id: e.id.to_string(), text: e.text.clone() })
+                .map(|e| Shown {
+                    id: e.id.to_string(),
+                    text: e.text.clone(),
+                })
                 .collect();
             let conditions = vec![
-                Condition { label: "without library".into(), experiences: Vec::new() },
-                Condition { label: format!("with {}@{version}", self.library), experiences },
+                Condition {
+                    label: "without library".into(),
+                    experiences: Vec::new(),
+                },
+                Condition {
+                    label: format!("with {}@{version}", self.library),
+                    experiences,
+                },
             ];
             let settings = EvalSettings {
                 k: self.eval_k,
@@ -246,7 +278,11 @@ impl GrpoArgs {
                 concurrency: self.parallel,
                 instruction: heldout.instruction.clone(),
             };
-            println!("\nevaluating on {} held-out queries (k={}) …", heldout.samples.len(), self.eval_k);
+            println!(
+                "\nevaluating on {} held-out queries (k={}) …",
+                heldout.samples.len(),
+                self.eval_k
+            );
             let report = rt.block_on(evaluate(
                 rollout_backend.as_ref(),
                 verifier.as_ref(),
@@ -266,7 +302,11 @@ impl GrpoArgs {
             );
             print!("{}", render_report(&header, &report));
         }
-        Ok(if summary.failed_steps > 0 { ExitCode::from(2) } else { ExitCode::SUCCESS })
+        Ok(if summary.failed_steps > 0 {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        })
     }
 }
 
@@ -295,9 +335,13 @@ fn resume(run_id: &str, runs_dir: &Path) -> anyhow::Result<ExitCode> {
     use clap::Parser as _;
     let dir = runs_dir.join(run_id);
     let path = dir.join(ARGS_FILE);
-    let saved: Vec<String> = serde_json::from_slice(
-        &std::fs::read(&path).with_context(|| format!("no run `{run_id}` in {} (cannot read {})", runs_dir.display(), path.display()))?,
-    )
+    let saved: Vec<String> = serde_json::from_slice(&std::fs::read(&path).with_context(|| {
+        format!(
+            "no run `{run_id}` in {} (cannot read {})",
+            runs_dir.display(),
+            path.display()
+        )
+    })?)
     .with_context(|| format!("{} is not a JSON list of arguments", path.display()))?;
     let given: Vec<String> = strip_flag(std::env::args().skip(2).collect(), "--resume");
     for arg in &given {
@@ -310,8 +354,12 @@ fn resume(run_id: &str, runs_dir: &Path) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    let argv = ["gym".to_string(), "grpo".to_string()].into_iter().chain(saved).chain(given);
-    let cli = super::Cli::try_parse_from(argv).with_context(|| format!("the saved flags in {}", path.display()))?;
+    let argv = ["gym".to_string(), "grpo".to_string()]
+        .into_iter()
+        .chain(saved)
+        .chain(given);
+    let cli = super::Cli::try_parse_from(argv)
+        .with_context(|| format!("the saved flags in {}", path.display()))?;
     let super::Command::Grpo(args) = cli.command else {
         anyhow::bail!("{} does not hold `gym grpo` flags", path.display());
     };
@@ -332,15 +380,17 @@ fn open_or_init(dir: &Path, name: &str) -> anyhow::Result<Library> {
 
 #[cfg(feature = "embed")]
 fn load_embedder() -> anyhow::Result<Option<Arc<dyn gym::embed::Embedder>>> {
-    let dir = gym::embed::default_minilm_dir();
-    let embedder = gym::embed::MiniLmEmbedder::load(&dir)
+    let dir = gym::embed::minilm::default_minilm_dir();
+    let embedder = gym::embed::minilm::MiniLmEmbedder::load(&dir)
         .with_context(|| "loading the embedder for near-duplicate detection (run `make setup`)")?;
     Ok(Some(Arc::new(embedder)))
 }
 
 #[cfg(not(feature = "embed"))]
 fn load_embedder() -> anyhow::Result<Option<Arc<dyn gym::embed::Embedder>>> {
-    eprintln!("warning: built without the `embed` feature: near-duplicate experiences are not caught");
+    eprintln!(
+        "warning: built without the `embed` feature: near-duplicate experiences are not caught"
+    );
     Ok(None)
 }
 
@@ -353,16 +403,46 @@ impl EventSink for Progress {
     fn emit(&self, event: &RunEvent) {
         let _ = self.interactive;
         let line = match event {
-            RunEvent::RunStarted { run, resumed, steps, queries, group_size, model, distill_model, library, library_version } => format!(
+            RunEvent::RunStarted {
+                run,
+                resumed,
+                steps,
+                queries,
+                group_size,
+                model,
+                distill_model,
+                library,
+                library_version,
+            } => format!(
                 "{} run {run}: {queries} queries x G={group_size}, {steps} steps; model {model}, distill {distill_model}; library {library}@{library_version}",
                 if *resumed { "resuming" } else { "starting" }
             ),
-            RunEvent::StepStarted { epoch, step, queries, library_version, experiences } => format!(
+            RunEvent::StepStarted {
+                epoch,
+                step,
+                queries,
+                library_version,
+                experiences,
+            } => format!(
                 "step {step} (epoch {epoch}): {queries} queries, library v{library_version} with {experiences} experiences"
             ),
-            RunEvent::StepEnded { step, mean_reward, kept_groups, groups, end, tokens, elapsed_s, .. } => {
+            RunEvent::StepEnded {
+                step,
+                mean_reward,
+                kept_groups,
+                groups,
+                end,
+                tokens,
+                elapsed_s,
+                ..
+            } => {
                 let outcome = match end {
-                    StepEnd::Committed { version, added, updated, deleted } => {
+                    StepEnd::Committed {
+                        version,
+                        added,
+                        updated,
+                        deleted,
+                    } => {
                         format!("committed v{version} (+{added} ~{updated} -{deleted})")
                     }
                     StepEnd::Skipped { reason } => format!("no change: {reason}"),
@@ -373,10 +453,23 @@ impl EventSink for Progress {
                     tokens.prompt_tokens + tokens.completion_tokens
                 )
             }
-            RunEvent::StageOutput { step, stage, ok: false, attempts, .. } => {
-                format!("step {step}: {} stage failed after {attempts} attempts", stage.as_str())
+            RunEvent::StageOutput {
+                step,
+                stage,
+                ok: false,
+                attempts,
+                ..
+            } => {
+                format!(
+                    "step {step}: {} stage failed after {attempts} attempts",
+                    stage.as_str()
+                )
             }
-            RunEvent::BudgetExhausted { step, tokens, cost_usd } => {
+            RunEvent::BudgetExhausted {
+                step,
+                tokens,
+                cost_usd,
+            } => {
                 format!("budget exhausted before step {step}: {tokens} tokens, ${cost_usd:.4}")
             }
             _ => return,
@@ -392,7 +485,12 @@ fn render_summary(summary: &RunSummary, library: &str) -> String {
     let _ = writeln!(out, "step  epoch  mean reward  kept  outcome");
     for step in &summary.steps {
         let outcome = match &step.end {
-            StepEnd::Committed { version, added, updated, deleted } => {
+            StepEnd::Committed {
+                version,
+                added,
+                updated,
+                deleted,
+            } => {
                 format!("v{version}: +{added} ~{updated} -{deleted}")
             }
             StepEnd::Skipped { reason } => format!("no change ({reason})"),
@@ -401,16 +499,27 @@ fn render_summary(summary: &RunSummary, library: &str) -> String {
         let _ = writeln!(
             out,
             "{:>4}  {:>5}  {:>11.3}  {:>4}  {outcome}",
-            step.step, step.epoch, step.mean_reward, format!("{}/{}", step.kept_groups, step.groups)
+            step.step,
+            step.epoch,
+            step.mean_reward,
+            format!("{}/{}", step.kept_groups, step.groups)
         );
     }
     let _ = writeln!(
         out,
         "library {library}: v{} → v{}, {} added, {} updated, {} deleted",
-        summary.library_version_start, summary.library_version_end, summary.added, summary.updated, summary.deleted
+        summary.library_version_start,
+        summary.library_version_end,
+        summary.added,
+        summary.updated,
+        summary.deleted
     );
     for (stage, stats) in &summary.stages {
-        let rate = if stats.attempts == 0 { 0.0 } else { stats.parse_failures as f64 / stats.attempts as f64 };
+        let rate = if stats.attempts == 0 {
+            0.0
+        } else {
+            stats.parse_failures as f64 / stats.attempts as f64
+        };
         let _ = writeln!(
             out,
             "stage {:<11} {} calls, {} attempts, {} parse failures ({:.0}%), {} failed, {} items dropped",
@@ -426,7 +535,10 @@ fn render_summary(summary: &RunSummary, library: &str) -> String {
     let _ = writeln!(
         out,
         "ops dropped {}, near-duplicates {}, verifier failures {}, failed steps {}",
-        summary.dropped_ops, summary.near_duplicates, summary.verifier_failures, summary.failed_steps
+        summary.dropped_ops,
+        summary.near_duplicates,
+        summary.verifier_failures,
+        summary.failed_steps
     );
     let total = summary.total_usage();
     let _ = writeln!(

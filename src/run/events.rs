@@ -59,8 +59,17 @@ pub enum RunEvent {
         cost_usd: f64,
         elapsed_s: f64,
     },
-    BudgetExhausted { step: u32, tokens: u64, cost_usd: f64 },
-    RunFinished { steps: u32, tokens: Usage, cost_usd: f64, elapsed_s: f64 },
+    BudgetExhausted {
+        step: u32,
+        tokens: u64,
+        cost_usd: f64,
+    },
+    RunFinished {
+        steps: u32,
+        tokens: Usage,
+        cost_usd: f64,
+        elapsed_s: f64,
+    },
 }
 
 /// Where events go.
@@ -76,8 +85,14 @@ pub struct JsonlSink {
 
 impl JsonlSink {
     pub fn create(path: &Path) -> std::io::Result<Self> {
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
-        Ok(Self { path: path.to_owned(), file: Mutex::new(file) })
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        Ok(Self {
+            path: path.to_owned(),
+            file: Mutex::new(file),
+        })
     }
 
     pub fn path(&self) -> &Path {

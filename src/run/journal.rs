@@ -22,7 +22,12 @@ pub const JOURNAL_FILE: &str = "journal.jsonl";
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum StepEnd {
     /// A new library version was committed.
-    Committed { version: u64, added: usize, updated: usize, deleted: usize },
+    Committed {
+        version: u64,
+        added: usize,
+        updated: usize,
+        deleted: usize,
+    },
     /// Nothing to learn (e.g. no group had differing rewards); the library is unchanged.
     Skipped { reason: String },
     /// The stages failed; the library is unchanged and the failure is reported.
@@ -59,9 +64,16 @@ pub enum Entry {
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
     #[error("run journal {}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("run journal {}: line {line}: {message}", path.display())]
-    Corrupt { path: PathBuf, line: usize, message: String },
+    Corrupt {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
 }
 
 /// What a journal holds, indexed for resuming.
@@ -86,8 +98,15 @@ impl Journal {
     /// Opens (creating if needed) the journal in `dir`, returning what it already holds.
     pub fn open(dir: &Path) -> Result<(Self, Replay), JournalError> {
         let path = dir.join(JOURNAL_FILE);
-        let io = |source| JournalError::Io { path: path.clone(), source };
-        let replay = if path.exists() { read(&path)? } else { Replay::default() };
+        let io = |source| JournalError::Io {
+            path: path.clone(),
+            source,
+        };
+        let replay = if path.exists() {
+            read(&path)?
+        } else {
+            Replay::default()
+        };
         if replay.torn_tail {
             // Cut the torn line so the next entry starts on a line of its own.
             let text = std::fs::read(&path).map_err(io)?;
@@ -96,7 +115,11 @@ impl Journal {
             file.set_len(keep as u64).map_err(io)?;
             file.sync_all().map_err(io)?;
         }
-        let file = OpenOptions::new().create(true).append(true).open(&path).map_err(io)?;
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(io)?;
         Ok((Self { path, file }, replay))
     }
 
@@ -104,7 +127,10 @@ impl Journal {
     pub fn append(&mut self, entry: &Entry) -> Result<(), JournalError> {
         let mut line = serde_json::to_vec(entry).expect("journal entries always serialize");
         line.push(b'\n');
-        let io = |source| JournalError::Io { path: self.path.clone(), source };
+        let io = |source| JournalError::Io {
+            path: self.path.clone(),
+            source,
+        };
         self.file.write_all(&line).map_err(io)?;
         self.file.sync_data().map_err(io)
     }
@@ -115,11 +141,17 @@ impl Journal {
 }
 
 fn read(path: &Path) -> Result<Replay, JournalError> {
-    let file = File::open(path).map_err(|source| JournalError::Io { path: path.to_owned(), source })?;
+    let file = File::open(path).map_err(|source| JournalError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
     let lines: Vec<Vec<u8>> = BufReader::new(file)
         .split(b'\n')
         .collect::<Result<_, _>>()
-        .map_err(|source| JournalError::Io { path: path.to_owned(), source })?;
+        .map_err(|source| JournalError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
     let ends_with_newline = std::fs::read(path)
         .map(|bytes| bytes.last() == Some(&b'\n'))
         .unwrap_or(true);
@@ -146,9 +178,17 @@ fn read(path: &Path) -> Result<Replay, JournalError> {
         match entry {
             Entry::Started { .. } => replay.starts += 1,
             Entry::Rollout { step, group, .. } => {
-                replay.rollouts.insert((step, group.sample_id.clone()), group);
+                replay
+                    .rollouts
+                    .insert((step, group.sample_id.clone()), group);
             }
-            Entry::Stage { step, stage, key, outcome, .. } => {
+            Entry::Stage {
+                step,
+                stage,
+                key,
+                outcome,
+                ..
+            } => {
                 replay.stages.insert((step, stage, key), outcome);
             }
             Entry::StepEnded { step, end, .. } => {
@@ -180,9 +220,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (mut journal, replay) = Journal::open(dir.path()).unwrap();
         assert_eq!(replay.starts, 0);
-        journal.append(&Entry::Started { at: "t".into(), resumed: false }).unwrap();
         journal
-            .append(&Entry::Rollout { epoch: 1, step: 1, library_version: 0, group: group("q1") })
+            .append(&Entry::Started {
+                at: "t".into(),
+                resumed: false,
+            })
+            .unwrap();
+        journal
+            .append(&Entry::Rollout {
+                epoch: 1,
+                step: 1,
+                library_version: 0,
+                group: group("q1"),
+            })
             .unwrap();
         drop(journal);
         // A crash in the middle of the next write.
@@ -195,7 +245,11 @@ mod tests {
         assert!(replay.torn_tail);
         assert!(replay.rollouts.contains_key(&(1, "q1".to_string())));
         journal
-            .append(&Entry::StepEnded { epoch: 1, step: 1, end: StepEnd::Skipped { reason: "x".into() } })
+            .append(&Entry::StepEnded {
+                epoch: 1,
+                step: 1,
+                end: StepEnd::Skipped { reason: "x".into() },
+            })
             .unwrap();
         drop(journal);
         let (_, replay) = Journal::open(dir.path()).unwrap();

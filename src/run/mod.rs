@@ -102,7 +102,10 @@ impl Runner {
         let _lock = lock_run_dir(&self.dir)?;
         let (mut journal, replay) = Journal::open(&self.dir)?;
         let resumed = replay.starts > 0;
-        journal.append(&Entry::Started { at: chrono::Utc::now().to_rfc3339(), resumed })?;
+        journal.append(&Entry::Started {
+            at: chrono::Utc::now().to_rfc3339(),
+            resumed,
+        })?;
         self.events.emit(RunEvent::RunStarted {
             run: self.config.run_id.clone(),
             resumed,
@@ -136,7 +139,8 @@ impl Runner {
                     break 'epochs;
                 }
                 let step_started = Instant::now();
-                let report = step::run_step(&mut self, &mut journal, &replay, epoch, step, &queries).await?;
+                let report =
+                    step::run_step(&mut self, &mut journal, &replay, epoch, step, &queries).await?;
                 spent.tokens += report.rollout_usage;
                 spent.tokens += report.distill_usage;
                 spent.cost_usd += report.cost_usd;
@@ -159,7 +163,9 @@ impl Runner {
             }
         }
         if !summary.budget_exhausted {
-            journal.append(&Entry::Finished { at: chrono::Utc::now().to_rfc3339() })?;
+            journal.append(&Entry::Finished {
+                at: chrono::Utc::now().to_rfc3339(),
+            })?;
         }
         summary.library_version_end = self.library.head_version();
         summary.elapsed_s = started.elapsed().as_secs_f64();
@@ -181,7 +187,10 @@ impl Runner {
 
 /// Only one process may work on a run at a time.
 fn lock_run_dir(dir: &Path) -> Result<File, RunError> {
-    let fail = |message: String| RunError::RunDir { path: dir.to_owned(), message };
+    let fail = |message: String| RunError::RunDir {
+        path: dir.to_owned(),
+        message,
+    };
     std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
     let file = File::open(dir).map_err(|e| fail(e.to_string()))?;
     match file.try_lock() {

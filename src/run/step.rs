@@ -12,7 +12,7 @@ use super::summary::StepReport;
 use super::{RunError, Runner};
 use crate::backend::Usage;
 use crate::data::Sample;
-use crate::distill::{self, Proposal, StageOutcome, StageStats};
+use crate::distill::{self, Proposal, StageOutcome};
 use crate::embed::find_near_duplicates;
 use crate::library::{Change, Evidence, Op, Provenance, State};
 use crate::rollout::prompt::{Shown, solve_messages};
@@ -51,7 +51,9 @@ pub(super) async fn run_step(
             mean_reward: 0.0,
             groups: queries.len(),
             kept_groups: 0,
-            end: StepEnd::Skipped { reason: String::new() },
+            end: StepEnd::Skipped {
+                reason: String::new(),
+            },
             rollout_usage: Usage::default(),
             distill_usage: Usage::default(),
             cost_usd: 0.0,
@@ -71,7 +73,11 @@ pub(super) async fn run_step(
         Provenance::Run { run, step: s, .. } if *run == run_id && *s == step);
     if committed_here && !replay.ended.contains_key(&step) {
         let end = committed_end(head.version, &head.ops);
-        journal.append(&Entry::StepEnded { epoch, step, end: end.clone() })?;
+        journal.append(&Entry::StepEnded {
+            epoch,
+            step,
+            end: end.clone(),
+        })?;
         return Ok(replayed_report(tally, replay, queries, step, end));
     }
     if let Some(end) = replay.ended.get(&step) {
@@ -82,7 +88,10 @@ pub(super) async fn run_step(
     let state: State = runner.library.head().clone();
     let shown: Vec<Shown> = state
         .active()
-        .map(|e| Shown { id: e.id.to_string(), text: e.text.clone() })
+        .map(|e| Shown {
+            id: e.id.to_string(),
+            text: e.text.clone(),
+        })
         .collect();
     runner.events.emit(RunEvent::StepStarted {
         epoch,
@@ -112,14 +121,26 @@ pub(super) async fn run_step(
             let (backend, verifier) = (Arc::clone(&backend), Arc::clone(&verifier));
             async move {
                 let messages = solve_messages(sample, instruction.as_deref(), shown);
-                rollout(backend.as_ref(), verifier.as_ref(), sample, messages, config.group_size, &config.sampling)
-                    .await
+                rollout(
+                    backend.as_ref(),
+                    verifier.as_ref(),
+                    sample,
+                    messages,
+                    config.group_size,
+                    &config.sampling,
+                )
+                .await
             }
         }))
         .buffer_unordered(runner.config.parallel.max(1));
         while let Some(group) = stream.next().await {
             let group = group?;
-            journal.append(&Entry::Rollout { epoch, step, library_version, group: group.clone() })?;
+            journal.append(&Entry::Rollout {
+                epoch,
+                step,
+                library_version,
+                group: group.clone(),
+            })?;
             runner.events.emit(RunEvent::Rollout {
                 step,
                 sample_id: group.sample_id.clone(),
@@ -146,7 +167,11 @@ pub(super) async fn run_step(
                 runner.config.min_reward_std
             ),
         };
-        journal.append(&Entry::StepEnded { epoch, step, end: end.clone() })?;
+        journal.append(&Entry::StepEnded {
+            epoch,
+            step,
+            end: end.clone(),
+        })?;
         tally.report.end = end;
         return Ok(tally.report);
     }
@@ -171,13 +196,22 @@ pub(super) async fn run_step(
     let mut stream = futures::stream::iter(todo.into_iter().map(|(sample, group, index, key)| {
         let (backend, cfg) = (Arc::clone(&backend), &cfg);
         async move {
-            let outcome = distill::summarize(backend.as_ref(), sample, &group.answers[index], cfg).await;
+            let outcome =
+                distill::summarize(backend.as_ref(), sample, &group.answers[index], cfg).await;
             (sample.id.clone(), index, key, outcome)
         }
     }))
     .buffer_unordered(runner.config.parallel.max(1));
     while let Some((id, index, key, outcome)) = stream.next().await {
-        record(journal, &runner.events, epoch, step, Stage::Summarize, &key, &outcome)?;
+        record(
+            journal,
+            &runner.events,
+            epoch,
+            step,
+            Stage::Summarize,
+            &key,
+            &outcome,
+        )?;
         tally.stage(Stage::Summarize, &outcome, false);
         summaries.insert((id, index), outcome);
     }
@@ -192,7 +226,11 @@ pub(super) async fn run_step(
             Some(outcome) => {
                 tally.stage(Stage::Extract, &outcome, true);
                 extract_ok += usize::from(outcome.value.is_some());
-                proposals.extend(with_evidence(outcome.value.unwrap_or_default(), sample, group));
+                proposals.extend(with_evidence(
+                    outcome.value.unwrap_or_default(),
+                    sample,
+                    group,
+                ));
             }
             None => todo.push((*sample, *group)),
         }
@@ -203,35 +241,63 @@ pub(super) async fn run_step(
                 summaries
                     .get(&(sample.id.clone(), i))
                     .and_then(|o| o.value.clone())
-                    .unwrap_or_else(|| "(no summary: the summarize stage failed for this answer)".into())
+                    .unwrap_or_else(|| {
+                        "(no summary: the summarize stage failed for this answer)".into()
+                    })
             })
             .collect();
         let (backend, cfg, state) = (Arc::clone(&backend), &cfg, &state);
         async move {
-            let outcome = distill::extract(backend.as_ref(), sample, group, &texts, state, cfg).await;
+            let outcome =
+                distill::extract(backend.as_ref(), sample, group, &texts, state, cfg).await;
             (sample, group, outcome)
         }
     }))
     .buffer_unordered(runner.config.parallel.max(1));
     while let Some((sample, group, outcome)) = stream.next().await {
-        record(journal, &runner.events, epoch, step, Stage::Extract, &sample.id, &outcome)?;
+        record(
+            journal,
+            &runner.events,
+            epoch,
+            step,
+            Stage::Extract,
+            &sample.id,
+            &outcome,
+        )?;
         tally.stage(Stage::Extract, &outcome, false);
         extract_ok += usize::from(outcome.value.is_some());
-        proposals.extend(with_evidence(outcome.value.clone().unwrap_or_default(), sample, group));
+        proposals.extend(with_evidence(
+            outcome.value.clone().unwrap_or_default(),
+            sample,
+            group,
+        ));
     }
     drop(stream);
 
     if extract_ok == 0 {
         let end = StepEnd::Failed {
-            reason: format!("the extract stage failed for all {} kept groups", kept.len()),
+            reason: format!(
+                "the extract stage failed for all {} kept groups",
+                kept.len()
+            ),
         };
-        journal.append(&Entry::StepEnded { epoch, step, end: end.clone() })?;
+        journal.append(&Entry::StepEnded {
+            epoch,
+            step,
+            end: end.clone(),
+        })?;
         tally.report.end = end;
         return Ok(tally.report);
     }
     if proposals.is_empty() {
-        let end = StepEnd::Skipped { reason: "the extract stage proposed no changes".into() };
-        journal.append(&Entry::StepEnded { epoch, step, end: end.clone() })?;
+        let end = StepEnd::Skipped {
+            reason: "the extract stage proposed no changes".into(),
+        };
+        journal.append(&Entry::StepEnded {
+            epoch,
+            step,
+            end: end.clone(),
+        })?;
         tally.report.end = end;
         return Ok(tally.report);
     }
@@ -245,7 +311,15 @@ pub(super) async fn run_step(
         }
         None => {
             let outcome = distill::consolidate(backend.as_ref(), &proposals, &state, &cfg).await;
-            record(journal, &runner.events, epoch, step, Stage::Consolidate, "batch", &outcome)?;
+            record(
+                journal,
+                &runner.events,
+                epoch,
+                step,
+                Stage::Consolidate,
+                "batch",
+                &outcome,
+            )?;
             tally.stage(Stage::Consolidate, &outcome, false);
             outcome
         }
@@ -262,7 +336,13 @@ pub(super) async fn run_step(
     let mut changes = resolution.changes;
 
     if let Some(embedder) = runner.embedder.clone() {
-        let near = near_duplicates(embedder, &changes, &state, runner.config.duplicate_threshold).await?;
+        let near = near_duplicates(
+            embedder,
+            &changes,
+            &state,
+            runner.config.duplicate_threshold,
+        )
+        .await?;
         tally.report.near_duplicates += near.len() as u64;
         let mut index = 0;
         changes.retain(|change| {
@@ -291,10 +371,16 @@ pub(super) async fn run_step(
         };
         match runner.library.commit(&changes, provenance) {
             Ok(version) => committed_end(version.version, &version.ops),
-            Err(error) => StepEnd::Failed { reason: format!("the library refused the changes: {error}") },
+            Err(error) => StepEnd::Failed {
+                reason: format!("the library refused the changes: {error}"),
+            },
         }
     };
-    journal.append(&Entry::StepEnded { epoch, step, end: end.clone() })?;
+    journal.append(&Entry::StepEnded {
+        epoch,
+        step,
+        end: end.clone(),
+    })?;
     tally.report.end = end;
     Ok(tally.report)
 }
@@ -310,7 +396,12 @@ pub fn prompts_hash() -> String {
 
 fn committed_end(version: u64, ops: &[Op]) -> StepEnd {
     let count = |kind: &str| ops.iter().filter(|op| op.kind() == kind).count();
-    StepEnd::Committed { version, added: count("add"), updated: count("update"), deleted: count("delete") }
+    StepEnd::Committed {
+        version,
+        added: count("add"),
+        updated: count("update"),
+        deleted: count("delete"),
+    }
 }
 
 fn account_rollouts<'a>(report: &mut StepReport, groups: impl Iterator<Item = &'a RolloutGroup>) {
@@ -321,11 +412,21 @@ fn account_rollouts<'a>(report: &mut StepReport, groups: impl Iterator<Item = &'
         report.verifier_failures += group.verifier_failures() as u64;
         rewards.extend(group.rewards());
     }
-    report.mean_reward = if rewards.is_empty() { 0.0 } else { rewards.iter().sum::<f64>() / rewards.len() as f64 };
+    report.mean_reward = if rewards.is_empty() {
+        0.0
+    } else {
+        rewards.iter().sum::<f64>() / rewards.len() as f64
+    };
 }
 
 /// The report of a step that ended in an earlier process, rebuilt from the journal.
-fn replayed_report(mut tally: Tally, replay: &Replay, queries: &[Sample], step: u32, end: StepEnd) -> StepReport {
+fn replayed_report(
+    mut tally: Tally,
+    replay: &Replay,
+    queries: &[Sample],
+    step: u32,
+    end: StepEnd,
+) -> StepReport {
     let groups: Vec<&RolloutGroup> = queries
         .iter()
         .filter_map(|s| replay.rollouts.get(&(step, s.id.clone())))
@@ -338,7 +439,9 @@ fn replayed_report(mut tally: Tally, replay: &Replay, queries: &[Sample], step: 
             continue;
         }
         // Only the accounting fields matter here, whatever the stage's value type.
-        if let Ok(outcome) = serde_json::from_value::<StageOutcome<serde_json::Value>>(value.clone()) {
+        if let Ok(outcome) =
+            serde_json::from_value::<StageOutcome<serde_json::Value>>(value.clone())
+        {
             tally.stage(*stage, &outcome, true);
         }
     }
@@ -346,7 +449,12 @@ fn replayed_report(mut tally: Tally, replay: &Replay, queries: &[Sample], step: 
     tally.report
 }
 
-fn reuse<T: DeserializeOwned>(replay: &Replay, step: u32, stage: Stage, key: &str) -> Option<StageOutcome<T>> {
+fn reuse<T: DeserializeOwned>(
+    replay: &Replay,
+    step: u32,
+    stage: Stage,
+    key: &str,
+) -> Option<StageOutcome<T>> {
     replay
         .stages
         .get(&(step, stage, key.to_string()))
@@ -363,7 +471,13 @@ fn record<T: Serialize>(
     outcome: &StageOutcome<T>,
 ) -> Result<(), RunError> {
     let value = serde_json::to_value(outcome).expect("stage outcomes always serialize");
-    journal.append(&Entry::Stage { epoch, step, stage, key: key.to_string(), outcome: value })?;
+    journal.append(&Entry::Stage {
+        epoch,
+        step,
+        stage,
+        key: key.to_string(),
+        outcome: value,
+    })?;
     events.emit(RunEvent::StageOutput {
         step,
         stage,
@@ -377,11 +491,18 @@ fn record<T: Serialize>(
     Ok(())
 }
 
-fn with_evidence(ops: Vec<distill::ProposedOp>, sample: &Sample, group: &RolloutGroup) -> Vec<Proposal> {
+fn with_evidence(
+    ops: Vec<distill::ProposedOp>,
+    sample: &Sample,
+    group: &RolloutGroup,
+) -> Vec<Proposal> {
     ops.into_iter()
         .map(|op| Proposal {
             op,
-            evidence: Evidence { query_ids: vec![sample.id.clone()], group_rewards: group.rewards().collect() },
+            evidence: Evidence {
+                query_ids: vec![sample.id.clone()],
+                group_rewards: group.rewards().collect(),
+            },
         })
         .collect()
 }
@@ -404,7 +525,10 @@ async fn near_duplicates(
     if adds.is_empty() {
         return Ok(Vec::new());
     }
-    let existing: Vec<(String, String)> = state.active().map(|e| (e.id.to_string(), e.text.clone())).collect();
+    let existing: Vec<(String, String)> = state
+        .active()
+        .map(|e| (e.id.to_string(), e.text.clone()))
+        .collect();
     let found = tokio::task::spawn_blocking(move || {
         find_near_duplicates(embedder.as_ref(), &adds, &existing, threshold)
     })

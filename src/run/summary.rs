@@ -87,7 +87,12 @@ impl RunSummary {
             self.stages.entry(*stage).or_default().merge(stats);
         }
         match &step.end {
-            StepEnd::Committed { added, updated, deleted, .. } => {
+            StepEnd::Committed {
+                added,
+                updated,
+                deleted,
+                ..
+            } => {
                 self.added += added;
                 self.updated += updated;
                 self.deleted += deleted;

@@ -25,7 +25,12 @@ fn gym_command(scratch: &Scratch, args: &[&str]) -> Command {
 }
 
 fn journal(scratch: &Scratch, run: &str) -> Vec<Value> {
-    let path = scratch.dir.path().join("runs").join(run).join("journal.jsonl");
+    let path = scratch
+        .dir
+        .path()
+        .join("runs")
+        .join(run)
+        .join("journal.jsonl");
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
@@ -36,13 +41,30 @@ fn journal(scratch: &Scratch, run: &str) -> Vec<Value> {
 /// Small, fast settings on a suite where the small model is right about half the time, so
 /// groups have differing rewards.
 const TINY: &[&str] = &[
-    "grpo", "--dataset", "builtin:letters", "--group-size", "3", "--epochs", "1", "--max-tokens", "40",
-    "--temperature", "1.0", "--library", "tiny", "--no-eval", "--parallel", "4",
+    "grpo",
+    "--dataset",
+    "builtin:letters",
+    "--group-size",
+    "3",
+    "--epochs",
+    "1",
+    "--max-tokens",
+    "40",
+    "--temperature",
+    "1.0",
+    "--library",
+    "tiny",
+    "--no-eval",
+    "--parallel",
+    "4",
 ];
 
 fn versions_by_run(scratch: &Scratch) -> Vec<Value> {
     let dir = scratch.libraries().join("tiny").join("versions");
-    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     files.sort();
     files
         .iter()
@@ -54,7 +76,16 @@ fn versions_by_run(scratch: &Scratch) -> Vec<Value> {
 fn a_tiny_run_commits_a_version_with_provenance_and_a_valid_root() {
     let scratch = Scratch::new();
     let mut args = TINY.to_vec();
-    args.extend(["--samples", "6", "--batch-size", "6", "--run-id", "tiny-run", "--events-jsonl", "events.jsonl"]);
+    args.extend([
+        "--samples",
+        "6",
+        "--batch-size",
+        "6",
+        "--run-id",
+        "tiny-run",
+        "--events-jsonl",
+        "events.jsonl",
+    ]);
     let output = gym_command(&scratch, &args).output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -64,23 +95,54 @@ fn a_tiny_run_commits_a_version_with_provenance_and_a_valid_root() {
 
     let versions = versions_by_run(&scratch);
     let last = versions.last().unwrap();
-    assert!(versions.len() >= 2, "the run committed a version:\n{stdout}");
+    assert!(
+        versions.len() >= 2,
+        "the run committed a version:\n{stdout}"
+    );
     assert_eq!(last["provenance"]["source"], "run");
     assert_eq!(last["provenance"]["run"], "tiny-run");
     assert_eq!(last["provenance"]["step"], 1);
-    assert_eq!(last["provenance"]["prompts_hash"].as_str().unwrap().len(), 64);
+    assert_eq!(
+        last["provenance"]["prompts_hash"].as_str().unwrap().len(),
+        64
+    );
     let op = &last["ops"][0];
-    assert!(op["evidence"]["query_ids"].as_array().is_some_and(|ids| !ids.is_empty()), "{op}");
+    assert!(
+        op["evidence"]["query_ids"]
+            .as_array()
+            .is_some_and(|ids| !ids.is_empty()),
+        "{op}"
+    );
     scratch.ok(&["library", "verify", "tiny"]);
 
     let events = std::fs::read_to_string(scratch.dir.path().join("events.jsonl")).unwrap();
-    for kind in ["run_started", "rollout", "stage_output", "step_ended", "run_finished"] {
-        assert!(events.contains(&format!("\"event\":\"{kind}\"")), "no {kind} event");
+    for kind in [
+        "run_started",
+        "rollout",
+        "stage_output",
+        "step_ended",
+        "run_finished",
+    ] {
+        assert!(
+            events.contains(&format!("\"event\":\"{kind}\"")),
+            "no {kind} event"
+        );
     }
-    assert!(scratch.dir.path().join("runs/tiny-run/summary.json").exists());
+    assert!(
+        scratch
+            .dir
+            .path()
+            .join("runs/tiny-run/summary.json")
+            .exists()
+    );
 }
 
-fn wait_for_lines(scratch: &Scratch, run: &str, lines: usize, child: &mut std::process::Child) -> bool {
+fn wait_for_lines(
+    scratch: &Scratch,
+    run: &str,
+    lines: usize,
+    child: &mut std::process::Child,
+) -> bool {
     let deadline = Instant::now() + Duration::from_secs(300);
     while Instant::now() < deadline {
         if journal(scratch, run).len() >= lines {
@@ -104,7 +166,11 @@ fn a_run_killed_at_any_point_resumes_without_redoing_or_double_committing() {
     // Kill after the first rollout, in the middle of the stages, and a step later.
     for threshold in [2, 6, 12] {
         let mut child = if kills == 0 {
-            gym_command(&scratch, &args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+            gym_command(&scratch, &args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
         } else {
             gym_command(&scratch, &["grpo", "--resume", "killed"])
                 .stdout(Stdio::null())
@@ -123,7 +189,9 @@ fn a_run_killed_at_any_point_resumes_without_redoing_or_double_committing() {
         }
     }
     if !finished {
-        let output = gym_command(&scratch, &["grpo", "--resume", "killed"]).output().unwrap();
+        let output = gym_command(&scratch, &["grpo", "--resume", "killed"])
+            .output()
+            .unwrap();
         assert!(
             output.status.code() == Some(0) || output.status.code() == Some(2),
             "{}",
@@ -139,14 +207,26 @@ fn a_run_killed_at_any_point_resumes_without_redoing_or_double_committing() {
     for entry in &entries {
         match entry["kind"].as_str().unwrap() {
             "rollout" => assert!(
-                rollouts.insert((entry["step"].as_u64(), entry["group"]["sample_id"].to_string())),
+                rollouts.insert((
+                    entry["step"].as_u64(),
+                    entry["group"]["sample_id"].to_string()
+                )),
                 "rollout generated twice: {entry}"
             ),
             "stage" => assert!(
-                stages.insert((entry["step"].as_u64(), entry["stage"].to_string(), entry["key"].to_string())),
+                stages.insert((
+                    entry["step"].as_u64(),
+                    entry["stage"].to_string(),
+                    entry["key"].to_string()
+                )),
                 "stage output generated twice: {entry}"
             ),
-            "step_ended" => assert!(ended.insert(entry["step"].as_u64(), entry.clone()).is_none(), "step ended twice"),
+            "step_ended" => assert!(
+                ended
+                    .insert(entry["step"].as_u64(), entry.clone())
+                    .is_none(),
+                "step ended twice"
+            ),
             _ => {}
         }
     }
@@ -157,7 +237,10 @@ fn a_run_killed_at_any_point_resumes_without_redoing_or_double_committing() {
     let mut committed_steps = BTreeSet::new();
     for version in versions_by_run(&scratch).iter().skip(1) {
         assert_eq!(version["provenance"]["run"], "killed");
-        assert!(committed_steps.insert(version["provenance"]["step"].as_u64()), "a step committed twice");
+        assert!(
+            committed_steps.insert(version["provenance"]["step"].as_u64()),
+            "a step committed twice"
+        );
     }
     scratch.ok(&["library", "verify", "tiny"]);
     assert_journal_is_clean(&scratch.dir.path().join("runs/killed/journal.jsonl"));
@@ -167,6 +250,10 @@ fn assert_journal_is_clean(path: &Path) {
     let text = std::fs::read_to_string(path).unwrap();
     assert!(text.ends_with('\n'));
     for (i, line) in text.lines().enumerate() {
-        assert!(serde_json::from_str::<Value>(line).is_ok(), "line {} is torn", i + 1);
+        assert!(
+            serde_json::from_str::<Value>(line).is_ok(),
+            "line {} is torn",
+            i + 1
+        );
     }
 }

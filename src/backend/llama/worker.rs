@@ -302,7 +302,7 @@ impl<'m> Worker<'m> {
             } = admitted;
             let sampling = &request.sampling;
             let first = *first_seq as i32;
-            let mut draw = |seq: &mut Sequence, context: &LlamaContext<'_>, at: i32| {
+            let draw = |seq: &mut Sequence, context: &LlamaContext<'_>, at: i32| {
                 let token = seq.sampler.sample(context, at);
                 let logprob = sampling
                     .logprobs
