@@ -1,28 +1,69 @@
 //! One sampled sequence: its sampler chain, the text it has produced and why it stopped.
 
+use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::token::data::LlamaTokenData;
+use llama_cpp_2::token::data_array::LlamaTokenDataArray;
 use llama_cpp_2::vocab::LlamaVocab;
 
 use crate::backend::{
     BackendError, Completion, FinishReason, GrammarError, Sampling, StopMatcher, TokenLogprob,
 };
 
-/// The sampler chain of one sequence: grammar (if any), then top-k, top-p, temperature and a
-/// seeded draw; greedy at temperature 0.
-pub(super) fn build_sampler(
-    model: &LlamaModel,
-    sampling: &Sampling,
-    seed: u64,
-    grammar: Option<&str>,
-) -> Result<LlamaSampler, BackendError> {
-    let mut chain = Vec::new();
-    if let Some(grammar) = grammar {
-        chain.push(
-            LlamaSampler::grammar(model, grammar, "root").map_err(|_| GrammarError::Rejected)?,
-        );
+/// A sequence's samplers: the draw (top-k, top-p, temperature and a seeded pick; greedy at
+/// temperature 0) and, for constrained output, the grammar kept apart from it.
+///
+/// Checking a grammar against all ~50k vocabulary entries at every token is slow, so, as
+/// llama.cpp's own sampler does, the draw runs first and the grammar only checks the drawn
+/// token; only when it rejects it is the grammar applied to the whole vocabulary.
+pub(super) struct Samplers {
+    pub draw: LlamaSampler,
+    pub grammar: Option<LlamaSampler>,
+}
+
+impl Samplers {
+    pub fn new(
+        model: &LlamaModel,
+        sampling: &Sampling,
+        seed: u64,
+        grammar: Option<&str>,
+    ) -> Result<Self, BackendError> {
+        let grammar = grammar
+            .map(|g| LlamaSampler::grammar(model, g, "root").map_err(|_| GrammarError::Rejected))
+            .transpose()?;
+        Ok(Self {
+            draw: build_draw(sampling, seed),
+            grammar,
+        })
     }
+
+    /// Draws the next token from the logits at batch index `at`.
+    pub fn sample(&mut self, context: &LlamaContext<'_>, at: i32) -> LlamaToken {
+        let token = self.draw.sample(context, at);
+        let Some(grammar) = self.grammar.as_mut() else {
+            return token;
+        };
+        let mut single =
+            LlamaTokenDataArray::new(vec![LlamaTokenData::new(token, 1.0, 0.0)], false);
+        single.apply_sampler(grammar);
+        let accepted = single.data[0].logit().is_finite();
+        let token = if accepted {
+            token
+        } else {
+            let mut all = context.token_data_array_ith(at);
+            all.apply_sampler(grammar);
+            all.apply_sampler(&mut self.draw);
+            all.selected_token().unwrap_or(token)
+        };
+        grammar.accept(token);
+        token
+    }
+}
+
+fn build_draw(sampling: &Sampling, seed: u64) -> LlamaSampler {
+    let mut chain = Vec::new();
     if sampling.temperature == 0.0 {
         chain.push(LlamaSampler::greedy());
     } else {
@@ -33,7 +74,7 @@ pub(super) fn build_sampler(
         chain.push(LlamaSampler::temp(sampling.temperature));
         chain.push(LlamaSampler::dist((seed ^ (seed >> 32)) as u32));
     }
-    Ok(LlamaSampler::chain_simple(chain))
+    LlamaSampler::chain_simple(chain)
 }
 
 /// The log-probability of `token` under the raw (untempered) distribution.
@@ -45,7 +86,7 @@ pub(super) fn log_softmax_at(logits: &[f32], token: LlamaToken) -> f32 {
 
 /// What one sequence has produced so far.
 pub(super) struct Sequence {
-    pub sampler: LlamaSampler,
+    pub sampler: Samplers,
     /// The KV position of the next token fed back to the model.
     pub position: i32,
     /// Where this sequence's next-token logits sit in the last decoded batch.
@@ -58,7 +99,7 @@ pub(super) struct Sequence {
 }
 
 impl Sequence {
-    pub fn new(sampler: LlamaSampler, prompt_len: usize) -> Self {
+    pub fn new(sampler: Samplers, prompt_len: usize) -> Self {
         Self {
             sampler,
             position: prompt_len as i32,

@@ -17,7 +17,7 @@ use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::token::LlamaToken;
 use tokio::sync::oneshot;
 
-use super::sequence::{Sequence, build_sampler, log_softmax_at};
+use super::sequence::{Samplers, Sequence, log_softmax_at};
 use super::{LlamaConfig, MAX_SEQUENCES, PromptMode};
 use crate::backend::{
     BackendError, BackendStats, ChatMessage, Constraint, Group, GroupRequest, StopMatcher, Usage,
@@ -203,10 +203,7 @@ impl<'m> Worker<'m> {
         round
     }
 
-    fn samplers(
-        &self,
-        request: &GroupRequest,
-    ) -> Result<Vec<llama_cpp_2::sampling::LlamaSampler>, BackendError> {
+    fn samplers(&self, request: &GroupRequest) -> Result<Vec<Samplers>, BackendError> {
         let sampling = &request.sampling;
         let grammar = match &sampling.constraint {
             None => None,
@@ -215,7 +212,7 @@ impl<'m> Worker<'m> {
         };
         (0..request.n)
             .map(|i| {
-                build_sampler(
+                Samplers::new(
                     self.model,
                     sampling,
                     sampling.seed_for(i),
