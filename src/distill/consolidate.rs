@@ -56,6 +56,7 @@ pub async fn consolidate(
     let rules = Rules {
         library,
         max_words: cfg.max_words,
+        template: CONSOLIDATE,
     };
     call.run(|output, dropped| {
         let read = read_ops(output, &rules, true, dropped)?;

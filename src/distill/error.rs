@@ -54,6 +54,10 @@ pub enum ParseError {
     /// No summary text in the output.
     #[error("no summary in the output")]
     NoSummary,
+
+    /// The output repeats the prompt instead of answering it.
+    #[error("the output copies the prompt")]
+    CopiedPrompt,
 }
 
 #[cfg(test)]

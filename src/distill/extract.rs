@@ -46,6 +46,7 @@ pub async fn extract(
     let rules = Rules {
         library,
         max_words: cfg.max_words,
+        template: EXTRACT,
     };
     let max = cfg.max_experiences;
     call.run(|output, dropped| {
@@ -132,12 +133,19 @@ pub fn extract_schema(library: &State, cfg: &DistillConfig) -> Value {
 }
 
 /// The schema of each op kind; with `from = Some(n)`, each also lists proposal numbers `1..=n`.
+///
+/// A text is asked for as `condition` and `strategy` (read back as "When <condition>,
+/// <strategy>."): a small model given one free `text` field fills it with anything.
 pub(crate) fn op_variants(library: &State, max_words: usize, from: Option<usize>) -> Vec<Value> {
-    let text = json!({
-        "type": "string",
-        "minLength": 10,
-        "maxLength": max_words.max(1) * CHARS_PER_WORD
-    });
+    // Bounds generous enough that a string the grammar cuts off is over the word limit, so it
+    // is dropped rather than kept half-written.
+    let part = |share: usize| {
+        json!({
+            "type": "string",
+            "minLength": 5,
+            "maxLength": max_words.max(1) * CHARS_PER_WORD * share / 4
+        })
+    };
     let ids: Vec<String> = library.active().map(|e| e.id.to_string()).collect();
     let variant = |op: &str, with_id: bool, with_text: bool| {
         let mut properties = serde_json::Map::new();
@@ -157,8 +165,9 @@ pub(crate) fn op_variants(library: &State, max_words: usize, from: Option<usize>
         properties.insert("op".into(), json!({"const": op}));
         required.push("op");
         if with_text {
-            properties.insert("text".into(), text.clone());
-            required.push("text");
+            properties.insert("condition".into(), part(2));
+            properties.insert("strategy".into(), part(3));
+            required.extend(["condition", "strategy"]);
         }
         json!({
             "type": "object",
@@ -208,7 +217,7 @@ mod tests {
             &library(),
             &DistillConfig::default(),
         );
-        assert!(prompt.contains("at most 2 general lessons"), "{prompt}");
+        assert!(prompt.contains("Write up to 2 new lessons"), "{prompt}");
         assert!(
             prompt.contains("1. correct (reward 1.0): It multiplied 3 by 4."),
             "{prompt}"
@@ -233,7 +242,10 @@ mod tests {
             &State::new(),
             &DistillConfig::default(),
         );
-        assert!(empty.contains("Current lessons:\n(none yet)"), "{empty}");
+        assert!(
+            empty.contains("Lessons you already have:\n(none yet)"),
+            "{empty}"
+        );
     }
 
     #[test]

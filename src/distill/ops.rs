@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use super::error::ParseError;
 use super::json::extract_json;
 use super::proposal::ProposedOp;
+use super::resolve::normalize;
 use crate::library::{ExperienceId, State};
 
 /// What the reader checks items against.
@@ -21,6 +22,8 @@ pub(crate) struct Rules<'a> {
     pub library: &'a State,
     /// Most words in a text.
     pub max_words: usize,
+    /// The prompt template: a text copied from it (its example) is dropped.
+    pub template: &'a str,
 }
 
 /// One usable op, with the proposal numbers it names (stage 3's `from`; empty otherwise).
@@ -158,9 +161,10 @@ const TEXT_KEYS: &[&str] = &[
     "lesson",
     "newtext",
     "insight",
-    "strategy",
     "description",
 ];
+const CONDITION_KEYS: &[&str] = &["condition", "when", "if"];
+const STRATEGY_KEYS: &[&str] = &["strategy", "then", "do"];
 const ID_KEYS: &[&str] = &["id", "experienceid", "target", "targetid", "ref"];
 const FROM_KEYS: &[&str] = &["from", "sources", "source", "proposals", "refs", "basedon"];
 
@@ -195,7 +199,7 @@ fn describe(value: &Value) -> String {
 }
 
 fn looks_like_item(map: &Map<String, Value>) -> bool {
-    [OP_KEYS, TEXT_KEYS, ID_KEYS]
+    [OP_KEYS, TEXT_KEYS, ID_KEYS, CONDITION_KEYS]
         .iter()
         .any(|keys| field(map, keys).is_some())
 }
@@ -269,7 +273,9 @@ fn as_text(value: &Value) -> Option<String> {
 
 fn parse_object(map: &Map<String, Value>, rules: &Rules<'_>) -> Parsed {
     let op = field(map, OP_KEYS).and_then(as_text);
-    let text = field(map, TEXT_KEYS).and_then(as_text);
+    let text = field(map, TEXT_KEYS)
+        .and_then(as_text)
+        .or_else(|| compose(map));
     let id = field(map, ID_KEYS).and_then(as_text);
     let from = field(map, FROM_KEYS).map(numbers).unwrap_or_default();
     let kind = match (&op, &id, &text) {
@@ -291,6 +297,26 @@ fn parse_object(map: &Map<String, Value>, rules: &Rules<'_>) -> Parsed {
         Parsed::Op(item) => Parsed::Op(Item { from, ..item }),
         other => other,
     }
+}
+
+/// "When <condition>, <strategy>." from separate `condition` and `strategy` fields (the shape
+/// the stage schemas ask for, since it makes small models state a condition at all), without
+/// doubling a "When" or a final period the model wrote itself.
+fn compose(map: &Map<String, Value>) -> Option<String> {
+    static WHEN: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"(?i)^\s*(when|whenever|if)\b\s*").expect("valid regex"));
+    let condition = field(map, CONDITION_KEYS).and_then(as_text)?;
+    let strategy = field(map, STRATEGY_KEYS).and_then(as_text)?;
+    let condition = WHEN.replace(&condition, "");
+    let condition = condition
+        .trim()
+        .trim_end_matches([',', '.', ';', ':'])
+        .trim();
+    let strategy = strategy.trim().trim_end_matches(['.', ';', ',']).trim();
+    if condition.is_empty() || strategy.is_empty() {
+        return Some(String::new());
+    }
+    Some(format!("When {condition}, {strategy}."))
 }
 
 /// Proposal numbers: `[1, 3]`, `2`, `"1, 3"`, `["#1", "P3"]`.
@@ -420,6 +446,12 @@ fn check_text(name: &str, text: &str, rules: &Rules<'_>) -> Result<String, Strin
         Err(format!("{name} with an empty text"))
     } else if is_placeholder(text) {
         Err(format!("{name} with a placeholder for a text: \"{text}\""))
+    } else if copied_from(rules.template, text) {
+        Err(format!("{name} copies the prompt: \"{text}\""))
+    } else if !has_form(text) {
+        Err(format!(
+            "{name} is not of the form \"When <condition>, <strategy>.\": \"{text}\""
+        ))
     } else if words > rules.max_words {
         Err(format!(
             "{name} of {words} words is over the limit of {}: \"{text}\"",
@@ -430,12 +462,37 @@ fn check_text(name: &str, text: &str, rules: &Rules<'_>) -> Result<String, Strin
     }
 }
 
-/// Whether `text` is too short to say anything: a copy of the prompt's example
-/// (`When ..., ...`, `<text>`) or a bare word.
+/// Whether `text` stands in for a text rather than being one: `When ..., ...`,
+/// `<text>`, `When [condition], [strategy]`, or fewer than three words.
 pub(crate) fn is_placeholder(text: &str) -> bool {
+    const MARKS: &[&str] = &[
+        "...",
+        "…",
+        "<condition>",
+        "[condition]",
+        "<strategy>",
+        "[strategy]",
+    ];
     let trimmed = text.trim();
     (trimmed.starts_with('<') && trimmed.ends_with('>'))
-        || super::resolve::normalize(text).split(' ').count() < 3
+        || MARKS.iter().any(|mark| trimmed.contains(mark))
+        || normalize(text).split(' ').count() < 3
+}
+
+/// Whether `text` states a condition first, as experiences do ("When …, …"; "If …, …"):
+/// small models otherwise fill the field with an answer ("15 - 7 = 8") or a restated question.
+fn has_form(text: &str) -> bool {
+    let first = normalize(text);
+    let first = first.split(' ').next().unwrap_or_default();
+    matches!(first, "when" | "whenever" | "if")
+}
+
+/// Whether `text` (three words or more) appears in `template`: small models copy a prompt's
+/// example instead of writing their own.
+pub(crate) fn copied_from(template: &str, text: &str) -> bool {
+    let text = normalize(text);
+    text.split(' ').count() >= 3
+        && format!(" {} ", normalize(template)).contains(&format!(" {text} "))
 }
 
 /// The id an update or delete names (given, or tagged at the start of its text), which must be

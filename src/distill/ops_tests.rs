@@ -3,6 +3,10 @@
 use super::*;
 use crate::distill::testing::library;
 
+/// A prompt with an example a model may copy.
+const TEMPLATE: &str =
+    "Reply like: {\"text\": \"When a recipe is scaled up, multiply every amount.\"}";
+
 fn id(n: u32) -> ExperienceId {
     ExperienceId::new(n).unwrap()
 }
@@ -17,6 +21,7 @@ fn read(output: &str) -> (Result<Vec<ProposedOp>, ParseError>, Vec<String>) {
     let rules = Rules {
         library: &state,
         max_words: 12,
+        template: TEMPLATE,
     };
     let mut dropped = Vec::new();
     let result = read_ops(output, &rules, true, &mut dropped)
@@ -57,6 +62,27 @@ fn many_shapes_give_the_same_ops() {
 }
 
 #[test]
+fn condition_and_strategy_make_one_text() {
+    assert_eq!(
+        ops(
+            r#"{"ops": [{"condition": "a price rises", "op": "add", "strategy": "multiply by the rate."}, {"condition": "When counting,", "id": "E0002", "op": "update", "strategy": "list items first"}, {"when": "if a, then", "then": "b"}]}"#
+        ),
+        vec![
+            add("When a price rises, multiply by the rate."),
+            ProposedOp::Update {
+                id: id(2),
+                text: "When counting, list items first.".into()
+            },
+            add("When a, then, b."),
+        ]
+    );
+    let (result, dropped) =
+        read(r#"{"ops": [{"condition": " ", "op": "add", "strategy": "guess"}]}"#);
+    assert_eq!(result.unwrap(), Vec::new());
+    assert_eq!(dropped, vec!["add with an empty text"]);
+}
+
+#[test]
 fn strings_in_a_list_are_adds_or_labelled_ops() {
     assert_eq!(
         ops(r#"{"experiences": ["When a, b.", "ADD: When c, d.", "  \"When e, f.\" "]}"#),
@@ -70,6 +96,7 @@ fn none_and_keep_are_decisions_not_failures() {
     let rules = Rules {
         library: &state,
         max_words: 12,
+        template: TEMPLATE,
     };
     for output in [
         r#"{"ops": [{"op": "none"}]}"#,
@@ -99,6 +126,9 @@ fn unusable_items_are_dropped_with_reasons() {
             {{"op": "add", "text": "{long}"}},
             {{"op": "upgrade", "text": "When x, y."}},
             {{"op": "add", "text": "When ..., ..."}},
+            {{"op": "add", "text": "When [condition], [strategy]."}},
+            {{"op": "add", "text": "when a recipe is scaled up: multiply every amount"}},
+            {{"op": "add", "text": "The answer is 10 cents."}},
             {{"note": "nothing"}},
             42,
             {{"op": "add", "text": "When kept, keep it."}}
@@ -115,6 +145,9 @@ fn unusable_items_are_dropped_with_reasons() {
         "add of 16 words is over the limit of 12: \"When the problem is long",
         "unknown op `upgrade`",
         "add with a placeholder for a text: \"When ..., ...\"",
+        "add with a placeholder for a text: \"When [condition], [strategy].\"",
+        "add copies the prompt: \"when a recipe is scaled up: multiply every amount\"",
+        "add is not of the form \"When <condition>, <strategy>.\": \"The answer is 10 cents.\"",
         "an object with keys note with no op or text",
         "an item that is the number 42",
     ];
@@ -155,6 +188,7 @@ fn proposal_numbers_are_read_in_any_spelling() {
     let rules = Rules {
         library: &state,
         max_words: 12,
+        template: TEMPLATE,
     };
     let output = r##"[{"from": [1, 3], "op": "add", "text": "When a, b."}, {"sources": "2, 4", "op": "add", "text": "When c, d."}, {"from": ["#5", "P6"], "op": "add", "text": "When e, f."}, {"op": "add", "text": "When g, h."}]"##;
     let read = read_ops(output, &rules, false, &mut Vec::new()).unwrap();
@@ -168,6 +202,7 @@ fn plain_text_needs_permission() {
     let rules = Rules {
         library: &state,
         max_words: 12,
+        template: TEMPLATE,
     };
     let output = "1. When a, b.";
     assert!(read_ops(output, &rules, false, &mut Vec::new()).is_err());

@@ -27,7 +27,7 @@ pub fn prompts_hash() -> String {
 
 /// `template` with each `{name}` of `fields` replaced, in one pass: braces and placeholder
 /// names inside the values (a question about sets, an answer quoting JSON) are copied as they
-/// are, never expanded again. Unknown `{…}` (the JSON example in a template) stay.
+/// are, never expanded again. Unknown `{…}` stay as they are.
 pub fn render(template: &str, fields: &[(&str, &str)]) -> String {
     let mut out =
         String::with_capacity(template.len() + fields.iter().map(|f| f.1.len()).sum::<usize>());

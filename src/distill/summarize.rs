@@ -11,7 +11,7 @@ use super::DistillConfig;
 use super::attempt::Call;
 use super::error::ParseError;
 use super::json::extract_json;
-use super::ops::clean_text;
+use super::ops::{clean_text, copied_from};
 use super::outcome::StageOutcome;
 use super::prompt::{SUMMARIZE, clip, grade, render};
 use crate::backend::Backend;
@@ -99,6 +99,9 @@ pub fn parse_summary(output: &str) -> Result<String, ParseError> {
     let copied_example = text.starts_with('<') && text.ends_with('>');
     if copied_example || text.chars().filter(|c| c.is_alphanumeric()).count() < 2 {
         return Err(ParseError::NoSummary);
+    }
+    if copied_from(SUMMARIZE, &text) {
+        return Err(ParseError::CopiedPrompt);
     }
     Ok(shorten(&text))
 }
@@ -224,6 +227,7 @@ mod tests {
             "```\n```",
             "{\"summary\":",
             "{\"summary\": \"<one to three sentences>\"}",
+            "{\"summary\": \"Say what this attempt did and the step where it went right or wrong.\"}",
         ] {
             assert!(parse_summary(output).is_err(), "{output:?}");
         }
