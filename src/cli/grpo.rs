@@ -204,9 +204,11 @@ impl GrpoArgs {
                     format!("cannot open {}", path.display())
                 })?));
         }
-        let mut distill = DistillConfig::default();
-        distill.max_experiences = self.max_experiences;
-        distill.max_words = library.settings().max_words;
+        let mut distill = DistillConfig {
+            max_experiences: self.max_experiences,
+            max_words: library.settings().max_words,
+            ..DistillConfig::default()
+        };
         distill.sampling.temperature = self.distill_temperature;
         distill.sampling.seed = self.sampling.seed;
         let config = RunConfig {

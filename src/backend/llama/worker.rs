@@ -229,11 +229,12 @@ impl<'m> Worker<'m> {
         cells: usize,
         sequences: usize,
     ) -> Result<(LlamaContext<'m>, usize, usize), BackendError> {
-        if let Some((mut context, c, s)) = self.context.take() {
-            if c >= cells && s >= sequences {
-                context.clear_kv_cache();
-                return Ok((context, c, s));
-            }
+        if let Some((mut context, c, s)) = self.context.take()
+            && c >= cells
+            && s >= sequences
+        {
+            context.clear_kv_cache();
+            return Ok((context, c, s));
         }
         let cells = cells.max(2048).div_ceil(256) * 256;
         let sequences = sequences.max(8);
