@@ -173,13 +173,7 @@ fn library_condition(dir: &Path, reference: &str) -> anyhow::Result<Condition> {
     let library = Library::open(dir, &name)?;
     let version = version.unwrap_or_else(|| library.head_version());
     let state = library.checkout(version)?;
-    let experiences = state
-        .active()
-        .map(|e| Shown {
-            id: e.id.to_string(),
-            text: e.text.clone(),
-        })
-        .collect();
+    let experiences = Shown::active(&state);
     Ok(Condition {
         label: format!("with {name}@{version}"),
         experiences,

@@ -1,6 +1,5 @@
 //! `gym grpo`: a Training-Free GRPO run, its journal, resume, summary and final evaluation.
 
-use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -195,9 +194,7 @@ impl GrpoArgs {
         let embedder = load_embedder()?;
 
         let mut events = Events::default();
-        events.add(Box::new(Progress {
-            interactive: std::io::stdout().is_terminal(),
-        }));
+        events.add(Box::new(Progress));
         if let Some(path) = &self.events_jsonl {
             events
                 .add(Box::new(JsonlSink::create(path).with_context(|| {
@@ -256,14 +253,7 @@ impl GrpoArgs {
             let heldout = dataset.load(Split::Heldout, self.sampling.seed)?;
             let library = Library::open(&self.library_dir, &self.library)?;
             let version = library.head_version();
-            let experiences: Vec<Shown> = library
-                .head()
-                .active()
-                .map(|e| Shown {
-                    id: e.id.to_string(),
-                    text: e.text.clone(),
-                })
-                .collect();
+            let experiences = Shown::active(library.head());
             let conditions = vec![
                 Condition {
                     label: "without library".into(),
@@ -397,13 +387,10 @@ fn load_embedder() -> anyhow::Result<Option<Arc<dyn gym::embed::Embedder>>> {
 }
 
 /// Plain progress lines, one per meaningful event.
-struct Progress {
-    interactive: bool,
-}
+struct Progress;
 
 impl EventSink for Progress {
     fn emit(&self, event: &RunEvent) {
-        let _ = self.interactive;
         let line = match event {
             RunEvent::RunStarted {
                 run,

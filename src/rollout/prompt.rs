@@ -22,6 +22,19 @@ pub struct Shown {
     pub text: String,
 }
 
+impl Shown {
+    /// The active experiences of a library state, in id order.
+    pub fn active(state: &crate::library::State) -> Vec<Shown> {
+        state
+            .active()
+            .map(|e| Shown {
+                id: e.id.to_string(),
+                text: e.text.clone(),
+            })
+            .collect()
+    }
+}
+
 /// Builds the chat messages that ask the model to solve `sample`.
 pub fn solve_messages(
     sample: &Sample,

@@ -86,13 +86,7 @@ pub(super) async fn run_step(
 
     let library_version = runner.library.head_version();
     let state: State = runner.library.head().clone();
-    let shown: Vec<Shown> = state
-        .active()
-        .map(|e| Shown {
-            id: e.id.to_string(),
-            text: e.text.clone(),
-        })
-        .collect();
+    let shown = Shown::active(&state);
     runner.events.emit(RunEvent::StepStarted {
         epoch,
         step,
@@ -167,13 +161,7 @@ pub(super) async fn run_step(
                 runner.config.min_reward_std
             ),
         };
-        journal.append(&Entry::StepEnded {
-            epoch,
-            step,
-            end: end.clone(),
-        })?;
-        tally.report.end = end;
-        return Ok(tally.report);
+        return end_step(journal, tally, epoch, step, end);
     }
 
     // Stage 1: summarize every answer of every kept group.
@@ -281,25 +269,13 @@ pub(super) async fn run_step(
                 kept.len()
             ),
         };
-        journal.append(&Entry::StepEnded {
-            epoch,
-            step,
-            end: end.clone(),
-        })?;
-        tally.report.end = end;
-        return Ok(tally.report);
+        return end_step(journal, tally, epoch, step, end);
     }
     if proposals.is_empty() {
         let end = StepEnd::Skipped {
             reason: "the extract stage proposed no changes".into(),
         };
-        journal.append(&Entry::StepEnded {
-            epoch,
-            step,
-            end: end.clone(),
-        })?;
-        tally.report.end = end;
-        return Ok(tally.report);
+        return end_step(journal, tally, epoch, step, end);
     }
 
     // Stage 3: consolidate the batch's proposals in one call; fall back to the deterministic
@@ -376,6 +352,17 @@ pub(super) async fn run_step(
             },
         }
     };
+    end_step(journal, tally, epoch, step, end)
+}
+
+/// Journals how a step ended and returns its report.
+fn end_step(
+    journal: &mut Journal,
+    mut tally: Tally,
+    epoch: u32,
+    step: u32,
+    end: StepEnd,
+) -> Result<StepReport, RunError> {
     journal.append(&Entry::StepEnded {
         epoch,
         step,
