@@ -232,8 +232,19 @@ impl Builder {
                         "`required` names `{missing}`, which is not a property"
                     )));
                 }
+                // Required properties come in the order `required` lists them (a JSON object's
+                // keys have no order, and the order matters to a model writing them: a
+                // condition before its strategy); optional ones follow in `properties` order.
+                let mut ordered: Vec<(usize, (&String, &Value))> =
+                    properties.iter().enumerate().collect();
+                ordered.sort_by_key(|(_, (key, _))| {
+                    required
+                        .iter()
+                        .position(|r| r == key)
+                        .unwrap_or(required.len())
+                });
                 let mut pairs = Vec::new();
-                for (i, (key, sub)) in properties.iter().enumerate() {
+                for (i, (key, sub)) in ordered {
                     let rule = format!("{name}-{}", rule_name(key, i));
                     let body = self.node(sub, &rule, &format!("{pointer}/properties/{key}"))?;
                     let value = self.define(rule, body);
@@ -328,6 +339,19 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn required_keys_come_in_the_order_required_lists_them() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}},
+            "required": ["c", "a"]
+        });
+        let grammar = json_schema_to_gbnf(&schema).unwrap();
+        let root = grammar.lines().next().unwrap();
+        let at = |key: &str| root.find(&format!("\"\\\"{key}\\\"\"")).unwrap();
+        assert!(at("c") < at("a") && at("a") < at("b"), "{root}");
+    }
 
     #[test]
     fn an_object_schema_becomes_ordered_rules() {

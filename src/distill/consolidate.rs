@@ -203,7 +203,7 @@ mod tests {
 
     #[tokio::test]
     async fn without_from_a_repeated_op_keeps_its_source_and_others_get_the_batch() {
-        let outcome = run(&[Ok(r#"[{"op": "DELETE", "id": "e1"}, {"op": "add", "text": "When grouping, multiply."}, {"from": [9], "op": "add", "text": "When in doubt, multiply."}]"#)]).await;
+        let outcome = run(&[Ok(r#"[{"op": "DELETE", "id": "e1"}, {"op": "add", "text": "When items are grouped, multiply."}, {"from": [9], "op": "add", "text": "When in doubt, multiply."}]"#)]).await;
         let ops = outcome.value.unwrap();
         assert_eq!(ops[0].evidence.query_ids, vec!["q3"]);
         assert_eq!(ops[1].evidence.query_ids, vec!["q1", "q2", "q3"]);

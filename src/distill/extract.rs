@@ -17,7 +17,8 @@ use crate::rollout::RolloutGroup;
 
 const QUESTION_MAX_CHARS: usize = 600;
 const REFERENCE_MAX_CHARS: usize = 200;
-const SUMMARY_MAX_CHARS: usize = 400;
+const SUMMARY_MAX_CHARS: usize = 300;
+const ANSWER_MAX_CHARS: usize = 300;
 
 /// Characters a text may have in the schema per allowed word: generous, since the word limit
 /// itself is checked when reading and a text over it is dropped, not cut.
@@ -90,11 +91,14 @@ pub fn extract_prompt(
                     || format!("(no summary; grader: {})", clip(&answer.reason, 160)),
                     |s| clip(s, SUMMARY_MAX_CHARS),
                 );
+            // The answer itself as well as its summary: a small model's summary may say
+            // little, and the answer shows the step where right and wrong attempts part.
             format!(
-                "{}. {} (reward {:.1}): {summary}",
+                "{}. {} (reward {:.1})\n   Answer: {}\n   Summary: {summary}",
                 index + 1,
                 grade(answer.reward),
-                answer.reward
+                answer.reward,
+                clip(&answer.text.replace('\n', " "), ANSWER_MAX_CHARS)
             )
         })
         .collect();
@@ -149,7 +153,9 @@ pub(crate) fn op_variants(library: &State, max_words: usize, from: Option<usize>
     let ids: Vec<String> = library.active().map(|e| e.id.to_string()).collect();
     let variant = |op: &str, with_id: bool, with_text: bool| {
         let mut properties = serde_json::Map::new();
-        let mut required = Vec::new();
+        // The grammar writes required keys in this order: what to do first, then its source
+        // and target, then the condition before the strategy.
+        let mut required = vec![];
         if let Some(count) = from {
             let numbers: Vec<usize> = (1..=count.max(1)).collect();
             properties.insert(
@@ -162,13 +168,13 @@ pub(crate) fn op_variants(library: &State, max_words: usize, from: Option<usize>
             properties.insert("id".into(), json!({"enum": ids}));
             required.push("id");
         }
-        properties.insert("op".into(), json!({"const": op}));
-        required.push("op");
         if with_text {
             properties.insert("condition".into(), part(2));
             properties.insert("strategy".into(), part(3));
             required.extend(["condition", "strategy"]);
         }
+        properties.insert("op".into(), json!({"const": op}));
+        required.push("op");
         json!({
             "type": "object",
             "properties": properties,
@@ -217,13 +223,13 @@ mod tests {
             &library(),
             &DistillConfig::default(),
         );
-        assert!(prompt.contains("Write up to 2 new lessons"), "{prompt}");
+        assert!(prompt.contains("write up to 2 lessons"), "{prompt}");
         assert!(
-            prompt.contains("1. correct (reward 1.0): It multiplied 3 by 4."),
+            prompt.contains("1. correct (reward 1.0)\n   Answer: 3 bags times 4 apples is 12. Answer: 12\n   Summary: It multiplied 3 by 4."),
             "{prompt}"
         );
         assert!(
-            prompt.contains("2. wrong (reward 0.0): (no summary; grader: expected 12)"),
+            prompt.contains("2. wrong (reward 0.0)\n   Answer: 3 plus 4 is 7. Answer: 7\n   Summary: (no summary; grader: expected 12)"),
             "{prompt}"
         );
         assert!(

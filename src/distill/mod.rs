@@ -23,6 +23,7 @@ mod consolidate;
 mod error;
 mod extract;
 pub mod json;
+mod lint;
 mod ops;
 mod outcome;
 pub mod prompt;

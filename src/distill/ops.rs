@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 use super::error::ParseError;
 use super::json::extract_json;
+use super::lint::lesson_flaw;
 use super::proposal::ProposedOp;
 use super::resolve::normalize;
 use crate::library::{ExperienceId, State};
@@ -452,6 +453,8 @@ fn check_text(name: &str, text: &str, rules: &Rules<'_>) -> Result<String, Strin
         Err(format!(
             "{name} is not of the form \"When <condition>, <strategy>.\": \"{text}\""
         ))
+    } else if let Some(flaw) = lesson_flaw(text) {
+        Err(format!("{name} is not a lesson (it {flaw}): \"{text}\""))
     } else if words > rules.max_words {
         Err(format!(
             "{name} of {words} words is over the limit of {}: \"{text}\"",

@@ -85,8 +85,8 @@ fn condition_and_strategy_make_one_text() {
 #[test]
 fn strings_in_a_list_are_adds_or_labelled_ops() {
     assert_eq!(
-        ops(r#"{"experiences": ["When a, b.", "ADD: When c, d.", "  \"When e, f.\" "]}"#),
-        vec![add("When a, b."), add("When c, d."), add("When e, f.")]
+        ops(r#"{"experiences": ["When a, do b.", "ADD: When c, do d.", "  \"When e, do f.\" "]}"#),
+        vec![add("When a, do b."), add("When c, do d."), add("When e, do f.")]
     );
 }
 
@@ -160,9 +160,9 @@ fn unusable_items_are_dropped_with_reasons() {
 #[test]
 fn a_cut_off_last_item_says_so() {
     let (result, dropped) = read(
-        r#"{"ops": [{"op": "add", "text": "When a, b."}, {"op": "add", "text": "When the tot"#,
+        r#"{"ops": [{"op": "add", "text": "When a, do b."}, {"op": "add", "text": "When the tot"#,
     );
-    assert_eq!(result.unwrap(), vec![add("When a, b.")]);
+    assert_eq!(result.unwrap(), vec![add("When a, do b.")]);
     assert_eq!(
         dropped,
         vec!["add with an empty text (the output was cut off inside \"When the tot\")"]
@@ -190,7 +190,7 @@ fn proposal_numbers_are_read_in_any_spelling() {
         max_words: 12,
         template: TEMPLATE,
     };
-    let output = r##"[{"from": [1, 3], "op": "add", "text": "When a, b."}, {"sources": "2, 4", "op": "add", "text": "When c, d."}, {"from": ["#5", "P6"], "op": "add", "text": "When e, f."}, {"op": "add", "text": "When g, h."}]"##;
+    let output = r##"[{"from": [1, 3], "op": "add", "text": "When a, do b."}, {"sources": "2, 4", "op": "add", "text": "When c, do d."}, {"from": ["#5", "P6"], "op": "add", "text": "When e, do f."}, {"op": "add", "text": "When g, do h."}]"##;
     let read = read_ops(output, &rules, false, &mut Vec::new()).unwrap();
     let from: Vec<Vec<usize>> = read.items.into_iter().map(|item| item.from).collect();
     assert_eq!(from, vec![vec![1, 3], vec![2, 4], vec![5, 6], vec![]]);
@@ -204,7 +204,7 @@ fn plain_text_needs_permission() {
         max_words: 12,
         template: TEMPLATE,
     };
-    let output = "1. When a, b.";
+    let output = "1. When a, do b.";
     assert!(read_ops(output, &rules, false, &mut Vec::new()).is_err());
     assert_eq!(
         read_ops(output, &rules, true, &mut Vec::new())
@@ -240,4 +240,32 @@ fn texts_are_cleaned_not_rewritten() {
     assert_eq!(clean_text("**“When a, b.”**"), "When a, b.");
     assert_eq!(clean_text("\"\""), "\"\"");
     assert_eq!(clean_text("When \u{7}a, b."), "When a, b.");
+}
+
+/// Stage 2 and 3 replies SmolLM2-135M gave under the JSON-schema grammar in a real run: valid
+/// JSON, but no lesson in any of them. Every item is dropped with its reason.
+#[test]
+fn valid_json_without_a_lesson_is_dropped_item_by_item() {
+    let corpus = [
+        (
+            "{\n\n\"ops\"\n\n:\n\n[\n\n{\n\n\"condition\"\n\n:\n\n\"dabbababa\"\n\n,\n\n\"op\"\n\n:\n\n\"add\"\n\n,\n\n\"strategy\"\n\n:\n\n\"fabbababa\"\n\n}\n\n]\n\n\n}",
+            vec!["only 2 word(s)"],
+        ),
+        (
+            "{\n  \"ops\": [\n   {\n   \"condition\": \"The correct answer is: 4\",\n   \"op\" : \"add\",\n   \"strategy\": \"The correct answer is: 4\"\n  },{\n   \"condition\": \"The correct answer is: 4\",\n   \"op\" : \"add\",\n   \"strategy\": \"The correct answer is: 4\"\n  }]\n}",
+            vec!["repeats its condition"; 2],
+        ),
+        (
+            "{\n  \"ops\": [\n   { \"condition\": \"The correct answer is 2\", \"from\": \n[\n   1, 2, 3, 4, 5\n  ]\n,\"op\" : \"add\"\n  , \"strategy\" : \"adcde\"\n  },\n  {\n   \"condition\": \"the letters\", \"from\": [4, 5],\"op\" : \"add\", \"strategy\" : \"12: 12: 12: 12: 12: 12\"\n  }\n]\n}",
+            vec!["one problem's answer", "repeats a phrase"],
+        ),
+    ];
+    for (output, reasons) in corpus {
+        let (result, dropped) = read(output);
+        assert_eq!(result.unwrap(), vec![], "{output}");
+        assert_eq!(dropped.len(), reasons.len(), "{dropped:?}");
+        for (reason, why) in reasons.iter().zip(&dropped) {
+            assert!(why.contains(reason), "{why} should say {reason}");
+        }
+    }
 }

@@ -1,0 +1,127 @@
+//! Whether a "When <condition>, <strategy>." text is a lesson at all. Small models fill the two
+//! fields with whatever is at hand: the same words twice, one problem's answer, a phrase
+//! repeated until the token limit, a single made-up word. Such texts are dropped with the reason
+//! (and counted), never kept as experiences: a library of noise is worse than a short one.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use super::resolve::normalize;
+
+/// Fewest words a condition and a strategy must have together ("grouping, multiply" is short
+/// but fine; "dabbababa, fabbababa" is not).
+const MIN_WORDS: usize = 3;
+
+/// Why `text` is not a usable lesson, or `None` when it is. `text` already starts with
+/// "When"/"If" (checked by the caller).
+pub(crate) fn lesson_flaw(text: &str) -> Option<String> {
+    let Some((condition, strategy)) = split(text) else {
+        return Some("has no strategy after its condition (no comma)".to_owned());
+    };
+    let (condition, strategy) = (normalize(condition), normalize(strategy));
+    let words = |part: &str| part.split(' ').filter(|w| !w.is_empty()).count();
+    if words(&condition) == 0 || words(&strategy) == 0 {
+        return Some("has an empty condition or strategy".to_owned());
+    }
+    if words(&condition) + words(&strategy) < MIN_WORDS {
+        return Some(format!(
+            "has only {} word(s) besides \"When\"",
+            words(&condition) + words(&strategy)
+        ));
+    }
+    if condition == strategy || strategy.contains(&condition) && condition.len() * 2 > strategy.len()
+    {
+        return Some("repeats its condition as its strategy".to_owned());
+    }
+    if states_an_answer(text) {
+        return Some("states one problem's answer, not a general lesson".to_owned());
+    }
+    if repeats_itself(&format!("{condition} {strategy}")) {
+        return Some("repeats a phrase over and over".to_owned());
+    }
+    None
+}
+
+/// Condition and strategy: what lies between the leading "When"/"If" and the first comma, and
+/// what follows it.
+fn split(text: &str) -> Option<(&str, &str)> {
+    static LEAD: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"(?i)^\s*(when|whenever|if)\b").expect("valid regex"));
+    let rest = LEAD.find(text).map_or(text, |lead| &text[lead.end()..]);
+    let (condition, strategy) = rest.split_once(',')?;
+    let strategy = strategy.trim().trim_end_matches('.');
+    (!strategy.trim().is_empty()).then_some((condition, strategy))
+}
+
+/// "The correct answer is 4", "answer: 12": a fact about one problem.
+fn states_an_answer(text: &str) -> bool {
+    static ANSWER: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"(?i)\banswer\s*(is|was|=|:|of)\s*[-+]?\$?\d").expect("valid regex")
+    });
+    ANSWER.is_match(text)
+}
+
+/// Whether some word pair occurs three times or more, or one word makes up half the text:
+/// the loops a small model falls into ("12: 12: 12: …", "The Crown, The Crown, …").
+fn repeats_itself(normalized: &str) -> bool {
+    let words: Vec<&str> = normalized.split(' ').filter(|w| !w.is_empty()).collect();
+    let mut pairs: HashMap<(&str, &str), usize> = HashMap::new();
+    for pair in words.windows(2) {
+        let count = pairs.entry((pair[0], pair[1])).or_default();
+        *count += 1;
+        if *count >= 3 {
+            return true;
+        }
+    }
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for word in &words {
+        *counts.entry(word).or_default() += 1;
+    }
+    words.len() >= 6 && counts.values().any(|&n| n * 2 >= words.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lessons_pass() {
+        for text in [
+            "When counting a letter in a word, check each letter one at a time.",
+            "When a problem gives a total and a share, divide the total by the share.",
+            "If the question asks for a difference, subtract the smaller number.",
+            "When adding 2 prices, line up the decimal points before adding.",
+        ] {
+            assert_eq!(lesson_flaw(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn what_small_models_write_is_dropped_with_a_reason() {
+        for (text, reason) in [
+            ("When dabbababa, fabbababa.", "only 2 word(s)"),
+            ("When counting letters check twice.", "no comma"),
+            (
+                "When The correct answer is 2, The correct answer is 2.",
+                "repeats its condition",
+            ),
+            (
+                "When the word has letters, the correct answer is 4.",
+                "one problem's answer",
+            ),
+            (
+                "When the crown, the crown the crown the crown the crown.",
+                "repeats a phrase",
+            ),
+            (
+                "When solving it, 12: 12: 12: 12: 12: 12: 12.",
+                "repeats a phrase",
+            ),
+        ] {
+            let flaw = lesson_flaw(text).unwrap_or_else(|| panic!("{text} passed"));
+            assert!(flaw.contains(reason), "{text}: {flaw}");
+        }
+    }
+}
