@@ -31,9 +31,13 @@ pub(crate) fn lesson_flaw(text: &str) -> Option<String> {
             words(&condition) + words(&strategy)
         ));
     }
-    if condition == strategy || strategy.contains(&condition) && condition.len() * 2 > strategy.len()
+    if condition == strategy
+        || strategy.contains(&condition) && condition.len() * 2 > strategy.len()
     {
         return Some("repeats its condition as its strategy".to_owned());
+    }
+    if !has_a_word(&condition) || !has_a_word(&strategy) {
+        return Some("has a condition or strategy without a word in it".to_owned());
     }
     if states_an_answer(text) {
         return Some("states one problem's answer, not a general lesson".to_owned());
@@ -55,6 +59,11 @@ fn split(text: &str) -> Option<(&str, &str)> {
     (!strategy.trim().is_empty()).then_some((condition, strategy))
 }
 
+/// Whether `part` has a word at all rather than only numbers: "2015 12 22" has none.
+fn has_a_word(part: &str) -> bool {
+    part.chars().any(char::is_alphabetic)
+}
+
 /// "The correct answer is 4", "answer: 12": a fact about one problem.
 fn states_an_answer(text: &str) -> bool {
     static ANSWER: LazyLock<Regex> = LazyLock::new(|| {
@@ -63,10 +72,19 @@ fn states_an_answer(text: &str) -> bool {
     ANSWER.is_match(text)
 }
 
-/// Whether some word pair occurs three times or more, or one word makes up half the text:
-/// the loops a small model falls into ("12: 12: 12: …", "The Crown, The Crown, …").
+/// Whether some four words occur twice, some word pair three times, or one word makes up half
+/// the text: the loops a small model falls into ("12: 12: 12: …", "The Crown, The Crown, …",
+/// "X, which is the answer directly from the question, X, which is the answer …").
 fn repeats_itself(normalized: &str) -> bool {
     let words: Vec<&str> = normalized.split(' ').filter(|w| !w.is_empty()).collect();
+    let mut runs: HashMap<&[&str], usize> = HashMap::new();
+    for run in words.windows(4) {
+        let count = runs.entry(run).or_default();
+        *count += 1;
+        if *count >= 2 {
+            return true;
+        }
+    }
     let mut pairs: HashMap<(&str, &str), usize> = HashMap::new();
     for pair in words.windows(2) {
         let count = pairs.entry((pair[0], pair[1])).or_default();
@@ -117,7 +135,7 @@ mod tests {
             ),
             (
                 "When solving it, 12: 12: 12: 12: 12: 12: 12.",
-                "repeats a phrase",
+                "without a word",
             ),
         ] {
             let flaw = lesson_flaw(text).unwrap_or_else(|| panic!("{text} passed"));

@@ -86,7 +86,11 @@ fn condition_and_strategy_make_one_text() {
 fn strings_in_a_list_are_adds_or_labelled_ops() {
     assert_eq!(
         ops(r#"{"experiences": ["When a, do b.", "ADD: When c, do d.", "  \"When e, do f.\" "]}"#),
-        vec![add("When a, do b."), add("When c, do d."), add("When e, do f.")]
+        vec![
+            add("When a, do b."),
+            add("When c, do d."),
+            add("When e, do f.")
+        ]
     );
 }
 
@@ -257,7 +261,7 @@ fn valid_json_without_a_lesson_is_dropped_item_by_item() {
         ),
         (
             "{\n  \"ops\": [\n   { \"condition\": \"The correct answer is 2\", \"from\": \n[\n   1, 2, 3, 4, 5\n  ]\n,\"op\" : \"add\"\n  , \"strategy\" : \"adcde\"\n  },\n  {\n   \"condition\": \"the letters\", \"from\": [4, 5],\"op\" : \"add\", \"strategy\" : \"12: 12: 12: 12: 12: 12\"\n  }\n]\n}",
-            vec!["one problem's answer", "repeats a phrase"],
+            vec!["one problem's answer", "without a word"],
         ),
     ];
     for (output, reasons) in corpus {

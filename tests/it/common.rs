@@ -38,6 +38,25 @@ impl Scratch {
         )
     }
 
+    /// `gym ARGS…` against the default local model, with the library directory set and the
+    /// caller's backend, model and config settings cleared.
+    pub fn model_command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_gym"));
+        command
+            .args(args)
+            .current_dir(self.dir.path())
+            .env("GYM_LIBRARY_DIR", self.libraries())
+            .env(
+                "GYM_MODELS_DIR",
+                model_path().parent().expect("a models folder"),
+            )
+            .env("USER", "tester")
+            .env_remove("GYM_BACKEND")
+            .env_remove("GYM_MODEL")
+            .env_remove("GYM_CONFIG");
+        command
+    }
+
     /// Runs `gym ARGS…` and expects success; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
         let (code, stdout, stderr) = self.gym(args);

@@ -1,19 +1,11 @@
 //! `gym eval` end to end: the real default model, and a local OpenAI-protocol server.
 
-use std::process::Command;
-
-use crate::common::{Scratch, model_path};
+use crate::common::Scratch;
 use crate::fake_openai::{FakeOpenAi, Fault};
 
 fn gym(scratch: &Scratch, args: &[&str]) -> (i32, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_gym"))
-        .args(args)
-        .current_dir(scratch.dir.path())
-        .env("GYM_LIBRARY_DIR", scratch.libraries())
-        .env("GYM_MODELS_DIR", model_path().parent().unwrap())
-        .env("USER", "tester")
-        .env_remove("GYM_BACKEND")
-        .env_remove("GYM_MODEL")
+    let output = scratch
+        .model_command(args)
         .output()
         .expect("run the gym binary");
     (

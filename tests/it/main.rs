@@ -3,6 +3,8 @@
 mod common;
 mod eval_cli;
 mod fake_openai;
+#[cfg(feature = "llama")]
+mod grpo_cli;
 mod judge;
 mod library_bad_input;
 mod library_cli;
