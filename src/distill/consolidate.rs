@@ -6,12 +6,12 @@
 //! nothing is a failure (`value: None`): the caller then falls back to [`super::resolve`]
 //! alone and reports it.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::DistillConfig;
 use super::attempt::Call;
 use super::error::ParseError;
-use super::extract::op_variants;
+use super::extract::{op_variants, ops_schema};
 use super::ops::{Rules, read_ops};
 use super::outcome::StageOutcome;
 use super::prompt::{CONSOLIDATE, library_lines, render};
@@ -125,19 +125,7 @@ pub fn consolidate_prompt(proposals: &[Proposal], library: &State, cfg: &Distill
 /// `{"ops": [1..=n ops, each with "from": [proposal numbers]]}`.
 pub fn consolidate_schema(proposals: &[Proposal], library: &State, cfg: &DistillConfig) -> Value {
     let count = proposals.len().max(1);
-    json!({
-        "type": "object",
-        "properties": {
-            "ops": {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": count,
-                "items": {"anyOf": op_variants(library, cfg.max_words, Some(count))}
-            }
-        },
-        "required": ["ops"],
-        "additionalProperties": false
-    })
+    ops_schema(count, op_variants(library, cfg.max_words, Some(count)))
 }
 
 #[cfg(test)]

@@ -121,14 +121,22 @@ pub fn extract_prompt(
 /// there is something to learn, and a small model offered "none" takes it every time. Readers
 /// still accept `none` from servers that ignore the schema.
 pub fn extract_schema(library: &State, cfg: &DistillConfig) -> Value {
+    ops_schema(
+        cfg.max_experiences.max(1),
+        op_variants(library, cfg.max_words, None),
+    )
+}
+
+/// `{"ops": [1..=max_items items, each one of `variants`]}`: the reply shape of stages 2 and 3.
+pub(crate) fn ops_schema(max_items: usize, variants: Vec<Value>) -> Value {
     json!({
         "type": "object",
         "properties": {
             "ops": {
                 "type": "array",
                 "minItems": 1,
-                "maxItems": cfg.max_experiences.max(1),
-                "items": {"anyOf": op_variants(library, cfg.max_words, None)}
+                "maxItems": max_items,
+                "items": {"anyOf": variants}
             }
         },
         "required": ["ops"],
