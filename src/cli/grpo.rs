@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Args;
-use gym::backend::Backend;
 use gym::data::Split;
 use gym::distill::DistillConfig;
 use gym::library::{Library, LibraryError, Settings};
@@ -14,7 +13,7 @@ use gym::rollout::eval::{Condition, EvalSettings, evaluate};
 use gym::rollout::prompt::Shown;
 use gym::run::{EventSink, Events, JsonlSink, RunConfig, RunEvent, RunSummary, Runner, StepEnd};
 
-use super::backend_args::{BackendArgs, SamplingArgs, runtime};
+use super::backend_args::{BackendArgs, BackendKind, SamplingArgs, runtime};
 use super::eval::{DatasetArgs, RewardArgs, render_report};
 
 /// Flags a resumed run may change; everything else is fixed by the run's first start.
@@ -60,9 +59,24 @@ pub struct GrpoArgs {
     )]
     library_dir: PathBuf,
 
-    /// Model for the three distillation stages (default: the rollout model).
+    /// Model for the three distillation stages (default: the rollout model). With the llama
+    /// backend a GGUF path, with openai the model name sent to the server.
     #[arg(long, env = "GYM_DISTILL_MODEL")]
     distill_model: Option<String>,
+
+    /// Backend of the distillation stages (default: the rollout backend), e.g. rollouts on the
+    /// local model and the stages on a stronger OpenAI-compatible API, as the reference does.
+    #[arg(long, env = "GYM_DISTILL_BACKEND", value_enum)]
+    distill_backend: Option<BackendKind>,
+
+    /// openai: base URL of the distillation stages' server (default: --base-url).
+    #[arg(long, env = "GYM_DISTILL_BASE_URL")]
+    distill_base_url: Option<String>,
+
+    /// openai: name of the environment variable holding the distillation server's API key
+    /// (default: --api-key-env).
+    #[arg(long)]
+    distill_api_key_env: Option<String>,
 
     /// Most experiences the extract stage may propose per group (K).
     #[arg(long, default_value_t = 2)]
@@ -170,6 +184,36 @@ impl GrpoArgs {
         self.execute(run_id, dir)
     }
 
+    /// The backend flags of the distillation stages, or `None` when they share the rollout
+    /// backend (and its loaded model).
+    fn distill_backend_args(&self) -> Option<BackendArgs> {
+        if self.distill_model.is_none()
+            && self.distill_backend.is_none()
+            && self.distill_base_url.is_none()
+            && self.distill_api_key_env.is_none()
+        {
+            return None;
+        }
+        let mut args = self.backend.clone();
+        if let Some(kind) = self.distill_backend {
+            if kind != args.backend {
+                // A different backend does not inherit a model name or path meant for another.
+                args.model = None;
+            }
+            args.backend = kind;
+        }
+        if let Some(model) = &self.distill_model {
+            args.model = Some(model.clone());
+        }
+        if let Some(url) = &self.distill_base_url {
+            args.base_url = Some(url.clone());
+        }
+        if let Some(env) = &self.distill_api_key_env {
+            args.api_key_env = env.clone();
+        }
+        Some(args)
+    }
+
     fn execute(self, run_id: String, dir: PathBuf) -> anyhow::Result<ExitCode> {
         anyhow::ensure!(
             self.group_size >= 2,
@@ -181,13 +225,9 @@ impl GrpoArgs {
         );
         let train = self.dataset.load(Split::Train, self.sampling.seed)?;
         let rollout_backend = self.backend.build()?;
-        let distill_backend: Arc<dyn Backend> = match &self.distill_model {
+        let distill_backend = match self.distill_backend_args() {
             None => Arc::clone(&rollout_backend),
-            Some(model) => {
-                let mut args = self.backend.clone();
-                args.model = Some(model.clone());
-                args.build()?
-            }
+            Some(args) => args.build().context("distillation backend")?,
         };
         let verifier = self.reward.build(&train, &distill_backend)?;
         let library = open_or_init(&self.library_dir, &self.library)?;

@@ -1,6 +1,8 @@
 //! A local server that speaks the OpenAI chat-completions wire protocol over a real socket, for
 //! testing the OpenAI-compatible backend without a paid API. Faults (429, 500, slow replies,
-//! garbage bodies) are scripted per request.
+//! garbage bodies) are scripted per request. [`FakeOpenAi::distiller`] stands in for the strong
+//! API model that runs the distillation stages in the reference method: it answers each stage
+//! the way such a model does, prose and code fences included.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -36,7 +38,15 @@ struct Shared {
     honours_n: bool,
     /// Answers every question with this text (plus the seed, so draws differ).
     answer: String,
+    /// Answers the distillation stages' prompts instead (see [`FakeOpenAi::distiller`]).
+    distiller: bool,
 }
+
+/// The lesson the distiller writes, as condition and strategy.
+pub const LESSON: (&str, &str) = (
+    "counting how often a letter occurs in a word",
+    "spell the word out one letter at a time and keep a running tally of matches",
+);
 
 pub struct FakeOpenAi {
     pub addr: SocketAddr,
@@ -47,11 +57,23 @@ pub struct FakeOpenAi {
 impl FakeOpenAi {
     /// Starts a server; `honours_n: false` imitates servers that ignore `n` and return one choice.
     pub async fn start(honours_n: bool, answer: &str) -> Self {
+        Self::serve(honours_n, answer, false).await
+    }
+
+    /// A server that answers the summarize, extract and consolidate prompts of `gym grpo`:
+    /// a one-sentence summary, one lesson ([`LESSON`]) in a fenced JSON reply with prose and a
+    /// trailing comma around it, and a consolidation that keeps that lesson.
+    pub async fn distiller() -> Self {
+        Self::serve(true, "", true).await
+    }
+
+    async fn serve(honours_n: bool, answer: &str, distiller: bool) -> Self {
         let shared = Arc::new(Shared {
             faults: Mutex::new(VecDeque::new()),
             recorded: Mutex::new(Recorded::default()),
             honours_n,
             answer: answer.to_string(),
+            distiller,
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -144,17 +166,27 @@ async fn chat(State(shared): State<Arc<Shared>>, body: String) -> Response {
                 .count()
         })
         .sum();
+    let answer = if shared.distiller {
+        distill_reply(&request)
+    } else {
+        shared.answer.clone()
+    };
     let choices: Vec<Value> = (0..n)
         .map(|i| {
+            let content = if shared.distiller {
+                answer.clone()
+            } else {
+                format!("draw {seed}/{i}. {answer}")
+            };
             json!({
                 "index": i,
-                "message": {"role": "assistant", "content": format!("draw {seed}/{i}. {}", shared.answer)},
+                "message": {"role": "assistant", "content": content},
                 "finish_reason": "stop",
                 "logprobs": null
             })
         })
         .collect();
-    let completion_tokens = n as usize * (3 + shared.answer.split_whitespace().count());
+    let completion_tokens = n as usize * (3 + answer.split_whitespace().count());
     axum::Json(json!({
         "id": "chatcmpl-test",
         "object": "chat.completion",
@@ -168,4 +200,24 @@ async fn chat(State(shared): State<Arc<Shared>>, body: String) -> Response {
         }
     }))
     .into_response()
+}
+
+/// What a capable model answers to each of the distillation stages' prompts.
+fn distill_reply(request: &Value) -> String {
+    let prompt = request["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("");
+    let (condition, strategy) = LESSON;
+    if prompt.contains("Proposed changes:") {
+        json!({"ops": [{"from": [1], "condition": condition, "strategy": strategy, "op": "add"}]})
+            .to_string()
+    } else if prompt.contains("Attempts, graded:") {
+        format!(
+            "Here is the lesson:\n```json\n{{\"ops\": [{{\"condition\": \"{condition}\", \"strategy\": \"{strategy}\", \"op\": \"add\"}},]}}\n```\nIt applies to any word."
+        )
+    } else {
+        "The attempt counted the letters of the word and gave a total.".into()
+    }
 }
