@@ -82,6 +82,11 @@ pub struct GrpoArgs {
     #[arg(long, default_value_t = 2)]
     max_experiences: usize,
 
+    /// Distinct queries whose groups must propose deleting an experience before it is
+    /// deleted (1: any one group may delete, as in the reference method).
+    #[arg(long, default_value_t = gym::distill::DEFAULT_DELETE_QUORUM)]
+    delete_quorum: usize,
+
     /// Temperature of the distillation stages.
     #[arg(long, default_value_t = 0.3)]
     distill_temperature: f32,
@@ -244,6 +249,7 @@ impl GrpoArgs {
         let mut distill = DistillConfig {
             max_experiences: self.max_experiences,
             max_words: library.settings().max_words,
+            delete_quorum: self.delete_quorum,
             ..DistillConfig::default()
         };
         distill.sampling.temperature = self.distill_temperature;

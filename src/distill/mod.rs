@@ -48,6 +48,13 @@ pub use proposal::{Proposal, ProposedOp, group_evidence, union_evidence};
 pub use resolve::{Resolution, normalize, resolve};
 pub use summarize::{parse_summary, summarize, summarize_prompt, summary_schema};
 
+/// Two groups must agree before an experience is deleted.
+pub const DEFAULT_DELETE_QUORUM: usize = 2;
+
+fn default_delete_quorum() -> usize {
+    DEFAULT_DELETE_QUORUM
+}
+
 /// How the stages run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DistillConfig {
@@ -57,6 +64,10 @@ pub struct DistillConfig {
     pub max_words: usize,
     /// Requests per stage call before it counts as failed.
     pub attempts: u32,
+    /// Distinct queries whose groups must propose a delete before it is applied (see
+    /// [`resolve()`]).
+    #[serde(default = "default_delete_quorum")]
+    pub delete_quorum: usize,
     /// Sampling of the first attempt; retries vary the seed and sample a little warmer.
     pub sampling: Sampling,
 }
@@ -67,6 +78,7 @@ impl Default for DistillConfig {
             max_experiences: 2,
             max_words: DEFAULT_MAX_WORDS,
             attempts: 3,
+            delete_quorum: DEFAULT_DELETE_QUORUM,
             sampling: Sampling {
                 temperature: 0.3,
                 max_tokens: 256,

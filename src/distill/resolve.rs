@@ -10,8 +10,14 @@
 //! updates of one id merge (the last text wins, evidence unioned); an update that leaves the
 //! text as it is, or that repeats another experience, is dropped; an add that repeats an
 //! update's new text is dropped.
+//!
+//! A delete needs the backing of `delete_quorum` distinct queries (1 = any proposal, as in the
+//! reference method). A small model asked about one group will sometimes propose deleting
+//! every experience it is shown; one group's say-so should not wipe a library, so by default
+//! two groups of the batch must agree. A delete held back this way is dropped with the reason
+//! and does not beat an update of the same id.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::ops::{clean_text, is_placeholder};
 use super::proposal::{Proposal, ProposedOp, union_evidence};
@@ -54,7 +60,12 @@ enum Slot {
 
 /// Turns proposals into changes the library accepts; see the module documentation for the
 /// rules.
-pub fn resolve(proposals: Vec<Proposal>, library: &State, max_words: usize) -> Resolution {
+pub fn resolve(
+    proposals: Vec<Proposal>,
+    library: &State,
+    max_words: usize,
+    delete_quorum: usize,
+) -> Resolution {
     let mut dropped = Vec::new();
     let valid: Vec<Proposal> = proposals
         .into_iter()
@@ -66,6 +77,7 @@ pub fn resolve(proposals: Vec<Proposal>, library: &State, max_words: usize) -> R
             }
         })
         .collect();
+    let valid = hold_weak_deletes(valid, delete_quorum, &mut dropped);
     let deleted: Vec<ExperienceId> = valid
         .iter()
         .filter_map(|p| match p.op {
@@ -123,6 +135,44 @@ pub fn resolve(proposals: Vec<Proposal>, library: &State, max_words: usize) -> R
     drop_repeating_updates(&mut slots, library, &adds, &mut dropped);
     let changes = slots.into_iter().flatten().map(into_change).collect();
     Resolution { changes, dropped }
+}
+
+/// Drops the deletes of ids whose delete proposals together name fewer than `quorum` distinct
+/// queries.
+fn hold_weak_deletes(
+    valid: Vec<Proposal>,
+    quorum: usize,
+    dropped: &mut Vec<(Proposal, String)>,
+) -> Vec<Proposal> {
+    if quorum <= 1 {
+        return valid;
+    }
+    let mut backing: BTreeMap<ExperienceId, BTreeSet<&str>> = BTreeMap::new();
+    for proposal in &valid {
+        if let ProposedOp::Delete { id } = proposal.op {
+            let queries = backing.entry(id).or_default();
+            queries.extend(proposal.evidence.query_ids.iter().map(String::as_str));
+        }
+    }
+    let weak: BTreeMap<ExperienceId, usize> = backing
+        .into_iter()
+        .filter(|(_, queries)| queries.len() < quorum)
+        .map(|(id, queries)| (id, queries.len()))
+        .collect();
+    valid
+        .into_iter()
+        .filter_map(|proposal| match proposal.op {
+            ProposedOp::Delete { id } if weak.contains_key(&id) => {
+                let reason = format!(
+                    "delete of {id} is backed by {} of the {quorum} queries the delete quorum needs",
+                    weak[&id]
+                );
+                dropped.push((proposal, reason));
+                None
+            }
+            _ => Some(proposal),
+        })
+        .collect()
 }
 
 /// Cleans a proposal's text and checks it and its id against the library.

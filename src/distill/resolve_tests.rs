@@ -38,8 +38,12 @@ fn delete(n: u32, query: &str) -> Proposal {
 }
 
 fn run(proposals: Vec<Proposal>) -> Resolution {
+    run_with_quorum(proposals, 1)
+}
+
+fn run_with_quorum(proposals: Vec<Proposal>, delete_quorum: usize) -> Resolution {
     let state = library();
-    let resolution = resolve(proposals, &state, MAX_WORDS);
+    let resolution = resolve(proposals, &state, MAX_WORDS, delete_quorum);
     state
         .resolve(
             &resolution.changes,
@@ -111,6 +115,32 @@ fn a_delete_beats_an_update_of_the_same_id() {
         reasons(&resolution),
         vec!["E0001 is deleted in the same batch; the delete wins"]
     );
+}
+
+#[test]
+fn a_delete_needs_the_quorum_of_distinct_queries() {
+    // One group (even proposing twice) cannot delete; two groups can.
+    let weak = run_with_quorum(vec![delete(1, "q1"), delete(1, "q1")], 2);
+    assert!(weak.changes.is_empty());
+    assert_eq!(
+        reasons(&weak),
+        [
+            "delete of E0001 is backed by 1 of the 2 queries the delete quorum needs",
+            "delete of E0001 is backed by 1 of the 2 queries the delete quorum needs"
+        ]
+    );
+    let backed = run_with_quorum(vec![delete(1, "q1"), delete(1, "q2")], 2);
+    assert_eq!(backed.changes.len(), 1);
+    assert!(matches!(backed.changes[0], Change::Delete { id: deleted, .. } if deleted == id(1)));
+    // A delete held back does not beat an update of the same id.
+    let update_survives = run_with_quorum(
+        vec![delete(1, "q1"), update(1, "When a, do b now.", "q2")],
+        2,
+    );
+    assert!(matches!(
+        update_survives.changes[..],
+        [Change::Update { id: updated, .. }] if updated == id(1)
+    ));
 }
 
 #[test]

@@ -307,7 +307,7 @@ pub(super) async fn run_step(
             proposals
         }
     };
-    let resolution = distill::resolve(final_proposals, &state, cfg.max_words);
+    let resolution = distill::resolve(final_proposals, &state, cfg.max_words, cfg.delete_quorum);
     tally.report.dropped_ops += resolution.dropped.len() as u64;
     let mut changes = resolution.changes;
 
