@@ -122,7 +122,9 @@ contract ExperienceRegistry {
     /// Proposal `id` was already executed.
     error AlreadyExecuted(uint256 id);
     /// The proposal's base is not the library's accepted (root, version).
-    error StaleBase(bytes32 libraryId, bytes32 acceptedRoot, uint64 acceptedVersion, bytes32 baseRoot, uint64 baseVersion);
+    error StaleBase(
+        bytes32 libraryId, bytes32 acceptedRoot, uint64 acceptedVersion, bytes32 baseRoot, uint64 baseVersion
+    );
     /// No proposal has id `id`.
     error UnknownProposal(uint256 id);
     /// `newVersion` must be greater than `baseVersion`.

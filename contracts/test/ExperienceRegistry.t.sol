@@ -185,9 +185,7 @@ contract ExperienceRegistryTest is TestBase {
         _vote(ALICE, id, true); // 40, unanimous but below quorum
         _pastDeadline(id);
         vm.assertEq(_state(id), uint256(ExperienceRegistry.ProposalState.Defeated), "defeated");
-        vm.expectRevert(
-            abi.encodeWithSelector(ExperienceRegistry.NotAccepted.selector, id, 40 * UNIT, 0, 50 * UNIT)
-        );
+        vm.expectRevert(abi.encodeWithSelector(ExperienceRegistry.NotAccepted.selector, id, 40 * UNIT, 0, 50 * UNIT));
         reg.execute(id);
     }
 
@@ -292,8 +290,10 @@ contract ExperienceRegistryTest is TestBase {
         uint256 id = _first();
         // Alice votes, then hands her tokens to Bob, who votes again with them.
         _vote(ALICE, id, true);
+        vm.roll(block.number + 1);
         vm.prank(ALICE);
         token.transfer(BOB, 40 * UNIT);
+        vm.roll(block.number + 1); // the transfer is now history for getPastVotes
         vm.assertEq(_vote(BOB, id, true), 26 * UNIT, "bob votes with his snapshot balance only");
         // Carol sends everything to Dave (a non-holder at the snapshot) before voting.
         vm.prank(CAROL);

@@ -16,8 +16,7 @@ interface Vm {
     function roll(uint256 newHeight) external;
     function expectRevert(bytes calldata revertData) external;
     function expectRevert() external;
-    function expectEmit(bool checkTopic1, bool checkTopic2, bool checkTopic3, bool checkData, address emitter)
-        external;
+    function expectEmit(bool checkTopic1, bool checkTopic2, bool checkTopic3, bool checkData, address emitter) external;
     function recordLogs() external;
     function getRecordedLogs() external returns (Log[] memory logs);
 
