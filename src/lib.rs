@@ -38,3 +38,4 @@ pub mod library;
 pub mod reward;
 pub mod rollout;
 pub mod run;
+pub mod serve;

@@ -173,3 +173,20 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()
         .context("cannot start the async runtime")
 }
+
+/// The local MiniLM embedder, or `None` in a build without the `embed` feature.
+#[cfg(feature = "embed")]
+pub fn load_embedder() -> anyhow::Result<Option<Arc<dyn gym::embed::Embedder>>> {
+    let dir = gym::embed::minilm::default_minilm_dir();
+    let embedder = gym::embed::minilm::MiniLmEmbedder::load(&dir)
+        .with_context(|| "loading the MiniLM embedder (run `make setup`)")?;
+    Ok(Some(Arc::new(embedder)))
+}
+
+#[cfg(not(feature = "embed"))]
+pub fn load_embedder() -> anyhow::Result<Option<Arc<dyn gym::embed::Embedder>>> {
+    eprintln!(
+        "warning: built without the `embed` feature: no near-duplicate detection in gym grpo, no retrieval in gym serve (every experience is injected)"
+    );
+    Ok(None)
+}

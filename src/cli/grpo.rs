@@ -13,7 +13,7 @@ use gym::rollout::eval::{Condition, EvalSettings, evaluate};
 use gym::rollout::prompt::Shown;
 use gym::run::{EventSink, Events, JsonlSink, RunConfig, RunEvent, RunSummary, Runner, StepEnd};
 
-use super::backend_args::{BackendArgs, BackendKind, SamplingArgs, runtime};
+use super::backend_args::{BackendArgs, BackendKind, SamplingArgs, load_embedder, runtime};
 use super::eval::{DatasetArgs, RewardArgs, render_report};
 
 /// Flags a resumed run may change; everything else is fixed by the run's first start.
@@ -414,22 +414,6 @@ fn open_or_init(dir: &Path, name: &str) -> anyhow::Result<Library> {
         }
         Err(error) => Err(error.into()),
     }
-}
-
-#[cfg(feature = "embed")]
-fn load_embedder() -> anyhow::Result<Option<Arc<dyn gym::embed::Embedder>>> {
-    let dir = gym::embed::minilm::default_minilm_dir();
-    let embedder = gym::embed::minilm::MiniLmEmbedder::load(&dir)
-        .with_context(|| "loading the embedder for near-duplicate detection (run `make setup`)")?;
-    Ok(Some(Arc::new(embedder)))
-}
-
-#[cfg(not(feature = "embed"))]
-fn load_embedder() -> anyhow::Result<Option<Arc<dyn gym::embed::Embedder>>> {
-    eprintln!(
-        "warning: built without the `embed` feature: near-duplicate experiences are not caught"
-    );
-    Ok(None)
 }
 
 /// Plain progress lines, one per meaningful event.

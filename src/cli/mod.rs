@@ -6,6 +6,7 @@ mod config;
 mod eval;
 mod grpo;
 mod library;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -28,6 +29,8 @@ enum Command {
     Grpo(Box<grpo::GrpoArgs>),
     /// Mean@k and Pass@k of a model on a dataset, with and without a library's experiences.
     Eval(Box<eval::EvalArgs>),
+    /// Serve a model over an OpenAI-compatible API, injecting a library's experiences.
+    Serve(Box<serve::ServeArgs>),
     /// Throughput benchmarks on this machine.
     Bench(bench::BenchArgs),
 }
@@ -45,6 +48,7 @@ impl Cli {
             Command::Library(args) => args.run(),
             Command::Eval(args) => args.run(),
             Command::Grpo(args) => args.run(),
+            Command::Serve(args) => args.run(),
             Command::Bench(args) => args.run(),
         }
     }

@@ -49,6 +49,6 @@ pub use record::{
     DEFAULT_CONFIDENCE, DEFAULT_DOMAIN, Evidence, Experience, Provenance, Status, Usage,
 };
 pub use state::{State, Undo, diff};
-pub use store::{DEFAULT_MAX_WORDS, Library, Settings, library_dir, list_libraries};
+pub use store::{DEFAULT_MAX_WORDS, Library, Settings, library_dir, list_libraries, stored_head};
 pub use verify::{Problem, Report, verify};
 pub use version::Version;

@@ -85,6 +85,19 @@ pub fn library_dir(root: &Path, name: &str) -> Result<PathBuf, LibraryError> {
     Ok(root.join(name))
 }
 
+/// The newest version number of library `name` on disk, from the file names alone (no file is
+/// read), so a long-lived reader such as the server can tell cheaply when a commit landed.
+pub fn stored_head(root: &Path, name: &str) -> Result<u64, LibraryError> {
+    let dir = library_dir(root, name)?;
+    if !dir.is_dir() {
+        return Err(LibraryError::NotFound {
+            name: name.to_owned(),
+            dir: root.to_owned(),
+        });
+    }
+    Ok(version_files(&dir)?.last().map_or(0, |(number, _)| *number))
+}
+
 /// Names of the libraries under `root`, sorted.
 pub fn list_libraries(root: &Path) -> Result<Vec<String>, LibraryError> {
     let entries = match fs::read_dir(root) {

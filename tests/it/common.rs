@@ -121,3 +121,22 @@ fn regex_escape(text: &str) -> String {
         })
         .collect()
 }
+
+/// The real MiniLM embedder, loaded once per test binary; `None` in a build without `embed`.
+pub fn embedder() -> Option<std::sync::Arc<dyn gym::embed::Embedder>> {
+    #[cfg(feature = "embed")]
+    {
+        use std::sync::{Arc, OnceLock};
+        static EMBEDDER: OnceLock<Arc<gym::embed::minilm::MiniLmEmbedder>> = OnceLock::new();
+        let embedder = EMBEDDER.get_or_init(|| {
+            let dir = gym::embed::minilm::default_minilm_dir();
+            Arc::new(
+                gym::embed::minilm::MiniLmEmbedder::load(&dir)
+                    .expect("load the MiniLM embedder (run `make setup`)"),
+            )
+        });
+        Some(Arc::clone(embedder) as Arc<dyn gym::embed::Embedder>)
+    }
+    #[cfg(not(feature = "embed"))]
+    None
+}

@@ -13,3 +13,4 @@ mod library_tamper;
 #[cfg(feature = "llama")]
 mod llama_backend;
 mod openai_backend;
+mod serve_api;

@@ -1,0 +1,136 @@
+//! The libraries a server reads, opened once and kept: a request names a library and maybe a
+//! version, and gets that version's experiences and Merkle root. A training run may commit
+//! while the server runs; the catalog notices a new head from the file names (checked at most
+//! once per `refresh`) and reopens the library then.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::library::{Digest, Library, LibraryError, State, stored_head};
+
+/// Versions kept checked out per library, besides the head.
+const KEPT_VERSIONS: usize = 16;
+
+/// One version of one library, as a request sees it.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub library: String,
+    pub version: u64,
+    pub root: Digest,
+    pub state: State,
+}
+
+struct Entry {
+    library: Library,
+    checked: Instant,
+    snapshots: BTreeMap<u64, Arc<Snapshot>>,
+}
+
+pub struct Catalog {
+    root: PathBuf,
+    refresh: Duration,
+    entries: Mutex<HashMap<String, Entry>>,
+}
+
+impl Catalog {
+    pub fn new(root: impl Into<PathBuf>, refresh: Duration) -> Self {
+        Self {
+            root: root.into(),
+            refresh,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The directory holding the libraries.
+    pub fn root(&self) -> &std::path::Path {
+        &self.root
+    }
+
+    /// Version `version` (default: the head) of library `name`. Blocking: it may read files.
+    pub fn get(&self, name: &str, version: Option<u64>) -> Result<Arc<Snapshot>, LibraryError> {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let stale = match entries.get(name) {
+            None => true,
+            Some(entry) if entry.checked.elapsed() >= self.refresh => {
+                stored_head(&self.root, name)? != entry.library.head_version()
+            }
+            Some(_) => false,
+        };
+        if stale {
+            let library = Library::open(&self.root, name)?;
+            entries.insert(
+                name.to_owned(),
+                Entry {
+                    library,
+                    checked: Instant::now(),
+                    snapshots: BTreeMap::new(),
+                },
+            );
+        }
+        let entry = entries.get_mut(name).expect("inserted above");
+        if !stale && entry.checked.elapsed() >= self.refresh {
+            entry.checked = Instant::now();
+        }
+        let head = entry.library.head_version();
+        let number = version.unwrap_or(head);
+        if let Some(snapshot) = entry.snapshots.get(&number) {
+            return Ok(Arc::clone(snapshot));
+        }
+        let record = entry.library.version(number)?;
+        let root = record.root;
+        let state = if number == head {
+            entry.library.head().clone()
+        } else {
+            entry.library.checkout(number)?
+        };
+        let snapshot = Arc::new(Snapshot {
+            library: name.to_owned(),
+            version: number,
+            root,
+            state,
+        });
+        if entry.snapshots.len() > KEPT_VERSIONS
+            && let Some(&oldest) = entry.snapshots.keys().find(|&&v| v != head)
+        {
+            entry.snapshots.remove(&oldest);
+        }
+        entry.snapshots.insert(number, Arc::clone(&snapshot));
+        Ok(snapshot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::library::{Change, Provenance, Settings};
+
+    #[test]
+    fn a_commit_by_another_writer_is_seen_after_the_refresh_interval() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = Library::init(dir.path(), "lib", Settings::default()).unwrap();
+        writer
+            .commit(&[Change::add("When a, do b first.")], Provenance::Init)
+            .unwrap();
+        let catalog = Catalog::new(dir.path(), Duration::ZERO);
+        let first = catalog.get("lib", None).unwrap();
+        assert_eq!((first.version, first.state.active_count()), (1, 1));
+        writer
+            .commit(&[Change::add("When c, do d first.")], Provenance::Init)
+            .unwrap();
+        let second = catalog.get("lib", None).unwrap();
+        assert_eq!((second.version, second.state.active_count()), (2, 2));
+        assert_eq!(second.root, writer.head_record().root);
+        let old = catalog.get("lib", Some(1)).unwrap();
+        assert_eq!((old.version, old.root), (1, first.root));
+        assert!(matches!(
+            catalog.get("lib", Some(9)),
+            Err(LibraryError::VersionNotFound { version: 9, .. })
+        ));
+        assert!(matches!(
+            catalog.get("missing", None),
+            Err(LibraryError::NotFound { .. })
+        ));
+    }
+}

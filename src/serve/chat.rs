@@ -1,0 +1,344 @@
+//! `POST /v1/chat/completions`: pick the library version, retrieve and inject its experiences,
+//! ask the model, and answer in OpenAI's shape (JSON, or server-sent events when `stream`).
+
+use std::convert::Infallible;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::catalog::Snapshot;
+use super::error::ApiError;
+use super::inject::{inject, query_text};
+use super::wire::{ChatRequest, finish_reason, logprobs_json, usage_json};
+use crate::backend::{Group, GroupRequest};
+use crate::library::{Experience, ExperienceId};
+
+/// Which library version a request asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    pub library: String,
+    pub version: Option<u64>,
+}
+
+/// Splits `MODEL@LIBRARY[:VERSION]` into the model name and the library selection.
+pub fn parse_model(spec: &str) -> Result<(&str, Option<Selection>), ApiError> {
+    match spec.split_once('@') {
+        None => Ok((spec, None)),
+        Some((model, library)) => {
+            let selection = parse_selection(library, ':', "model")?;
+            Ok((model, Some(selection)))
+        }
+    }
+}
+
+fn parse_selection(
+    text: &str,
+    separator: char,
+    param: &'static str,
+) -> Result<Selection, ApiError> {
+    let (library, version) = match text.rsplit_once(separator) {
+        None => (text, None),
+        Some((library, version)) => {
+            let number = version.parse::<u64>().map_err(|_| {
+                ApiError::bad(
+                    param,
+                    format!("`{text}`: the library version `{version}` is not a number"),
+                )
+            })?;
+            (library, Some(number))
+        }
+    };
+    if library.is_empty() {
+        return Err(ApiError::bad(param, format!("`{text}` names no library")));
+    }
+    Ok(Selection {
+        library: library.to_owned(),
+        version,
+    })
+}
+
+/// The library a request uses: from the model name, else the `x-gym-library` header
+/// (`LIBRARY[@VERSION]`), else the server's default.
+fn selection(
+    from_model: Option<Selection>,
+    headers: &HeaderMap,
+    default: Option<&str>,
+) -> Result<Option<Selection>, ApiError> {
+    if from_model.is_some() {
+        return Ok(from_model);
+    }
+    if let Some(value) = headers.get("x-gym-library") {
+        let text = value
+            .to_str()
+            .map_err(|_| ApiError::bad("x-gym-library", "the x-gym-library header is not text"))?;
+        return parse_selection(text.trim(), '@', "x-gym-library").map(Some);
+    }
+    Ok(default.map(|library| Selection {
+        library: library.to_owned(),
+        version: None,
+    }))
+}
+
+fn top_k(headers: &HeaderMap, default: usize) -> Result<usize, ApiError> {
+    match headers.get("x-gym-top-k") {
+        None => Ok(default),
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| ApiError::bad("x-gym-top-k", "x-gym-top-k must be a whole number")),
+    }
+}
+
+/// What was injected into a request.
+struct Injected {
+    snapshot: std::sync::Arc<Snapshot>,
+    ids: Vec<ExperienceId>,
+}
+
+pub async fn completions(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::TooLarge {
+                limit: app.config.max_body_bytes,
+            }
+        } else {
+            ApiError::bad(None, rejection.body_text())
+        }
+    })?;
+    let request: ChatRequest = serde_json::from_slice(&body).map_err(|error| {
+        ApiError::bad(
+            None,
+            format!("the body is not a valid chat completion request: {error}"),
+        )
+    })?;
+    let requested_model = request.model.clone();
+    let (model, from_model) = parse_model(&requested_model)?;
+    if model != app.backend.model() && model != super::MODEL_ALIAS {
+        return Err(ApiError::NotFound {
+            message: format!(
+                "no model `{model}`; this server runs `{}` (also called `{}`)",
+                app.backend.model(),
+                super::MODEL_ALIAS
+            ),
+            code: "model_not_found",
+        });
+    }
+    let chosen = selection(from_model, &headers, app.config.default_library.as_deref())?;
+    let top_k = top_k(&headers, app.config.top_k)?;
+    let checked = request.check(app.config.default_max_tokens, rand::random())?;
+
+    let mut messages = checked.messages;
+    let mut injected = None;
+    if let Some(Selection { library, version }) = chosen {
+        let started = Instant::now();
+        let catalog = std::sync::Arc::clone(&app.catalog);
+        let snapshot = tokio::task::spawn_blocking(move || catalog.get(&library, version))
+            .await
+            .map_err(|_| ApiError::ShuttingDown)??;
+        let all = top_k == 0 || top_k >= snapshot.state.active_count();
+        let ids: Vec<ExperienceId> = match (&app.retriever, all) {
+            (Some(retriever), false) => retriever
+                .retrieve(&snapshot, query_text(&messages), top_k)
+                .await?
+                .into_iter()
+                .map(|hit| hit.id)
+                .collect(),
+            _ => snapshot.state.active().map(|e| e.id).collect(),
+        };
+        let shown: Vec<&Experience> = ids
+            .iter()
+            .filter_map(|id| snapshot.state.get_active(*id))
+            .collect();
+        messages = inject(messages, &shown);
+        app.metrics.injected(
+            &snapshot.library,
+            snapshot.version,
+            ids.len(),
+            started.elapsed(),
+        );
+        injected = Some(Injected { snapshot, ids });
+    }
+
+    let group_request = GroupRequest {
+        messages,
+        n: checked.n,
+        sampling: checked.sampling,
+    };
+    let group = tokio::time::timeout(
+        app.config.request_timeout,
+        app.backend.generate(&group_request),
+    )
+    .await
+    .map_err(|_| ApiError::Timeout {
+        seconds: app.config.request_timeout.as_secs_f64(),
+    })??;
+    app.metrics
+        .tokens(group.usage.prompt_tokens, group.usage.completion_tokens);
+
+    let id = format!("chatcmpl-{:016x}", rand::random::<u64>());
+    let created = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut response = if checked.stream {
+        let events = stream_events(
+            &id,
+            created,
+            &requested_model,
+            &group,
+            checked.include_usage,
+        );
+        Sse::new(futures::stream::iter(
+            events.into_iter().map(Ok::<_, Infallible>),
+        ))
+        .into_response()
+    } else {
+        axum::Json(response_json(&id, created, &requested_model, &group)).into_response()
+    };
+    if let Some(injected) = injected {
+        let headers = response.headers_mut();
+        let ids: Vec<String> = injected.ids.iter().map(ToString::to_string).collect();
+        for (name, value) in [
+            ("x-gym-library", injected.snapshot.library.clone()),
+            (
+                "x-gym-library-version",
+                injected.snapshot.version.to_string(),
+            ),
+            ("x-gym-library-root", injected.snapshot.root.to_string()),
+            ("x-gym-experiences", ids.join(",")),
+        ] {
+            if let Ok(value) = HeaderValue::from_str(&value) {
+                headers.insert(HeaderName::from_static(name), value);
+            }
+        }
+    }
+    Ok(response)
+}
+
+fn response_json(id: &str, created: u64, model: &str, group: &Group) -> Value {
+    let choices: Vec<Value> = group
+        .completions
+        .iter()
+        .enumerate()
+        .map(|(index, completion)| {
+            json!({
+                "index": index,
+                "message": {"role": "assistant", "content": completion.text, "refusal": null},
+                "logprobs": logprobs_json(completion),
+                "finish_reason": finish_reason(completion.finish),
+            })
+        })
+        .collect();
+    json!({
+        "id": id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": choices,
+        "usage": usage_json(group.usage),
+        "system_fingerprint": null,
+    })
+}
+
+/// The stream of chunks for a finished group: per choice a role chunk, the text word by word,
+/// and a finish chunk; then the usage chunk when asked for; then `[DONE]`.
+fn stream_events(
+    id: &str,
+    created: u64,
+    model: &str,
+    group: &Group,
+    include_usage: bool,
+) -> Vec<Event> {
+    let chunk = |choices: Value, usage: Option<Value>| {
+        let mut body = json!({
+            "id": id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": choices,
+            "system_fingerprint": null,
+        });
+        if include_usage {
+            body["usage"] = usage.unwrap_or(Value::Null);
+        }
+        Event::default().data(body.to_string())
+    };
+    let mut events = Vec::new();
+    for (index, completion) in group.completions.iter().enumerate() {
+        let delta = |delta: Value, finish: Option<&str>| json!([{"index": index, "delta": delta, "logprobs": null, "finish_reason": finish}]);
+        events.push(chunk(
+            delta(json!({"role": "assistant", "content": ""}), None),
+            None,
+        ));
+        for piece in completion.text.split_inclusive(char::is_whitespace) {
+            events.push(chunk(delta(json!({"content": piece}), None), None));
+        }
+        events.push(chunk(
+            delta(json!({}), Some(finish_reason(completion.finish))),
+            None,
+        ));
+    }
+    if include_usage {
+        events.push(chunk(json!([]), Some(usage_json(group.usage))));
+    }
+    events.push(Event::default().data("[DONE]"));
+    events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_names_carry_a_library_and_version() {
+        assert_eq!(parse_model("gym").unwrap(), ("gym", None));
+        let (model, selection) = parse_model("smol@letters:3").unwrap();
+        assert_eq!(model, "smol");
+        assert_eq!(
+            selection,
+            Some(Selection {
+                library: "letters".into(),
+                version: Some(3)
+            })
+        );
+        let (_, selection) = parse_model("smol@letters").unwrap();
+        assert_eq!(selection.unwrap().version, None);
+        for bad in ["smol@", "smol@letters:x", "smol@:3"] {
+            assert!(
+                matches!(parse_model(bad), Err(ApiError::BadRequest { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_header_applies_when_the_model_names_no_library() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-gym-library", HeaderValue::from_static("arith@2"));
+        let chosen = selection(None, &headers, Some("default")).unwrap().unwrap();
+        assert_eq!(
+            (chosen.library.as_str(), chosen.version),
+            ("arith", Some(2))
+        );
+        let from_model = Selection {
+            library: "letters".into(),
+            version: None,
+        };
+        let chosen = selection(Some(from_model.clone()), &headers, None).unwrap();
+        assert_eq!(chosen, Some(from_model));
+        let chosen = selection(None, &HeaderMap::new(), Some("default")).unwrap();
+        assert_eq!(chosen.unwrap().library, "default");
+        assert_eq!(selection(None, &HeaderMap::new(), None).unwrap(), None);
+    }
+}

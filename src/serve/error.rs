@@ -1,0 +1,125 @@
+//! Errors of the HTTP API, answered in OpenAI's error shape
+//! (`{"error": {"message", "type", "param", "code"}}`) so the OpenAI SDKs raise the right
+//! exception with the message intact.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::retrieve::RetrieveError;
+use crate::backend::BackendError;
+use crate::library::LibraryError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The request is malformed or asks for something out of range.
+    #[error("{message}")]
+    BadRequest {
+        message: String,
+        param: Option<String>,
+    },
+    /// No model, library or version by that name.
+    #[error("{message}")]
+    NotFound { message: String, code: &'static str },
+    /// The body is over the size limit.
+    #[error("the request body is over the limit of {limit} bytes")]
+    TooLarge { limit: usize },
+    /// The model did not answer in time.
+    #[error("the model did not answer within {seconds} s")]
+    Timeout { seconds: f64 },
+    /// The model backend failed.
+    #[error("the model backend failed: {0}")]
+    Backend(#[from] BackendError),
+    /// Embedding or searching failed.
+    #[error("retrieval failed: {0}")]
+    Retrieval(#[from] RetrieveError),
+    /// A library could not be read.
+    #[error("the library could not be read: {0}")]
+    Library(LibraryError),
+    /// The server is shutting down.
+    #[error("the server is shutting down")]
+    ShuttingDown,
+}
+
+impl ApiError {
+    pub fn bad(param: impl Into<Option<&'static str>>, message: impl Into<String>) -> Self {
+        Self::BadRequest {
+            message: message.into(),
+            param: param.into().map(str::to_string),
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            Self::NotFound { .. } => StatusCode::NOT_FOUND,
+            Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            Self::Backend(
+                BackendError::InvalidRequest { .. } | BackendError::ContextTooSmall { .. },
+            ) => StatusCode::BAD_REQUEST,
+            Self::Backend(_) => StatusCode::BAD_GATEWAY,
+            Self::Retrieval(_) | Self::Library(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self.status() {
+            StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND | StatusCode::PAYLOAD_TOO_LARGE => {
+                "invalid_request_error"
+            }
+            _ => "server_error",
+        }
+    }
+
+    fn param(&self) -> Option<String> {
+        match self {
+            Self::BadRequest { param, .. } => param.clone(),
+            Self::Backend(BackendError::InvalidRequest { field, .. }) => Some((*field).into()),
+            _ => None,
+        }
+    }
+
+    fn code(&self) -> Option<&'static str> {
+        match self {
+            Self::NotFound { code, .. } => Some(code),
+            Self::TooLarge { .. } => Some("request_too_large"),
+            Self::Timeout { .. } => Some("timeout"),
+            _ => None,
+        }
+    }
+}
+
+impl From<LibraryError> for ApiError {
+    fn from(error: LibraryError) -> Self {
+        match error {
+            LibraryError::NotFound { name, .. } => Self::NotFound {
+                message: format!("no library named `{name}`"),
+                code: "library_not_found",
+            },
+            LibraryError::InvalidName { .. } | LibraryError::VersionNotFound { .. } => {
+                Self::NotFound {
+                    message: error.to_string(),
+                    code: "library_not_found",
+                }
+            }
+            other => Self::Library(other),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({
+            "error": {
+                "message": self.to_string(),
+                "type": self.kind(),
+                "param": self.param(),
+                "code": self.code(),
+            }
+        });
+        (self.status(), Json(body)).into_response()
+    }
+}

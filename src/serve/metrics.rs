@@ -1,0 +1,195 @@
+//! Counters the server keeps and exports in the Prometheus text format at `GET /metrics`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Upper bounds (seconds) of the request-latency histogram buckets.
+const BUCKETS: [f64; 12] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+#[derive(Default)]
+struct Histogram {
+    counts: [u64; BUCKETS.len()],
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, seconds: f64) {
+        for (bound, count) in BUCKETS.iter().zip(&mut self.counts) {
+            if seconds <= *bound {
+                *count += 1;
+            }
+        }
+        self.sum += seconds;
+        self.count += 1;
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    /// (route, status) → requests.
+    requests: BTreeMap<(String, u16), u64>,
+    /// route → latency.
+    latency: BTreeMap<String, Histogram>,
+    /// (library, version) → (requests served with it, experiences injected).
+    injections: BTreeMap<(String, u64), (u64, u64)>,
+    retrieval: Histogram,
+    prompt_tokens: u64,
+    completion_tokens: u64,
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    inner: Mutex<Inner>,
+}
+
+impl Metrics {
+    fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
+        f(&mut self.inner.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    pub fn request(&self, route: &str, status: u16, elapsed: Duration) {
+        self.with(|m| {
+            *m.requests.entry((route.to_owned(), status)).or_default() += 1;
+            m.latency
+                .entry(route.to_owned())
+                .or_default()
+                .observe(elapsed.as_secs_f64());
+        });
+    }
+
+    pub fn injected(&self, library: &str, version: u64, experiences: usize, retrieval: Duration) {
+        self.with(|m| {
+            let entry = m
+                .injections
+                .entry((library.to_owned(), version))
+                .or_default();
+            entry.0 += 1;
+            entry.1 += experiences as u64;
+            m.retrieval.observe(retrieval.as_secs_f64());
+        });
+    }
+
+    pub fn tokens(&self, prompt: u64, completion: u64) {
+        self.with(|m| {
+            m.prompt_tokens += prompt;
+            m.completion_tokens += completion;
+        });
+    }
+
+    /// Everything, in the Prometheus text exposition format.
+    pub fn render(&self) -> String {
+        self.with(|m| {
+            let mut out = String::new();
+            let _ = writeln!(out, "# HELP gym_requests_total HTTP requests by route and status.");
+            let _ = writeln!(out, "# TYPE gym_requests_total counter");
+            for ((route, status), count) in &m.requests {
+                let _ = writeln!(
+                    out,
+                    "gym_requests_total{{route=\"{route}\",status=\"{status}\"}} {count}"
+                );
+            }
+            let _ = writeln!(out, "# HELP gym_request_duration_seconds Request latency by route.");
+            let _ = writeln!(out, "# TYPE gym_request_duration_seconds histogram");
+            for (route, histogram) in &m.latency {
+                histogram_lines(
+                    &mut out,
+                    "gym_request_duration_seconds",
+                    &format!("route=\"{route}\","),
+                    histogram,
+                );
+            }
+            let _ = writeln!(
+                out,
+                "# HELP gym_retrieval_duration_seconds Retrieval and injection time per request."
+            );
+            let _ = writeln!(out, "# TYPE gym_retrieval_duration_seconds histogram");
+            histogram_lines(&mut out, "gym_retrieval_duration_seconds", "", &m.retrieval);
+            let _ = writeln!(
+                out,
+                "# HELP gym_library_requests_total Requests served with a library version."
+            );
+            let _ = writeln!(out, "# TYPE gym_library_requests_total counter");
+            for ((library, version), (requests, _)) in &m.injections {
+                let _ = writeln!(
+                    out,
+                    "gym_library_requests_total{{library=\"{library}\",version=\"{version}\"}} {requests}"
+                );
+            }
+            let _ = writeln!(
+                out,
+                "# HELP gym_experiences_injected_total Experiences injected into prompts."
+            );
+            let _ = writeln!(out, "# TYPE gym_experiences_injected_total counter");
+            for ((library, version), (_, injected)) in &m.injections {
+                let _ = writeln!(
+                    out,
+                    "gym_experiences_injected_total{{library=\"{library}\",version=\"{version}\"}} {injected}"
+                );
+            }
+            let _ = writeln!(out, "# HELP gym_tokens_total Tokens processed by the models.");
+            let _ = writeln!(out, "# TYPE gym_tokens_total counter");
+            let _ = writeln!(out, "gym_tokens_total{{kind=\"prompt\"}} {}", m.prompt_tokens);
+            let _ = writeln!(
+                out,
+                "gym_tokens_total{{kind=\"completion\"}} {}",
+                m.completion_tokens
+            );
+            out
+        })
+    }
+}
+
+fn histogram_lines(out: &mut String, name: &str, labels: &str, histogram: &Histogram) {
+    for (bound, count) in BUCKETS.iter().zip(&histogram.counts) {
+        let _ = writeln!(out, "{name}_bucket{{{labels}le=\"{bound}\"}} {count}");
+    }
+    let _ = writeln!(
+        out,
+        "{name}_bucket{{{labels}le=\"+Inf\"}} {}",
+        histogram.count
+    );
+    let labels = labels.trim_end_matches(',');
+    let braces = |s: &str| {
+        if s.is_empty() {
+            String::new()
+        } else {
+            format!("{{{s}}}")
+        }
+    };
+    let _ = writeln!(out, "{name}_sum{} {}", braces(labels), histogram.sum);
+    let _ = writeln!(out, "{name}_count{} {}", braces(labels), histogram.count);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_and_histograms_render_in_the_text_format() {
+        let metrics = Metrics::default();
+        metrics.request("/v1/chat/completions", 200, Duration::from_millis(30));
+        metrics.request("/v1/chat/completions", 400, Duration::from_micros(200));
+        metrics.injected("letters", 3, 2, Duration::from_micros(800));
+        metrics.tokens(10, 5);
+        let text = metrics.render();
+        for line in [
+            "gym_requests_total{route=\"/v1/chat/completions\",status=\"200\"} 1",
+            "gym_requests_total{route=\"/v1/chat/completions\",status=\"400\"} 1",
+            "gym_request_duration_seconds_bucket{route=\"/v1/chat/completions\",le=\"0.001\"} 1",
+            "gym_request_duration_seconds_bucket{route=\"/v1/chat/completions\",le=\"0.05\"} 2",
+            "gym_request_duration_seconds_count{route=\"/v1/chat/completions\"} 2",
+            "gym_retrieval_duration_seconds_bucket{le=\"0.001\"} 1",
+            "gym_retrieval_duration_seconds_count 1",
+            "gym_library_requests_total{library=\"letters\",version=\"3\"} 1",
+            "gym_experiences_injected_total{library=\"letters\",version=\"3\"} 2",
+            "gym_tokens_total{kind=\"prompt\"} 10",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
+        }
+    }
+}

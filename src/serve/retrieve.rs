@@ -1,0 +1,339 @@
+//! Which experiences a request gets: the `k` whose embeddings are closest to the request's
+//! last user message, searched in a [`VectorIndex`]. Experience embeddings are cached by the
+//! SHA-256 of their text, so a new library version embeds only its new or changed texts.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use sha2::{Digest as _, Sha256};
+
+use super::catalog::Snapshot;
+use crate::embed::{EmbedError, Embedder};
+use crate::library::ExperienceId;
+
+/// An experience a search found, with its cosine similarity to the query.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Hit {
+    pub id: ExperienceId,
+    pub score: f32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error("the index has no collection `{collection}` at version {version}")]
+    Missing { collection: String, version: u64 },
+    #[error("vector of {got} dimensions where the index holds {expected}")]
+    Dimensions { expected: usize, got: usize },
+    #[error("the vector index failed: {0}")]
+    Backend(String),
+}
+
+/// Stores the experience vectors of library versions and finds the nearest ones to a query.
+///
+/// A collection is a library; each version's set of points is addressed by its number, so a
+/// request pinned to an old version searches exactly that version's experiences.
+pub trait VectorIndex: Send + Sync {
+    /// Whether `version` of `collection` is stored.
+    fn contains<'a>(&'a self, collection: &'a str, version: u64) -> BoxFuture<'a, bool>;
+
+    /// Stores the points of `version` of `collection` (replacing any stored before).
+    fn upsert<'a>(
+        &'a self,
+        collection: &'a str,
+        version: u64,
+        points: Vec<(ExperienceId, Arc<Vec<f32>>)>,
+    ) -> BoxFuture<'a, Result<(), IndexError>>;
+
+    /// The `k` points of `version` of `collection` most similar to `query`, best first.
+    fn search<'a>(
+        &'a self,
+        collection: &'a str,
+        version: u64,
+        query: &'a [f32],
+        k: usize,
+    ) -> BoxFuture<'a, Result<Vec<Hit>, IndexError>>;
+}
+
+/// Exact cosine search in process: every point is compared. Vectors are normalized once when
+/// stored, so a search is one dot product per point.
+pub struct ExactIndex {
+    capacity: usize,
+    sets: Mutex<VecDeque<(VersionKey, Arc<PointSet>)>>,
+}
+
+/// A library and one of its versions.
+type VersionKey = (String, u64);
+
+struct PointSet {
+    dimensions: usize,
+    ids: Vec<ExperienceId>,
+    /// Row-major, one normalized vector per id.
+    matrix: Vec<f32>,
+}
+
+impl ExactIndex {
+    /// Keeps at most `capacity` library versions (the least recently stored go first).
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity: capacity.max(1),
+            sets: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    fn set(&self, collection: &str, version: u64) -> Option<Arc<PointSet>> {
+        let sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
+        sets.iter()
+            .find(|((c, v), _)| c == collection && *v == version)
+            .map(|(_, set)| Arc::clone(set))
+    }
+}
+
+fn normalized(vector: &[f32]) -> impl Iterator<Item = f32> + '_ {
+    let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let scale = if norm > 0.0 { 1.0 / norm } else { 0.0 };
+    vector.iter().map(move |x| x * scale)
+}
+
+impl PointSet {
+    fn search(&self, query: &[f32], k: usize) -> Result<Vec<Hit>, IndexError> {
+        if query.len() != self.dimensions && !self.ids.is_empty() {
+            return Err(IndexError::Dimensions {
+                expected: self.dimensions,
+                got: query.len(),
+            });
+        }
+        let query: Vec<f32> = normalized(query).collect();
+        let mut hits: Vec<Hit> = self
+            .ids
+            .iter()
+            .zip(self.matrix.chunks_exact(self.dimensions.max(1)))
+            .map(|(&id, row)| Hit {
+                id,
+                score: row.iter().zip(&query).map(|(a, b)| a * b).sum(),
+            })
+            .collect();
+        let k = k.min(hits.len());
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        let by_score = |a: &Hit, b: &Hit| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id));
+        hits.select_nth_unstable_by(k - 1, by_score);
+        hits.truncate(k);
+        hits.sort_by(by_score);
+        Ok(hits)
+    }
+}
+
+impl VectorIndex for ExactIndex {
+    fn contains<'a>(&'a self, collection: &'a str, version: u64) -> BoxFuture<'a, bool> {
+        Box::pin(async move { self.set(collection, version).is_some() })
+    }
+
+    fn upsert<'a>(
+        &'a self,
+        collection: &'a str,
+        version: u64,
+        points: Vec<(ExperienceId, Arc<Vec<f32>>)>,
+    ) -> BoxFuture<'a, Result<(), IndexError>> {
+        Box::pin(async move {
+            let dimensions = points.first().map_or(0, |(_, v)| v.len());
+            let mut set = PointSet {
+                dimensions,
+                ids: Vec::with_capacity(points.len()),
+                matrix: Vec::with_capacity(points.len() * dimensions),
+            };
+            for (id, vector) in &points {
+                if vector.len() != dimensions {
+                    return Err(IndexError::Dimensions {
+                        expected: dimensions,
+                        got: vector.len(),
+                    });
+                }
+                set.ids.push(*id);
+                set.matrix.extend(normalized(vector));
+            }
+            let mut sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
+            sets.retain(|((c, v), _)| !(c == collection && *v == version));
+            if sets.len() >= self.capacity {
+                sets.pop_front();
+            }
+            sets.push_back(((collection.to_owned(), version), Arc::new(set)));
+            Ok(())
+        })
+    }
+
+    fn search<'a>(
+        &'a self,
+        collection: &'a str,
+        version: u64,
+        query: &'a [f32],
+        k: usize,
+    ) -> BoxFuture<'a, Result<Vec<Hit>, IndexError>> {
+        Box::pin(async move {
+            let set = self
+                .set(collection, version)
+                .ok_or_else(|| IndexError::Missing {
+                    collection: collection.to_owned(),
+                    version,
+                })?;
+            set.search(query, k)
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RetrieveError {
+    #[error(transparent)]
+    Embed(#[from] EmbedError),
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+/// Embeds queries and experiences (with a cache) and searches the index.
+pub struct Retriever {
+    embedder: Arc<dyn Embedder>,
+    index: Arc<dyn VectorIndex>,
+    cache: Mutex<HashMap<[u8; 32], Arc<Vec<f32>>>>,
+}
+
+fn text_key(text: &str) -> [u8; 32] {
+    Sha256::digest(text.as_bytes()).into()
+}
+
+impl Retriever {
+    pub fn new(embedder: Arc<dyn Embedder>, index: Arc<dyn VectorIndex>) -> Self {
+        Self {
+            embedder,
+            index,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Embeddings cached so far.
+    pub fn cached(&self) -> usize {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let embedder = Arc::clone(&self.embedder);
+        tokio::task::spawn_blocking(move || embedder.embed(&texts))
+            .await
+            .map_err(|e| EmbedError::Inference(format!("the embedding task failed: {e}")))?
+    }
+
+    /// Makes sure the snapshot's experiences are in the index, embedding only texts not seen.
+    pub async fn index(&self, snapshot: &Snapshot) -> Result<(), RetrieveError> {
+        if self
+            .index
+            .contains(&snapshot.library, snapshot.version)
+            .await
+        {
+            return Ok(());
+        }
+        let active: Vec<_> = snapshot.state.active().collect();
+        let missing: Vec<String> = {
+            let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            let mut seen = std::collections::HashSet::new();
+            active
+                .iter()
+                .filter(|e| !cache.contains_key(&text_key(&e.text)) && seen.insert(&e.text))
+                .map(|e| e.text.clone())
+                .collect()
+        };
+        for batch in missing.chunks(256) {
+            let vectors = self.embed(batch.to_vec()).await?;
+            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            for (text, vector) in batch.iter().zip(vectors) {
+                cache.insert(text_key(text), Arc::new(vector));
+            }
+        }
+        let points: Vec<(ExperienceId, Arc<Vec<f32>>)> = {
+            let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            active
+                .iter()
+                .filter_map(|e| cache.get(&text_key(&e.text)).map(|v| (e.id, Arc::clone(v))))
+                .collect()
+        };
+        self.index
+            .upsert(&snapshot.library, snapshot.version, points)
+            .await?;
+        Ok(())
+    }
+
+    /// The `k` experiences of the snapshot closest to `query`, best first.
+    pub async fn retrieve(
+        &self,
+        snapshot: &Snapshot,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<Hit>, RetrieveError> {
+        self.index(snapshot).await?;
+        let vector = self
+            .embed(vec![query.to_owned()])
+            .await?
+            .pop()
+            .unwrap_or_default();
+        Ok(self
+            .index
+            .search(&snapshot.library, snapshot.version, &vector, k)
+            .await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u32) -> ExperienceId {
+        format!("E{n:04}").parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn exact_search_ranks_by_cosine_and_keeps_versions_apart() {
+        let index = ExactIndex::new(4);
+        let points = vec![
+            (id(1), Arc::new(vec![1.0, 0.0])),
+            (id(2), Arc::new(vec![0.6, 0.8])),
+            (id(3), Arc::new(vec![0.0, -1.0])),
+        ];
+        index.upsert("lib", 1, points).await.unwrap();
+        index
+            .upsert("lib", 2, vec![(id(3), Arc::new(vec![0.0, -2.0]))])
+            .await
+            .unwrap();
+        let hits = index.search("lib", 1, &[2.0, 1.0], 2).await.unwrap();
+        assert_eq!(
+            hits.iter().map(|h| h.id).collect::<Vec<_>>(),
+            [id(1), id(2)]
+        );
+        assert!((hits[0].score - 2.0 / 5f32.sqrt()).abs() < 1e-6);
+        let hits = index.search("lib", 2, &[0.0, 1.0], 8).await.unwrap();
+        assert_eq!(hits.len(), 1);
+        assert!((hits[0].score + 1.0).abs() < 1e-6);
+        assert!(matches!(
+            index.search("lib", 3, &[1.0, 0.0], 1).await,
+            Err(IndexError::Missing { version: 3, .. })
+        ));
+        assert!(matches!(
+            index.search("lib", 1, &[1.0, 0.0, 0.0], 1).await,
+            Err(IndexError::Dimensions {
+                expected: 2,
+                got: 3
+            })
+        ));
+    }
+
+    #[tokio::test]
+    async fn the_oldest_version_leaves_when_the_index_is_full() {
+        let index = ExactIndex::new(2);
+        for version in 1..=3 {
+            index
+                .upsert("lib", version, vec![(id(1), Arc::new(vec![1.0]))])
+                .await
+                .unwrap();
+        }
+        assert!(!index.contains("lib", 1).await);
+        assert!(index.contains("lib", 2).await && index.contains("lib", 3).await);
+    }
+}

@@ -1,0 +1,493 @@
+//! `gym serve`'s routes, driven in process with tower's `oneshot`. The upstream model is a
+//! local server speaking the OpenAI protocol (so the tests can see exactly what the model was
+//! sent); retrieval uses the real MiniLM embedder.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use gym::backend::openai::{OpenAiBackend, OpenAiConfig};
+use gym::library::{Change, Library, Provenance, Settings};
+use gym::serve::{AppState, Catalog, ExactIndex, Metrics, Retriever, ServeConfig, app};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use crate::fake_openai::FakeOpenAi;
+
+const COUNTING: &str =
+    "When counting how often a letter occurs in a word, spell the word out letter by letter.";
+
+/// A library `letters`: v1 with three experiences on different topics, v2 adds a fourth.
+fn library(root: &Path) -> Library {
+    let mut library = Library::init(root, "letters", Settings::default()).unwrap();
+    library
+        .commit(
+            &[
+                Change::add(COUNTING),
+                Change::add(
+                    "When a recipe is scaled up, multiply every amount by the same factor.",
+                ),
+                Change::add("When comparing two decimals, line up their decimal points first."),
+            ],
+            Provenance::Init,
+        )
+        .unwrap();
+    library
+        .commit(
+            &[Change::add(
+                "When a speed and a time are given, multiply them to get the distance.",
+            )],
+            Provenance::Init,
+        )
+        .unwrap();
+    library
+}
+
+struct Fixture {
+    server: FakeOpenAi,
+    state: AppState,
+    library: Library,
+    _dir: tempfile::TempDir,
+}
+
+async fn fixture(config: ServeConfig) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let library = library(dir.path());
+    let server = FakeOpenAi::start(true, "Answer: 3").await;
+    let mut upstream = OpenAiConfig::new(server.base_url(), "upstream-model");
+    upstream.timeout = Duration::from_secs(5);
+    let backend = Arc::new(OpenAiBackend::new(upstream).unwrap());
+    let retriever = crate::common::embedder()
+        .map(|embedder| Arc::new(Retriever::new(embedder, Arc::new(ExactIndex::new(8)))));
+    let state = AppState {
+        backend,
+        catalog: Arc::new(Catalog::new(dir.path(), Duration::ZERO)),
+        retriever,
+        metrics: Arc::new(Metrics::default()),
+        config: Arc::new(config),
+    };
+    Fixture {
+        server,
+        state,
+        library,
+        _dir: dir,
+    }
+}
+
+async fn call(
+    state: &AppState,
+    request: Request<Body>,
+) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+    let response = app(state.clone()).oneshot(request).await.unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes()
+        .to_vec();
+    (status, headers, body)
+}
+
+fn post(body: Value, headers: &[(&str, &str)]) -> Request<Body> {
+    let mut request =
+        Request::post("/v1/chat/completions").header("content-type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.body(Body::from(body.to_string())).unwrap()
+}
+
+fn question(model: &str) -> Value {
+    json!({
+        "model": model,
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "How many times does the letter r occur in strawberry?"}
+        ],
+        "max_tokens": 16
+    })
+}
+
+fn header<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> &'a str {
+    headers.get(name).map_or("", |v| v.to_str().unwrap())
+}
+
+/// What the upstream model was sent as the system message of its last request.
+fn last_system_prompt(server: &FakeOpenAi) -> String {
+    let bodies = server.bodies();
+    bodies.last().unwrap()["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn the_nearest_experiences_are_injected_and_named_in_the_headers() {
+    let f = fixture(ServeConfig {
+        top_k: 1,
+        ..ServeConfig::default()
+    })
+    .await;
+    let (status, headers, body) = call(&f.state, post(question("gym@letters"), &[])).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(header(&headers, "x-gym-library"), "letters");
+    assert_eq!(header(&headers, "x-gym-library-version"), "2");
+    assert_eq!(
+        header(&headers, "x-gym-library-root"),
+        f.library.head_record().root.to_string()
+    );
+    let system = last_system_prompt(&f.server);
+    if f.state.retriever.is_some() {
+        // The counting lesson is the one closest to a letter-counting question.
+        assert_eq!(header(&headers, "x-gym-experiences"), "E0001");
+        assert!(
+            system.starts_with("Be brief.\n\nLessons learned"),
+            "{system}"
+        );
+        assert!(system.contains(&format!("[E0001] {COUNTING}")), "{system}");
+        assert!(!system.contains("E0002"), "{system}");
+    }
+    let response: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(response["object"], "chat.completion");
+    assert_eq!(response["model"], "gym@letters");
+    assert!(
+        response["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("Answer: 3")
+    );
+    assert_eq!(response["choices"][0]["finish_reason"], "stop");
+    assert!(response["usage"]["total_tokens"].as_u64().unwrap() > 0);
+
+    // A pinned version injects that version's experiences; top-k 0 injects all of them.
+    let (_, headers, _) = call(
+        &f.state,
+        post(question("gym@letters:1"), &[("x-gym-top-k", "0")]),
+    )
+    .await;
+    assert_eq!(header(&headers, "x-gym-library-version"), "1");
+    assert_eq!(header(&headers, "x-gym-experiences"), "E0001,E0002,E0003");
+    assert_eq!(
+        header(&headers, "x-gym-library-root"),
+        f.library.version(1).unwrap().root.to_string()
+    );
+    // The header chooses when the model name does not.
+    let (_, headers, _) = call(
+        &f.state,
+        post(
+            question("upstream-model"),
+            &[("x-gym-library", "letters@2"), ("x-gym-top-k", "0")],
+        ),
+    )
+    .await;
+    assert_eq!(
+        header(&headers, "x-gym-experiences"),
+        "E0001,E0002,E0003,E0004"
+    );
+    // No library named and no default: nothing is injected, and no library headers.
+    let (status, headers, _) = call(&f.state, post(question("gym"), &[])).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(headers.get("x-gym-library").is_none());
+    assert_eq!(last_system_prompt(&f.server), "Be brief.");
+}
+
+#[tokio::test]
+async fn n_choices_and_the_event_stream_follow_openai_shapes() {
+    let f = fixture(ServeConfig {
+        default_library: Some("letters".into()),
+        ..ServeConfig::default()
+    })
+    .await;
+    let mut body = question("gym");
+    body["n"] = json!(2);
+    body["seed"] = json!(7);
+    let (status, headers, bytes) = call(&f.state, post(body.clone(), &[])).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(header(&headers, "x-gym-library"), "letters");
+    let response: Value = serde_json::from_slice(&bytes).unwrap();
+    let choices = response["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 2);
+    let texts: Vec<&str> = choices
+        .iter()
+        .map(|c| c["message"]["content"].as_str().unwrap())
+        .collect();
+
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let (status, headers, bytes) = call(&f.state, post(body, &[])).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(header(&headers, "content-type"), "text/event-stream");
+    assert!(!header(&headers, "x-gym-experiences").is_empty());
+    let text = String::from_utf8(bytes).unwrap();
+    let events: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .collect();
+    assert_eq!(*events.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk")
+    );
+    let mut streamed = [String::new(), String::new()];
+    let mut finished = 0;
+    for chunk in &chunks {
+        for choice in chunk["choices"].as_array().unwrap() {
+            let index = choice["index"].as_u64().unwrap() as usize;
+            if let Some(piece) = choice["delta"]["content"].as_str() {
+                streamed[index].push_str(piece);
+            }
+            finished += usize::from(choice["finish_reason"] == "stop");
+        }
+    }
+    assert_eq!(finished, 2);
+    // The seed is the same as the non-streamed call's, so the texts are too.
+    assert!(texts[0].starts_with("draw 7/0."), "{texts:?}");
+    assert_eq!(
+        streamed.map(|s| s.clone()),
+        [texts[0].to_owned(), texts[1].to_owned()]
+    );
+    let usage = chunks.last().unwrap();
+    assert!(usage["choices"].as_array().unwrap().is_empty());
+    assert!(usage["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
+}
+
+/// A body, its extra headers, the status it must get and a part of the error message.
+type BadCase = (
+    String,
+    &'static [(&'static str, &'static str)],
+    u16,
+    &'static str,
+);
+
+#[tokio::test]
+async fn bad_requests_get_openai_errors_naming_the_field() {
+    let f = fixture(ServeConfig {
+        max_body_bytes: 64 * 1024,
+        ..ServeConfig::default()
+    })
+    .await;
+    let with = |key: &str, value: Value| {
+        let mut body = question("gym@letters");
+        body[key] = value;
+        body.to_string()
+    };
+    let cases: Vec<BadCase> = vec![
+        ("".into(), &[], 400, "not a valid chat completion request"),
+        ("not json".into(), &[], 400, "at line 1 column 2"),
+        ("[]".into(), &[], 400, "expected struct ChatRequest"),
+        ("{}".into(), &[], 400, "missing field `model`"),
+        (
+            json!({"model": "gym"}).to_string(),
+            &[],
+            400,
+            "missing field `messages`",
+        ),
+        (
+            with("messages", json!([])),
+            &[],
+            400,
+            "`messages` must not be empty",
+        ),
+        (with("n", json!(0)), &[], 400, "`n` is 0"),
+        (with("n", json!(99)), &[], 400, "`n` is 99"),
+        (with("n", json!(-1)), &[], 400, "invalid value"),
+        (
+            with("temperature", json!(-1)),
+            &[],
+            400,
+            "`temperature` is -1",
+        ),
+        (with("temperature", json!("hot")), &[], 400, "invalid type"),
+        (with("top_p", json!(0)), &[], 400, "`top_p` is 0"),
+        (
+            with("max_tokens", json!(0)),
+            &[],
+            400,
+            "`max_tokens` must be at least 1",
+        ),
+        (
+            with("stop", json!(["a", "b", "c", "d", "e"])),
+            &[],
+            400,
+            "`stop` takes",
+        ),
+        (
+            with("top_logprobs", json!(50)),
+            &[],
+            400,
+            "`top_logprobs` is 50",
+        ),
+        (
+            with("response_format", json!({"type": "xml"})),
+            &[],
+            400,
+            "`response_format.type` is `xml`",
+        ),
+        (
+            with("messages", json!([{"role": "robot", "content": "hi"}])),
+            &[],
+            400,
+            "messages[0].role is `robot`",
+        ),
+        (
+            with(
+                "messages",
+                json!([{"role": "user", "content": [{"type": "image_url"}]}]),
+            ),
+            &[],
+            400,
+            "messages[0].content[0] is of type image_url",
+        ),
+        (with("model", json!("gpt-9")), &[], 404, "no model `gpt-9`"),
+        (
+            with("model", json!("gym@nosuch")),
+            &[],
+            404,
+            "no library named `nosuch`",
+        ),
+        (
+            with("model", json!("gym@letters:99")),
+            &[],
+            404,
+            "has no version 99",
+        ),
+        (
+            with("model", json!("gym@letters:x")),
+            &[],
+            400,
+            "`x` is not a number",
+        ),
+        (
+            question("gym").to_string(),
+            &[("x-gym-library", "letters@two")],
+            400,
+            "`two` is not a number",
+        ),
+        (
+            question("gym").to_string(),
+            &[("x-gym-top-k", "many")],
+            400,
+            "x-gym-top-k must be a whole number",
+        ),
+        (
+            with(
+                "messages",
+                json!([{"role": "user", "content": "x".repeat(70_000)}]),
+            ),
+            &[],
+            413,
+            "over the limit of 65536 bytes",
+        ),
+        ("{".repeat(100_000), &[], 413, "over the limit"),
+        ("[".repeat(20_000), &[], 400, "invalid type: sequence"),
+        (
+            format!(
+                "{{\"model\":\"gym\",\"messages\":[{{\"role\":\"user\",\"content\":{}",
+                "[".repeat(20_000)
+            ),
+            &[],
+            400,
+            "not a valid chat completion request",
+        ),
+    ];
+    let before = f.server.requests();
+    let mut wrong = Vec::new();
+    for (body, headers, status, message) in cases {
+        let mut request = Request::post("/v1/chat/completions");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request.body(Body::from(body.clone())).unwrap();
+        let (got, _, bytes) = call(&f.state, request).await;
+        let shown = &body[..body.len().min(80)];
+        let error: Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        let text = error["error"]["message"].as_str().unwrap_or_default();
+        if got.as_u16() != status
+            || !text.contains(message)
+            || error["error"]["type"] != "invalid_request_error"
+        {
+            wrong.push(format!(
+                "{shown}: got {got} {}",
+                String::from_utf8_lossy(&bytes)
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert_eq!(
+        f.server.requests(),
+        before,
+        "no bad request reached the model"
+    );
+    let (status, _, bytes) = call(
+        &f.state,
+        Request::get("/v2/nothing").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(String::from_utf8_lossy(&bytes).contains("unknown_url"));
+}
+
+#[tokio::test]
+async fn models_health_and_metrics() {
+    let f = fixture(ServeConfig::default()).await;
+    call(&f.state, post(question("gym@letters"), &[])).await;
+    call(&f.state, post(json!({}), &[])).await;
+    let get = |path: &str| Request::get(path).body(Body::empty()).unwrap();
+    let (status, _, body) = call(&f.state, get("/v1/models")).await;
+    assert_eq!(status, StatusCode::OK);
+    let models: Value = serde_json::from_slice(&body).unwrap();
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["upstream-model", "gym", "upstream-model@letters"]);
+    let (_, _, body) = call(&f.state, get("/health")).await;
+    let health: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(health["status"], "ok");
+    let (status, headers, body) = call(&f.state, get("/metrics")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(header(&headers, "content-type").starts_with("text/plain"));
+    let text = String::from_utf8(body).unwrap();
+    for line in [
+        "gym_requests_total{route=\"/v1/chat/completions\",status=\"200\"} 1",
+        "gym_requests_total{route=\"/v1/chat/completions\",status=\"400\"} 1",
+        "gym_library_requests_total{library=\"letters\",version=\"2\"} 1",
+        "gym_experiences_injected_total{library=\"letters\",version=\"2\"} 4",
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    /// Whatever the body, the answer is a JSON error or a completion, never a panic or a 5xx.
+    #[test]
+    fn random_bodies_never_panic(body in proptest::prelude::any::<Vec<u8>>(), key in "[a-z_]{1,12}", value in ".{0,20}") {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let f = fixture(ServeConfig::default()).await;
+            let mut mutated = question("gym@letters");
+            mutated[key.as_str()] = json!(value);
+            for body in [body.clone(), mutated.to_string().into_bytes()] {
+                let request = Request::post("/v1/chat/completions").body(Body::from(body)).unwrap();
+                let (status, _, bytes) = call(&f.state, request).await;
+                proptest::prop_assert!(status.as_u16() < 500, "{status}: {}", String::from_utf8_lossy(&bytes));
+                proptest::prop_assert!(serde_json::from_slice::<Value>(&bytes).is_ok());
+            }
+            Ok(())
+        })?;
+    }
+}
