@@ -43,6 +43,7 @@ struct Shared {
 }
 
 /// The lesson the distiller writes, as condition and strategy.
+#[cfg_attr(not(feature = "llama"), allow(dead_code))]
 pub const LESSON: (&str, &str) = (
     "counting how often a letter occurs in a word",
     "spell the word out one letter at a time and keep a running tally of matches",
@@ -63,6 +64,7 @@ impl FakeOpenAi {
     /// A server that answers the summarize, extract and consolidate prompts of `gym grpo`:
     /// a one-sentence summary, one lesson ([`LESSON`]) in a fenced JSON reply with prose and a
     /// trailing comma around it, and a consolidation that keeps that lesson.
+    #[cfg_attr(not(feature = "llama"), allow(dead_code))]
     pub async fn distiller() -> Self {
         Self::serve(true, "", true).await
     }
