@@ -41,7 +41,7 @@ pub struct ServeArgs {
 
     /// Seconds a model call may take before the request gets 504.
     #[arg(long, default_value_t = 300.0)]
-    request_timeout: f64,
+    generation_timeout: f64,
 
     /// Largest request body accepted, in bytes.
     #[arg(long, default_value_t = 4 << 20)]
@@ -62,7 +62,7 @@ pub struct ServeArgs {
 impl ServeArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         for (name, value) in [
-            ("--request-timeout", self.request_timeout),
+            ("--generation-timeout", self.generation_timeout),
             ("--library-refresh", self.library_refresh),
         ] {
             anyhow::ensure!(
@@ -95,7 +95,7 @@ impl ServeArgs {
                 default_library: self.library.clone(),
                 top_k: self.top_k,
                 default_max_tokens: self.default_max_tokens,
-                request_timeout: Duration::from_secs_f64(self.request_timeout),
+                request_timeout: Duration::from_secs_f64(self.generation_timeout),
                 max_body_bytes: self.max_body_bytes,
             }),
         };

@@ -14,3 +14,5 @@ mod library_tamper;
 mod llama_backend;
 mod openai_backend;
 mod serve_api;
+#[cfg(feature = "llama")]
+mod serve_socket;

@@ -1,0 +1,187 @@
+//! `gym serve` as a user runs it: the real binary on a real socket with the default local
+//! model, called by the real OpenAI Python client (from the venv `make setup` creates), then
+//! stopped with SIGTERM while a request is in flight.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use gym::library::{Change, Library, Provenance, Settings};
+use serde_json::Value;
+
+use crate::common::Scratch;
+
+const CLIENT: &str = r#"
+import json, sys
+from openai import OpenAI
+
+client = OpenAI(base_url=sys.argv[1], api_key="unused")
+out = {}
+raw = client.chat.completions.with_raw_response.create(
+    model="gym@letters",
+    messages=[{"role": "user", "content": "How many times does the letter r occur in strawberry?"}],
+    max_tokens=12, temperature=0, seed=1,
+)
+plain = raw.parse()
+out["plain"] = {
+    "text": plain.choices[0].message.content,
+    "finish": plain.choices[0].finish_reason,
+    "experiences": raw.headers.get("x-gym-experiences"),
+    "version": raw.headers.get("x-gym-library-version"),
+    "root": raw.headers.get("x-gym-library-root"),
+    "usage": plain.usage.total_tokens,
+}
+two = client.chat.completions.create(
+    model="gym@letters:1",
+    messages=[{"role": "user", "content": "Spell the word cat."}],
+    max_tokens=8, n=2, seed=3, logprobs=True,
+)
+out["n"] = {
+    "count": len(two.choices),
+    "texts": [c.message.content for c in two.choices],
+    "logprobs": len(two.choices[0].logprobs.content),
+}
+pieces, finish = [], None
+for chunk in client.chat.completions.create(
+    model="gym@letters",
+    messages=[{"role": "user", "content": "How many times does the letter r occur in strawberry?"}],
+    max_tokens=12, temperature=0, seed=1, stream=True,
+):
+    for choice in chunk.choices:
+        pieces.append(choice.delta.content or "")
+        finish = choice.finish_reason or finish
+out["stream"] = {"text": "".join(pieces), "finish": finish}
+try:
+    client.chat.completions.create(model="gym@nosuch", messages=[{"role": "user", "content": "x"}])
+except Exception as e:
+    out["error"] = {"kind": type(e).__name__, "status": getattr(e, "status_code", None), "message": str(e)}
+print(json.dumps(out))
+"#;
+
+fn python() -> PathBuf {
+    let cache = std::env::var_os("GYM_CACHE_DIR").map_or_else(
+        || PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/gym"),
+        PathBuf::from,
+    );
+    let python = cache.join("py/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run `make setup` (it creates the OpenAI client venv)",
+        python.display()
+    );
+    python
+}
+
+/// Starts `gym serve` on a free port; returns the process and its base URL.
+fn serve(scratch: &Scratch) -> (Child, String) {
+    let mut child = scratch
+        .model_command(&[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--top-k",
+            "1",
+            "--threads",
+            "2",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|word| word.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned();
+    (child, url)
+}
+
+#[test]
+fn the_openai_python_client_gets_answers_streams_and_experience_headers() {
+    let scratch = Scratch::new();
+    let mut library = Library::init(&scratch.libraries(), "letters", Settings::default()).unwrap();
+    library
+        .commit(
+            &[
+                Change::add(
+                    "When counting a letter in a word, spell the word out letter by letter.",
+                ),
+                Change::add(
+                    "When a recipe is scaled up, multiply every amount by the same factor.",
+                ),
+            ],
+            Provenance::Init,
+        )
+        .unwrap();
+    library
+        .commit(
+            &[Change::add(
+                "When comparing two decimals, line up their decimal points first.",
+            )],
+            Provenance::Init,
+        )
+        .unwrap();
+    let (mut server, url) = serve(&scratch);
+    let output = Command::new(python())
+        .args(["-c", CLIENT, &url])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let out: Value = serde_json::from_str(stdout.trim()).unwrap();
+
+    let plain = &out["plain"];
+    assert_eq!(plain["experiences"], "E0001", "{out}");
+    assert_eq!(plain["version"], "2");
+    assert_eq!(plain["root"], library.head_record().root.to_string());
+    assert!(!plain["text"].as_str().unwrap().is_empty());
+    assert!(plain["usage"].as_u64().unwrap() > 0);
+    assert_eq!(out["n"]["count"], 2);
+    assert!(out["n"]["logprobs"].as_u64().unwrap() > 0);
+    // Greedy with the same seed: the stream carries the same text as the plain call.
+    assert_eq!(out["stream"]["text"], plain["text"], "{out}");
+    assert_eq!(out["stream"]["finish"], plain["finish"]);
+    assert_eq!(out["error"]["kind"], "NotFoundError", "{out}");
+    assert!(
+        out["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no library named `nosuch`")
+    );
+
+    // SIGTERM with a request in flight: the request is answered, then the server exits.
+    let address = url.trim_start_matches("http://").trim_end_matches("/v1");
+    let mut stream = TcpStream::connect(address).unwrap();
+    let body = r#"{"model":"gym","messages":[{"role":"user","content":"Count from one to twenty."}],"max_tokens":48,"temperature":0}"#;
+    write!(
+        stream,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = server.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.contains("chat.completion"), "{response}");
+    let status = server.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+}
