@@ -17,7 +17,7 @@ endif
 
 .DEFAULT_GOAL := build
 
-.PHONY: setup build test fmt clippy bench demo clean-cache
+.PHONY: setup build test contracts fmt clippy bench demo clean-cache
 
 setup:
 	bash scripts/setup
@@ -29,6 +29,13 @@ test: setup
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --all-targets --locked -- -D warnings
 	$(CARGO) test --locked
+	$(MAKE) contracts
+
+# Foundry tests of the governance contracts (offline, solc-js), and a check that the committed
+# artifacts are what the sources compile to.
+contracts:
+	bash scripts/contracts-test
+	bash scripts/contracts-artifacts --check
 
 fmt:
 	$(CARGO) fmt --all

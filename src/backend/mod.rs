@@ -157,6 +157,10 @@ pub enum FinishReason {
 pub struct TokenLogprob {
     pub token: String,
     pub logprob: f32,
+    /// Entropy in nats of the whole next-token distribution at this position, when the backend
+    /// sees it (llama.cpp does; OpenAI-compatible servers do not send it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entropy: Option<f32>,
 }
 
 /// One sampled answer.

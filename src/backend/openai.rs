@@ -478,6 +478,7 @@ impl ChatResponse {
                         .map(|t| TokenLogprob {
                             token: t.token,
                             logprob: t.logprob,
+                            entropy: None,
                         })
                         .collect::<Vec<_>>()
                 });

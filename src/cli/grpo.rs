@@ -87,6 +87,11 @@ pub struct GrpoArgs {
     #[arg(long, default_value_t = gym::distill::DEFAULT_DELETE_QUORUM)]
     delete_quorum: usize,
 
+    /// Steps whose rollouts must have had an experience in the prompt before it can be deleted
+    /// (0 or 1: no wait, as in the reference method).
+    #[arg(long, default_value_t = gym::distill::DEFAULT_DELETE_MIN_STEPS)]
+    delete_min_steps: u64,
+
     /// Temperature of the distillation stages.
     #[arg(long, default_value_t = 0.3)]
     distill_temperature: f32,
@@ -250,6 +255,7 @@ impl GrpoArgs {
             max_experiences: self.max_experiences,
             max_words: library.settings().max_words,
             delete_quorum: self.delete_quorum,
+            delete_min_steps: self.delete_min_steps,
             ..DistillConfig::default()
         };
         distill.sampling.temperature = self.distill_temperature;

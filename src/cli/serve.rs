@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
+use gym::serve::keys::ApiKeys;
+use gym::serve::router::{Router, Upstream};
 use gym::serve::{AppState, Catalog, ExactIndex, Metrics, Retriever, ServeConfig, app};
 
 use super::backend_args::{BackendArgs, load_embedder, runtime};
@@ -55,8 +57,97 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 32)]
     index_capacity: usize,
 
+    /// Answers whose Θ (mean per-token entropy, nats) is above this are asked again of
+    /// --escalate-model, and that answer is returned.
+    #[arg(long, requires = "escalate_model")]
+    escalate_theta: Option<f64>,
+
+    /// The stronger model (a name the router serves) that escalated answers come from.
+    #[arg(long, requires = "escalate_theta")]
+    escalate_model: Option<String>,
+
+    /// File of API keys for the routes that write, one `NAME:KEY` per line; NAME is recorded
+    /// as the author. More keys can come from GYM_API_KEYS="NAME:KEY,NAME:KEY".
+    #[arg(long, env = "GYM_API_KEYS_FILE")]
+    api_keys: Option<PathBuf>,
+
+    /// TOML file of upstreams: `[[upstream]]` tables with `name`, `serves` (model names routed
+    /// there), `max-concurrency`, and the backend flags as keys (`backend`, `model`, `base-url`,
+    /// `api-key-env`, ...). Without it the backend flags give the one upstream.
+    #[arg(long, env = "GYM_UPSTREAMS")]
+    upstreams: Option<PathBuf>,
+
+    /// Seconds an upstream is skipped after a transient failure (then live traffic retries it).
+    #[arg(long, default_value_t = 10.0)]
+    upstream_cooldown: f64,
+
     #[command(flatten)]
     backend: BackendArgs,
+}
+
+/// The backend flags of one upstream, parsed from its table's keys.
+#[derive(Debug, clap::Parser)]
+#[command(no_binary_name = true)]
+struct UpstreamFlags {
+    #[command(flatten)]
+    backend: BackendArgs,
+}
+
+/// The upstreams of a `--upstreams` file.
+fn upstreams_from_file(path: &std::path::Path) -> anyhow::Result<Vec<Upstream>> {
+    use clap::Parser as _;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read upstreams {}", path.display()))?;
+    let table: toml::Table = text
+        .parse()
+        .with_context(|| format!("upstreams {}", path.display()))?;
+    let entries = table
+        .get("upstream")
+        .and_then(toml::Value::as_array)
+        .with_context(|| format!("{}: no [[upstream]] tables", path.display()))?;
+    let mut upstreams = Vec::new();
+    for (index, entry) in entries.iter().enumerate() {
+        let at = format!("{}: upstream {}", path.display(), index + 1);
+        let entry = entry
+            .as_table()
+            .with_context(|| format!("{at}: not a table"))?;
+        let mut name = None;
+        let mut serves = Vec::new();
+        let mut max_concurrency = 8usize;
+        let mut flags = Vec::new();
+        for (key, value) in entry {
+            match (key.as_str(), value) {
+                ("name", toml::Value::String(text)) => name = Some(text.clone()),
+                ("serves", toml::Value::Array(list)) => {
+                    for model in list {
+                        let model = model
+                            .as_str()
+                            .with_context(|| format!("{at}: `serves` takes strings"))?;
+                        serves.push(model.to_owned());
+                    }
+                }
+                ("max-concurrency", toml::Value::Integer(n)) if *n >= 1 => {
+                    max_concurrency = usize::try_from(*n).unwrap_or(usize::MAX);
+                }
+                ("name" | "serves" | "max-concurrency", _) => {
+                    anyhow::bail!("{at}: `{key}` has the wrong type or value")
+                }
+                (_, toml::Value::String(text)) => flags.push(format!("--{key}={text}")),
+                (_, toml::Value::Integer(n)) => flags.push(format!("--{key}={n}")),
+                (_, toml::Value::Float(x)) => flags.push(format!("--{key}={x}")),
+                _ => anyhow::bail!("{at}: `{key}` must be a string or a number"),
+            }
+        }
+        let name = name.with_context(|| format!("{at}: `name` is missing"))?;
+        let parsed = UpstreamFlags::try_parse_from(&flags)
+            .map_err(|e| anyhow::anyhow!("{at} (`{name}`): {}", e.to_string().trim()))?;
+        let backend = parsed
+            .backend
+            .build()
+            .with_context(|| format!("{at} (`{name}`)"))?;
+        upstreams.push(Upstream::new(name, backend, serves, max_concurrency));
+    }
+    Ok(upstreams)
 }
 
 impl ServeArgs {
@@ -64,13 +155,20 @@ impl ServeArgs {
         for (name, value) in [
             ("--generation-timeout", self.generation_timeout),
             ("--library-refresh", self.library_refresh),
+            ("--upstream-cooldown", self.upstream_cooldown),
         ] {
             anyhow::ensure!(
                 value.is_finite() && value >= 0.0,
                 "{name} must be a number of seconds >= 0"
             );
         }
-        let backend = self.backend.build()?;
+        let router = match &self.upstreams {
+            None => Router::single(self.backend.build()?),
+            Some(path) => Router::new(
+                upstreams_from_file(path)?,
+                Duration::from_secs_f64(self.upstream_cooldown),
+            ),
+        };
         let catalog = Arc::new(Catalog::new(
             &self.library_dir,
             Duration::from_secs_f64(self.library_refresh),
@@ -86,8 +184,21 @@ impl ServeArgs {
                 Arc::new(ExactIndex::new(self.index_capacity)),
             ))
         });
+        let mut keys = ApiKeys::default();
+        if let Some(path) = &self.api_keys {
+            keys.add_file(path)?;
+        }
+        if let Ok(list) = std::env::var("GYM_API_KEYS") {
+            keys.add_list(&list, "GYM_API_KEYS")?;
+        }
+        let writes = if keys.is_empty() {
+            "library writes disabled (no API keys)".to_owned()
+        } else {
+            format!("{} API key(s) for library writes", keys.len())
+        };
         let state = AppState {
-            backend,
+            keys: Arc::new(keys),
+            router: Arc::new(router),
             catalog,
             retriever,
             metrics: Arc::new(Metrics::default()),
@@ -97,16 +208,18 @@ impl ServeArgs {
                 default_max_tokens: self.default_max_tokens,
                 request_timeout: Duration::from_secs_f64(self.generation_timeout),
                 max_body_bytes: self.max_body_bytes,
+                escalate_theta: self.escalate_theta,
+                escalate_model: self.escalate_model.clone(),
             }),
         };
-        let model = state.backend.model().to_owned();
+        let model = state.router.models().join(", ");
         runtime()?.block_on(async move {
             let listener = tokio::net::TcpListener::bind(self.listen)
                 .await
                 .with_context(|| format!("cannot listen on {}", self.listen))?;
             let address = listener.local_addr()?;
             println!(
-                "gym serve: http://{address}/v1 (model {model}; library {}; top-k {})",
+                "gym serve: http://{address}/v1 (model {model}; library {}; top-k {}; {writes})",
                 self.library.as_deref().unwrap_or("(none by default)"),
                 self.top_k
             );

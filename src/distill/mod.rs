@@ -31,7 +31,7 @@ mod proposal;
 mod resolve;
 mod summarize;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 
 use serde::{Deserialize, Serialize};
 
@@ -45,7 +45,7 @@ pub use json::{Extracted, extract_json, parse_json};
 pub use outcome::{Stage, StageOutcome, StageStats};
 pub use prompt::prompts_hash;
 pub use proposal::{Proposal, ProposedOp, group_evidence, union_evidence};
-pub use resolve::{Resolution, normalize, resolve};
+pub use resolve::{DeleteRules, Resolution, normalize, resolve};
 pub use summarize::{parse_summary, summarize, summarize_prompt, summary_schema};
 
 /// Two groups must agree before an experience is deleted.
@@ -53,6 +53,13 @@ pub const DEFAULT_DELETE_QUORUM: usize = 2;
 
 fn default_delete_quorum() -> usize {
     DEFAULT_DELETE_QUORUM
+}
+
+/// An experience is judged on at least two steps' rollouts before it can be deleted.
+pub const DEFAULT_DELETE_MIN_STEPS: u64 = 2;
+
+fn default_delete_min_steps() -> u64 {
+    DEFAULT_DELETE_MIN_STEPS
 }
 
 /// How the stages run.
@@ -68,6 +75,9 @@ pub struct DistillConfig {
     /// [`resolve()`]).
     #[serde(default = "default_delete_quorum")]
     pub delete_quorum: usize,
+    /// Steps an experience must have been in the prompt before it can be deleted.
+    #[serde(default = "default_delete_min_steps")]
+    pub delete_min_steps: u64,
     /// Sampling of the first attempt; retries vary the seed and sample a little warmer.
     pub sampling: Sampling,
 }
@@ -79,6 +89,7 @@ impl Default for DistillConfig {
             max_words: DEFAULT_MAX_WORDS,
             attempts: 3,
             delete_quorum: DEFAULT_DELETE_QUORUM,
+            delete_min_steps: DEFAULT_DELETE_MIN_STEPS,
             sampling: Sampling {
                 temperature: 0.3,
                 max_tokens: 256,

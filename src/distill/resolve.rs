@@ -11,11 +11,13 @@
 //! text as it is, or that repeats another experience, is dropped; an add that repeats an
 //! update's new text is dropped.
 //!
-//! A delete needs the backing of `delete_quorum` distinct queries (1 = any proposal, as in the
-//! reference method). A small model asked about one group will sometimes propose deleting
-//! every experience it is shown; one group's say-so should not wipe a library, so by default
-//! two groups of the batch must agree. A delete held back this way is dropped with the reason
-//! and does not beat an update of the same id.
+//! Deletes need evidence ([`DeleteRules`]): the backing of `quorum` distinct queries (1 = any
+//! proposal, as in the reference method), and an experience that has been in the prompt of at
+//! least `min_steps` steps' rollouts (counting this one). Under a JSON grammar a delete is the
+//! cheapest reply a small model can give, and SmolLM2-135M proposes deleting whatever the
+//! library holds in almost every group; without these rules every lesson was deleted one step
+//! after it was added. A delete held back is dropped with the reason and does not beat an
+//! update of the same id.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -60,11 +62,31 @@ enum Slot {
 
 /// Turns proposals into changes the library accepts; see the module documentation for the
 /// rules.
+/// When a proposed delete is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeleteRules {
+    /// Distinct queries whose groups must propose it.
+    pub quorum: usize,
+    /// Steps whose rollouts must have had the experience (its current text) in the prompt.
+    pub min_steps: u64,
+    /// The library version this step's rollouts used.
+    pub head_version: u64,
+}
+
+impl DeleteRules {
+    /// Any delete goes through (the reference method's behaviour).
+    pub const ANY: Self = Self {
+        quorum: 1,
+        min_steps: 0,
+        head_version: 0,
+    };
+}
+
 pub fn resolve(
     proposals: Vec<Proposal>,
     library: &State,
     max_words: usize,
-    delete_quorum: usize,
+    deletes: DeleteRules,
 ) -> Resolution {
     let mut dropped = Vec::new();
     let valid: Vec<Proposal> = proposals
@@ -77,7 +99,7 @@ pub fn resolve(
             }
         })
         .collect();
-    let valid = hold_weak_deletes(valid, delete_quorum, &mut dropped);
+    let valid = hold_weak_deletes(valid, library, deletes, &mut dropped);
     let deleted: Vec<ExperienceId> = valid
         .iter()
         .filter_map(|p| match p.op {
@@ -138,15 +160,13 @@ pub fn resolve(
 }
 
 /// Drops the deletes of ids whose delete proposals together name fewer than `quorum` distinct
-/// queries.
+/// queries, or whose experience has not been in the prompt for `min_steps` steps.
 fn hold_weak_deletes(
     valid: Vec<Proposal>,
-    quorum: usize,
+    library: &State,
+    rules: DeleteRules,
     dropped: &mut Vec<(Proposal, String)>,
 ) -> Vec<Proposal> {
-    if quorum <= 1 {
-        return valid;
-    }
     let mut backing: BTreeMap<ExperienceId, BTreeSet<&str>> = BTreeMap::new();
     for proposal in &valid {
         if let ProposedOp::Delete { id } = proposal.op {
@@ -154,20 +174,40 @@ fn hold_weak_deletes(
             queries.extend(proposal.evidence.query_ids.iter().map(String::as_str));
         }
     }
-    let weak: BTreeMap<ExperienceId, usize> = backing
+    let held: BTreeMap<ExperienceId, String> = backing
         .into_iter()
-        .filter(|(_, queries)| queries.len() < quorum)
-        .map(|(id, queries)| (id, queries.len()))
+        .filter_map(|(id, queries)| {
+            let steps = library
+                .get_active(id)
+                .map_or(0, |e| (rules.head_version + 1).saturating_sub(e.updated_in));
+            if rules.quorum > 1 && queries.len() < rules.quorum {
+                Some((
+                    id,
+                    format!(
+                        "delete of {id} is backed by {} of the {} queries the delete quorum needs",
+                        queries.len(),
+                        rules.quorum
+                    ),
+                ))
+            } else if steps < rules.min_steps {
+                Some((
+                    id,
+                    format!(
+                        "delete of {id} comes after {steps} step(s) with it in the prompt; \
+                         deletes need {}",
+                        rules.min_steps
+                    ),
+                ))
+            } else {
+                None
+            }
+        })
         .collect();
     valid
         .into_iter()
         .filter_map(|proposal| match proposal.op {
-            ProposedOp::Delete { id } if weak.contains_key(&id) => {
-                let reason = format!(
-                    "delete of {id} is backed by {} of the {quorum} queries the delete quorum needs",
-                    weak[&id]
-                );
-                dropped.push((proposal, reason));
+            ProposedOp::Delete { id } if held.contains_key(&id) => {
+                dropped.push((proposal, held[&id].clone()));
                 None
             }
             _ => Some(proposal),

@@ -38,12 +38,22 @@ fn delete(n: u32, query: &str) -> Proposal {
 }
 
 fn run(proposals: Vec<Proposal>) -> Resolution {
-    run_with_quorum(proposals, 1)
+    run_with(proposals, DeleteRules::ANY)
 }
 
-fn run_with_quorum(proposals: Vec<Proposal>, delete_quorum: usize) -> Resolution {
+fn run_with_quorum(proposals: Vec<Proposal>, quorum: usize) -> Resolution {
+    run_with(
+        proposals,
+        DeleteRules {
+            quorum,
+            ..DeleteRules::ANY
+        },
+    )
+}
+
+fn run_with(proposals: Vec<Proposal>, rules: DeleteRules) -> Resolution {
     let state = library();
-    let resolution = resolve(proposals, &state, MAX_WORDS, delete_quorum);
+    let resolution = resolve(proposals, &state, MAX_WORDS, rules);
     state
         .resolve(
             &resolution.changes,
@@ -141,6 +151,24 @@ fn a_delete_needs_the_quorum_of_distinct_queries() {
         update_survives.changes[..],
         [Change::Update { id: updated, .. }] if updated == id(1)
     ));
+}
+
+#[test]
+fn an_experience_must_have_been_in_the_prompt_for_min_steps_before_a_delete() {
+    // The fixture's experiences were last changed in version 1.
+    let rules = |head_version| DeleteRules {
+        quorum: 1,
+        min_steps: 2,
+        head_version,
+    };
+    let early = run_with(vec![delete(1, "q1")], rules(1));
+    assert!(early.changes.is_empty());
+    assert_eq!(
+        reasons(&early),
+        ["delete of E0001 comes after 1 step(s) with it in the prompt; deletes need 2"]
+    );
+    let later = run_with(vec![delete(1, "q1")], rules(2));
+    assert_eq!(later.changes.len(), 1);
 }
 
 #[test]

@@ -1,35 +1,61 @@
-//! Test fixtures: a backend that replays recorded model outputs, and a small library.
+//! Test fixtures: a model that replays recorded outputs over the OpenAI wire protocol, and a
+//! small library.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use axum::extract::State as AxumState;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use futures::future::BoxFuture;
+use serde_json::{Value, json};
 
-use crate::backend::{
-    Backend, BackendError, Completion, FinishReason, Group, GroupRequest, Usage, check_request,
-};
+use crate::backend::openai::{OpenAiBackend, OpenAiConfig};
+use crate::backend::{Backend, BackendError, FinishReason, GroupRequest, Usage, check_request};
 use crate::data::Sample;
 use crate::library::{Change, ExperienceId, Limits, Provenance, State};
 use crate::rollout::{RolloutGroup, ScoredAnswer};
 
-/// A backend that answers each request with the next scripted output (or fails with the next
-/// scripted error), checks requests as real backends do, counts tokens by words, and keeps
-/// every request for inspection. Outputs are what small models were seen to write.
+type Script = Mutex<VecDeque<Result<String, String>>>;
+
+/// A model behind a local HTTP server that speaks the OpenAI chat-completions protocol and
+/// answers each request with the next scripted output (a scripted error is a 500 with that
+/// message), reached through the real [`OpenAiBackend`] with no retries. Outputs are what
+/// small models were seen to write. Every request the stages made is kept for inspection.
+///
+/// Must be created inside a Tokio runtime (the server runs on it).
 pub(crate) struct Replay {
-    script: Mutex<VecDeque<Result<String, String>>>,
+    script: Arc<Script>,
     requests: Mutex<Vec<GroupRequest>>,
+    backend: OpenAiBackend,
 }
 
 impl Replay {
     pub(crate) fn new<'a>(script: impl IntoIterator<Item = Result<&'a str, &'a str>>) -> Self {
+        let script: Arc<Script> = Arc::new(Mutex::new(
+            script
+                .into_iter()
+                .map(|step| step.map(str::to_owned).map_err(str::to_owned))
+                .collect(),
+        ));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a local port");
+        listener.set_nonblocking(true).expect("non-blocking socket");
+        let address = listener.local_addr().expect("local address");
+        let listener = tokio::net::TcpListener::from_std(listener).expect("inside a Tokio runtime");
+        let app = axum::Router::new()
+            .route("/v1/chat/completions", axum::routing::post(replay))
+            .with_state(Arc::clone(&script));
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        let mut config = OpenAiConfig::new(format!("http://{address}/v1"), "replay");
+        config.max_retries = 0;
+        config.timeout = Duration::from_secs(10);
         Self {
-            script: Mutex::new(
-                script
-                    .into_iter()
-                    .map(|step| step.map(str::to_owned).map_err(str::to_owned))
-                    .collect(),
-            ),
+            script,
             requests: Mutex::new(Vec::new()),
+            backend: OpenAiBackend::new(config).expect("an OpenAI backend"),
         }
     }
 
@@ -40,46 +66,56 @@ impl Replay {
     pub(crate) fn remaining(&self) -> usize {
         self.script.lock().expect("script lock").len()
     }
+}
 
-    fn answer(&self, request: &GroupRequest) -> Result<Group, BackendError> {
-        check_request(request)?;
-        self.requests
-            .lock()
-            .expect("requests lock")
-            .push(request.clone());
-        let step = self.script.lock().expect("script lock").pop_front();
-        let words = |text: &str| text.split_whitespace().count() as u64;
-        match step {
-            None => Err(BackendError::BadResponse(
-                "the replay script has no more outputs".into(),
-            )),
-            Some(Err(message)) => Err(BackendError::Connection {
-                url: "replay://".into(),
-                message,
-            }),
-            Some(Ok(text)) => {
-                let prompt_tokens = request.messages.iter().map(|m| words(&m.content)).sum();
-                let completions: Vec<Completion> = (0..request.n)
-                    .map(|index| Completion {
-                        completion_tokens: words(&text) as u32,
-                        text: text.clone(),
-                        finish: FinishReason::Stop,
-                        seed: request.sampling.seed_for(index),
-                        logprobs: None,
-                    })
-                    .collect();
-                Ok(Group {
-                    usage: Usage {
-                        prompt_tokens,
-                        completion_tokens: words(&text) * request.n as u64,
-                    },
-                    completions,
-                    cost_usd: None,
-                    retries: 0,
-                })
-            }
+/// The server side: the next scripted output as an OpenAI chat completion.
+async fn replay(AxumState(script): AxumState<Arc<Script>>, body: String) -> Response {
+    let request: Value = serde_json::from_str(&body).unwrap_or_default();
+    let step = script.lock().expect("script lock").pop_front();
+    let text = match step {
+        Some(Ok(text)) => text,
+        Some(Err(message)) => {
+            let error = json!({"error": {"message": message, "type": "server_error"}});
+            return (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(error)).into_response();
         }
-    }
+        None => {
+            let error = json!({"error": {"message": "the replay script has no more outputs"}});
+            return (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(error)).into_response();
+        }
+    };
+    let n = request["n"].as_u64().unwrap_or(1);
+    let words = |text: &str| text.split_whitespace().count() as u64;
+    let prompt_tokens: u64 = request["messages"]
+        .as_array()
+        .map(|messages| {
+            messages
+                .iter()
+                .map(|m| words(m["content"].as_str().unwrap_or("")))
+                .sum()
+        })
+        .unwrap_or(0);
+    let choices: Vec<Value> = (0..n)
+        .map(|index| {
+            json!({
+                "index": index,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+            })
+        })
+        .collect();
+    axum::Json(json!({
+        "id": "chatcmpl-replay",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "replay",
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": words(&text) * n,
+            "total_tokens": prompt_tokens + words(&text) * n,
+        }
+    }))
+    .into_response()
 }
 
 impl Backend for Replay {
@@ -90,8 +126,15 @@ impl Backend for Replay {
     fn generate<'a>(
         &'a self,
         request: &'a GroupRequest,
-    ) -> BoxFuture<'a, Result<Group, BackendError>> {
-        Box::pin(async move { self.answer(request) })
+    ) -> BoxFuture<'a, Result<crate::backend::Group, BackendError>> {
+        Box::pin(async move {
+            check_request(request)?;
+            self.requests
+                .lock()
+                .expect("requests lock")
+                .push(request.clone());
+            self.backend.generate(request).await
+        })
     }
 }
 

@@ -86,6 +86,7 @@ pub(super) async fn run_step(
 
     let library_version = runner.library.head_version();
     let state: State = runner.library.head().clone();
+    let head_version = runner.library.head_version();
     let shown = Shown::active(&state);
     runner.events.emit(RunEvent::StepStarted {
         epoch,
@@ -307,7 +308,12 @@ pub(super) async fn run_step(
             proposals
         }
     };
-    let resolution = distill::resolve(final_proposals, &state, cfg.max_words, cfg.delete_quorum);
+    let deletes = distill::DeleteRules {
+        quorum: cfg.delete_quorum,
+        min_steps: cfg.delete_min_steps,
+        head_version,
+    };
+    let resolution = distill::resolve(final_proposals, &state, cfg.max_words, deletes);
     tally.report.dropped_ops += resolution.dropped.len() as u64;
     let mut changes = resolution.changes;
 

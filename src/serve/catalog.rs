@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::library::{Digest, Library, LibraryError, State, stored_head};
+use crate::library::{
+    Change, Digest, Library, LibraryError, Provenance, State, Version, stored_head,
+};
 
 /// Versions kept checked out per library, besides the head.
 const KEPT_VERSIONS: usize = 16;
@@ -48,12 +50,17 @@ impl Catalog {
         &self.root
     }
 
-    /// Version `version` (default: the head) of library `name`. Blocking: it may read files.
-    pub fn get(&self, name: &str, version: Option<u64>) -> Result<Arc<Snapshot>, LibraryError> {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+    /// Locks the catalog and returns the entry of `name`, reopened when its head moved on
+    /// disk. `force` checks the disk now rather than after the refresh interval (before a write).
+    fn fresh<'a>(
+        &self,
+        entries: &'a mut HashMap<String, Entry>,
+        name: &str,
+        force: bool,
+    ) -> Result<&'a mut Entry, LibraryError> {
         let stale = match entries.get(name) {
             None => true,
-            Some(entry) if entry.checked.elapsed() >= self.refresh => {
+            Some(entry) if force || entry.checked.elapsed() >= self.refresh => {
                 stored_head(&self.root, name)? != entry.library.head_version()
             }
             Some(_) => false,
@@ -70,9 +77,20 @@ impl Catalog {
             );
         }
         let entry = entries.get_mut(name).expect("inserted above");
-        if !stale && entry.checked.elapsed() >= self.refresh {
+        if force || entry.checked.elapsed() >= self.refresh {
             entry.checked = Instant::now();
         }
+        Ok(entry)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Version `version` (default: the head) of library `name`. Blocking: it may read files.
+    pub fn get(&self, name: &str, version: Option<u64>) -> Result<Arc<Snapshot>, LibraryError> {
+        let mut entries = self.lock();
+        let entry = self.fresh(&mut entries, name, false)?;
         let head = entry.library.head_version();
         let number = version.unwrap_or(head);
         if let Some(snapshot) = entry.snapshots.get(&number) {
@@ -99,12 +117,38 @@ impl Catalog {
         entry.snapshots.insert(number, Arc::clone(&snapshot));
         Ok(snapshot)
     }
+
+    /// Runs `read` on the current library `name`. Blocking.
+    pub fn read<T>(
+        &self,
+        name: &str,
+        read: impl FnOnce(&Library) -> Result<T, LibraryError>,
+    ) -> Result<T, LibraryError> {
+        let mut entries = self.lock();
+        let entry = self.fresh(&mut entries, name, false)?;
+        read(&entry.library)
+    }
+
+    /// Commits `changes` to library `name` as one new version. Blocking. The library is
+    /// reread first when another process committed, and the store refuses a stale writer, so
+    /// a write never overwrites a version it did not see.
+    pub fn commit(
+        &self,
+        name: &str,
+        changes: &[Change],
+        provenance: Provenance,
+    ) -> Result<Version, LibraryError> {
+        let mut entries = self.lock();
+        let entry = self.fresh(&mut entries, name, true)?;
+        let version = entry.library.commit(changes, provenance)?.clone();
+        Ok(version)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::library::{Change, Provenance, Settings};
+    use crate::library::Settings;
 
     #[test]
     fn a_commit_by_another_writer_is_seen_after_the_refresh_interval() {
@@ -132,5 +176,27 @@ mod tests {
             catalog.get("missing", None),
             Err(LibraryError::NotFound { .. })
         ));
+    }
+
+    #[test]
+    fn a_commit_through_the_catalog_sees_other_writers_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = Library::init(dir.path(), "lib", Settings::default()).unwrap();
+        // A long refresh interval: only the forced check before a write can see the commit.
+        let catalog = Catalog::new(dir.path(), Duration::from_secs(3600));
+        assert_eq!(catalog.get("lib", None).unwrap().version, 0);
+        writer
+            .commit(&[Change::add("When a, do b first.")], Provenance::Init)
+            .unwrap();
+        let version = catalog
+            .commit(
+                "lib",
+                &[Change::add("When c, do d first.")],
+                Provenance::Manual { author: None },
+            )
+            .unwrap();
+        assert_eq!((version.version, version.count), (2, 2));
+        assert_eq!(catalog.get("lib", None).unwrap().state.active_count(), 2);
+        assert_eq!(Library::open(dir.path(), "lib").unwrap().head_version(), 2);
     }
 }

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use super::AppState;
 use super::catalog::Snapshot;
 use super::error::ApiError;
+use super::hllm;
 use super::inject::{inject, query_text};
 use super::wire::{ChatRequest, finish_reason, logprobs_json, usage_json};
 use crate::backend::{Group, GroupRequest};
@@ -125,11 +126,16 @@ pub async fn completions(
     })?;
     let requested_model = request.model.clone();
     let (model, from_model) = parse_model(&requested_model)?;
-    if model != app.backend.model() && model != super::MODEL_ALIAS {
+    let model = if model == super::MODEL_ALIAS {
+        app.router.default_model().unwrap_or_default()
+    } else {
+        model.to_owned()
+    };
+    if !app.router.serves(&model) {
         return Err(ApiError::NotFound {
             message: format!(
-                "no model `{model}`; this server runs `{}` (also called `{}`)",
-                app.backend.model(),
+                "no model `{model}`; this server serves {} (and `{}` for the first)",
+                app.router.models().join(", "),
                 super::MODEL_ALIAS
             ),
             code: "model_not_found",
@@ -141,6 +147,7 @@ pub async fn completions(
 
     let mut messages = checked.messages;
     let mut injected = None;
+    let mut psi = 0.0;
     if let Some(Selection { library, version }) = chosen {
         let started = Instant::now();
         let catalog = std::sync::Arc::clone(&app.catalog);
@@ -162,6 +169,7 @@ pub async fn completions(
             .filter_map(|id| snapshot.state.get_active(*id))
             .collect();
         messages = inject(messages, &shown);
+        psi = hllm::psi(&shown);
         app.metrics.injected(
             &snapshot.library,
             snapshot.version,
@@ -171,19 +179,65 @@ pub async fn completions(
         injected = Some(Injected { snapshot, ids });
     }
 
+    // Log-probabilities are always asked for, to measure Θ; the client gets them only when it
+    // asked.
+    let client_logprobs = checked.sampling.logprobs;
     let group_request = GroupRequest {
         messages,
         n: checked.n,
-        sampling: checked.sampling,
+        sampling: crate::backend::Sampling {
+            logprobs: true,
+            ..checked.sampling
+        },
     };
-    let group = tokio::time::timeout(
+    let routed = tokio::time::timeout(
         app.config.request_timeout,
-        app.backend.generate(&group_request),
+        app.router.generate(&model, &group_request),
     )
     .await
     .map_err(|_| ApiError::Timeout {
         seconds: app.config.request_timeout.as_secs_f64(),
     })??;
+    let mut group = routed.group;
+    let mut upstream = routed.upstream;
+    let mut figures = hllm::figures(&group.completions, psi);
+    let mut escalated = None;
+    if let (Some(threshold), Some(stronger), Some(measured)) = (
+        app.config.escalate_theta,
+        app.config.escalate_model.as_deref(),
+        figures,
+    ) && measured.theta > threshold
+        && stronger != model
+    {
+        let retried = tokio::time::timeout(
+            app.config.request_timeout,
+            app.router.generate(stronger, &group_request),
+        )
+        .await
+        .map_err(|_| ApiError::Timeout {
+            seconds: app.config.request_timeout.as_secs_f64(),
+        })??;
+        app.metrics.escalated(&model, stronger);
+        app.metrics
+            .tokens(group.usage.prompt_tokens, group.usage.completion_tokens);
+        group = retried.group;
+        upstream = retried.upstream;
+        figures = hllm::figures(&group.completions, psi);
+        escalated = Some(stronger.to_owned());
+    }
+    if let Some(figures) = figures {
+        let (library, version) = injected
+            .as_ref()
+            .map_or((String::new(), String::new()), |i: &Injected| {
+                (i.snapshot.library.clone(), i.snapshot.version.to_string())
+            });
+        app.metrics.hllm(&library, &version, figures);
+    }
+    if !client_logprobs {
+        for completion in &mut group.completions {
+            completion.logprobs = None;
+        }
+    }
     app.metrics
         .tokens(group.usage.prompt_tokens, group.usage.completion_tokens);
 
@@ -206,6 +260,20 @@ pub async fn completions(
     } else {
         axum::Json(response_json(&id, created, &requested_model, &group)).into_response()
     };
+    let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(&upstream) {
+        headers.insert("x-gym-upstream", value);
+    }
+    if let Some(figures) = figures
+        && let Ok(value) = HeaderValue::from_str(&figures.header())
+    {
+        headers.insert("x-gym-hllm", value);
+    }
+    if let Some(model) = escalated
+        && let Ok(value) = HeaderValue::from_str(&model)
+    {
+        headers.insert("x-gym-escalated", value);
+    }
     if let Some(injected) = injected {
         let headers = response.headers_mut();
         let ids: Vec<String> = injected.ids.iter().map(ToString::to_string).collect();

@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::retrieve::RetrieveError;
+use super::router::RouteError;
 use crate::backend::BackendError;
 use crate::library::LibraryError;
 
@@ -37,6 +38,12 @@ pub enum ApiError {
     /// A library could not be read.
     #[error("the library could not be read: {0}")]
     Library(LibraryError),
+    /// A write without a valid API key.
+    #[error("this route writes and needs a valid API key (Authorization: Bearer KEY)")]
+    Unauthorized,
+    /// The library changed under a write (another writer committed first).
+    #[error("{0}")]
+    Conflict(String),
     /// The server is shutting down.
     #[error("the server is shutting down")]
     ShuttingDown,
@@ -61,15 +68,19 @@ impl ApiError {
             ) => StatusCode::BAD_REQUEST,
             Self::Backend(_) => StatusCode::BAD_GATEWAY,
             Self::Retrieval(_) | Self::Library(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Conflict(_) => StatusCode::CONFLICT,
             Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
     fn kind(&self) -> &'static str {
         match self.status() {
-            StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND | StatusCode::PAYLOAD_TOO_LARGE => {
-                "invalid_request_error"
-            }
+            StatusCode::BAD_REQUEST
+            | StatusCode::NOT_FOUND
+            | StatusCode::PAYLOAD_TOO_LARGE
+            | StatusCode::CONFLICT => "invalid_request_error",
+            StatusCode::UNAUTHORIZED => "authentication_error",
             _ => "server_error",
         }
     }
@@ -86,8 +97,22 @@ impl ApiError {
         match self {
             Self::NotFound { code, .. } => Some(code),
             Self::TooLarge { .. } => Some("request_too_large"),
+            Self::Unauthorized => Some("invalid_api_key"),
             Self::Timeout { .. } => Some("timeout"),
             _ => None,
+        }
+    }
+}
+
+impl From<RouteError> for ApiError {
+    fn from(error: RouteError) -> Self {
+        match error {
+            RouteError::UnknownModel { .. } => Self::NotFound {
+                message: error.to_string(),
+                code: "model_not_found",
+            },
+            RouteError::Rejected(error) => Self::Backend(error),
+            RouteError::AllFailed { last, .. } => Self::Backend(last),
         }
     }
 }
@@ -99,12 +124,17 @@ impl From<LibraryError> for ApiError {
                 message: format!("no library named `{name}`"),
                 code: "library_not_found",
             },
-            LibraryError::InvalidName { .. } | LibraryError::VersionNotFound { .. } => {
-                Self::NotFound {
-                    message: error.to_string(),
-                    code: "library_not_found",
-                }
-            }
+            LibraryError::InvalidName { .. }
+            | LibraryError::VersionNotFound { .. }
+            | LibraryError::NotActive { .. } => Self::NotFound {
+                message: error.to_string(),
+                code: "library_not_found",
+            },
+            LibraryError::Change { .. } | LibraryError::NothingToCommit => Self::BadRequest {
+                message: error.to_string(),
+                param: Some("changes".into()),
+            },
+            LibraryError::ConcurrentWrite { .. } => Self::Conflict(error.to_string()),
             other => Self::Library(other),
         }
     }

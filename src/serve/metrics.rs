@@ -38,6 +38,10 @@ struct Inner {
     /// (library, version) → (requests served with it, experiences injected).
     injections: BTreeMap<(String, u64), (u64, u64)>,
     retrieval: Histogram,
+    /// (library, version) → sums of Θ, Ψ, κ and the number of answers measured.
+    hllm: BTreeMap<(String, String), [f64; 4]>,
+    /// (from model, to model) → escalations.
+    escalations: BTreeMap<(String, String), u64>,
     prompt_tokens: u64,
     completion_tokens: u64,
 }
@@ -71,6 +75,27 @@ impl Metrics {
             entry.0 += 1;
             entry.1 += experiences as u64;
             m.retrieval.observe(retrieval.as_secs_f64());
+        });
+    }
+
+    pub fn hllm(&self, library: &str, version: &str, figures: super::hllm::Figures) {
+        self.with(|m| {
+            let sums = m
+                .hllm
+                .entry((library.to_owned(), version.to_owned()))
+                .or_default();
+            sums[0] += figures.theta;
+            sums[1] += figures.psi;
+            sums[2] += figures.kappa;
+            sums[3] += 1.0;
+        });
+    }
+
+    pub fn escalated(&self, from: &str, to: &str) {
+        self.with(|m| {
+            *m.escalations
+                .entry((from.to_owned(), to.to_owned()))
+                .or_default() += 1;
         });
     }
 
@@ -131,6 +156,33 @@ impl Metrics {
                     "gym_experiences_injected_total{{library=\"{library}\",version=\"{version}\"}} {injected}"
                 );
             }
+            for (index, (name, help)) in [
+                ("gym_hllm_theta", "Mean per-token entropy of answers (nats)"),
+                ("gym_hllm_psi", "Summed confidence of the injected experiences"),
+                ("gym_hllm_kappa", "Psi times theta"),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let _ = writeln!(out, "# HELP {name} {help}, summed over answers; see _count.");
+                let _ = writeln!(out, "# TYPE {name} summary");
+                for ((library, version), sums) in &m.hllm {
+                    let labels = format!("library=\"{library}\",version=\"{version}\"");
+                    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", sums[index]);
+                    let _ = writeln!(out, "{name}_count{{{labels}}} {}", sums[3]);
+                }
+            }
+            let _ = writeln!(
+                out,
+                "# HELP gym_escalations_total Answers asked again of a stronger model."
+            );
+            let _ = writeln!(out, "# TYPE gym_escalations_total counter");
+            for ((from, to), count) in &m.escalations {
+                let _ = writeln!(
+                    out,
+                    "gym_escalations_total{{from=\"{from}\",to=\"{to}\"}} {count}"
+                );
+            }
             let _ = writeln!(out, "# HELP gym_tokens_total Tokens processed by the models.");
             let _ = writeln!(out, "# TYPE gym_tokens_total counter");
             let _ = writeln!(out, "gym_tokens_total{{kind=\"prompt\"}} {}", m.prompt_tokens);
@@ -142,6 +194,57 @@ impl Metrics {
             out
         })
     }
+}
+
+/// The router's per-upstream counters.
+pub fn upstream_lines(router: &super::router::Router) -> String {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut out = String::new();
+    let families = [
+        (
+            "gym_upstream_requests_total",
+            "counter",
+            "Requests sent to an upstream.",
+        ),
+        (
+            "gym_upstream_failures_total",
+            "counter",
+            "Requests an upstream failed.",
+        ),
+        (
+            "gym_upstream_failovers_total",
+            "counter",
+            "Requests moved on to another upstream.",
+        ),
+        (
+            "gym_upstream_latency_seconds_total",
+            "counter",
+            "Time spent in an upstream's calls.",
+        ),
+        (
+            "gym_upstream_up",
+            "gauge",
+            "1 when an upstream takes traffic, 0 while it cools down.",
+        ),
+    ];
+    for (name, kind, help) in families {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for upstream in router.upstreams() {
+            let stats = &upstream.stats;
+            let value = match name {
+                "gym_upstream_requests_total" => stats.requests.load(Relaxed) as f64,
+                "gym_upstream_failures_total" => stats.failures.load(Relaxed) as f64,
+                "gym_upstream_failovers_total" => stats.failovers.load(Relaxed) as f64,
+                "gym_upstream_latency_seconds_total" => {
+                    stats.latency_micros.load(Relaxed) as f64 / 1e6
+                }
+                _ => f64::from(u8::from(upstream.is_up())),
+            };
+            let _ = writeln!(out, "{name}{{upstream=\"{}\"}} {value}", upstream.name);
+        }
+    }
+    out
 }
 
 fn histogram_lines(out: &mut String, name: &str, labels: &str, histogram: &Histogram) {

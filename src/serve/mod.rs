@@ -9,8 +9,12 @@
 //! | [`catalog`] | libraries opened once, new commits noticed, versions checked out |
 //! | [`retrieve`] | the [`VectorIndex`](retrieve::VectorIndex) seam, exact in-process search, the embedding cache |
 //! | [`inject`] | the injection template |
+//! | `library_api` | list, show, diff and prove library versions; commit changes with an API key |
+//! | [`keys`] | API keys for the routes that write |
 //! | `chat` | `POST /v1/chat/completions` |
 //! | [`wire`] | OpenAI's request, response and chunk shapes |
+//! | [`router`] | upstreams by model name, concurrency limits, failover and cooldown |
+//! | [`hllm`] | Θ (uncertainty), Ψ (library mass), κ, and escalation to a stronger model |
 //! | [`metrics`] | Prometheus counters |
 //! | [`error`] | errors in OpenAI's error shape |
 //!
@@ -19,9 +23,13 @@
 pub mod catalog;
 mod chat;
 pub mod error;
+pub mod hllm;
 pub mod inject;
+pub mod keys;
+mod library_api;
 pub mod metrics;
 pub mod retrieve;
+pub mod router;
 pub mod wire;
 
 use std::sync::Arc;
@@ -41,8 +49,6 @@ pub use error::ApiError;
 pub use metrics::Metrics;
 pub use retrieve::{ExactIndex, Hit, Retriever, VectorIndex};
 
-use crate::backend::Backend;
-
 /// A model name every server answers to, whatever model it runs.
 pub const MODEL_ALIAS: &str = "gym";
 
@@ -59,6 +65,10 @@ pub struct ServeConfig {
     pub request_timeout: Duration,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
+    /// Answers whose Θ is above this are asked again of `escalate_model`.
+    pub escalate_theta: Option<f64>,
+    /// The stronger model escalated answers come from.
+    pub escalate_model: Option<String>,
 }
 
 impl Default for ServeConfig {
@@ -69,6 +79,8 @@ impl Default for ServeConfig {
             default_max_tokens: 512,
             request_timeout: Duration::from_secs(300),
             max_body_bytes: 4 << 20,
+            escalate_theta: None,
+            escalate_model: None,
         }
     }
 }
@@ -76,12 +88,15 @@ impl Default for ServeConfig {
 /// What every handler shares.
 #[derive(Clone)]
 pub struct AppState {
-    pub backend: Arc<dyn Backend>,
+    /// The upstream models.
+    pub router: Arc<router::Router>,
     pub catalog: Arc<Catalog>,
     /// `None`: no embedder, so every active experience is injected.
     pub retriever: Option<Arc<Retriever>>,
     pub metrics: Arc<Metrics>,
     pub config: Arc<ServeConfig>,
+    /// Keys accepted on the routes that write (none: every write gets 401).
+    pub keys: Arc<keys::ApiKeys>,
 }
 
 /// The server's routes.
@@ -91,6 +106,15 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
+        .route("/v1/libraries", get(library_api::list))
+        .route("/v1/libraries/{name}", get(library_api::versions))
+        .route(
+            "/v1/libraries/{name}/versions/{version}",
+            get(library_api::version),
+        )
+        .route("/v1/libraries/{name}/diff", get(library_api::diff))
+        .route("/v1/libraries/{name}/proof/{id}", get(library_api::proof))
+        .route("/v1/libraries/{name}/changes", post(library_api::commit))
         .route_layer(middleware::from_fn_with_state(state.clone(), record))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
@@ -111,7 +135,8 @@ async fn record(State(app): State<AppState>, request: Request, next: Next) -> Re
 
 async fn not_found() -> ApiError {
     ApiError::NotFound {
-        message: "no such route; Gym serves /v1/chat/completions, /v1/models, /health and /metrics"
+        message: "no such route; Gym serves /v1/chat/completions, /v1/models, /v1/libraries, \
+                  /health and /metrics"
             .into(),
         code: "unknown_url",
     }
@@ -123,9 +148,12 @@ async fn models(State(app): State<AppState>) -> Result<Json<serde_json::Value>, 
         .await
         .map_err(|_| ApiError::ShuttingDown)?
         .unwrap_or_default();
-    let model = app.backend.model();
-    let mut ids = vec![model.to_owned(), MODEL_ALIAS.to_owned()];
-    ids.extend(libraries.iter().map(|library| format!("{model}@{library}")));
+    let models = app.router.models();
+    let mut ids = models.clone();
+    ids.push(MODEL_ALIAS.to_owned());
+    for model in &models {
+        ids.extend(libraries.iter().map(|library| format!("{model}@{library}")));
+    }
     let data: Vec<wire::ModelCard> = ids
         .into_iter()
         .map(|id| wire::ModelCard {
@@ -141,7 +169,8 @@ async fn models(State(app): State<AppState>) -> Result<Json<serde_json::Value>, 
 async fn health(State(app): State<AppState>) -> Json<serde_json::Value> {
     Json(json!({
         "status": "ok",
-        "model": app.backend.model(),
+        "models": app.router.models(),
+        "upstreams": app.router.upstreams().iter().map(|u| u.health()).collect::<Vec<_>>(),
         "default_library": app.config.default_library,
         "retrieval": if app.retriever.is_some() { "embeddings" } else { "all" },
     }))
@@ -151,6 +180,6 @@ async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        app.metrics.render(),
+        app.metrics.render() + &metrics::upstream_lines(&app.router),
     )
 }

@@ -46,6 +46,14 @@ fn library(root: &Path) -> Library {
     library
 }
 
+const KEY: &str = "alice-key-0123456789";
+
+fn keys() -> gym::serve::keys::ApiKeys {
+    let mut keys = gym::serve::keys::ApiKeys::default();
+    keys.add_list(&format!("alice:{KEY}"), "test").unwrap();
+    keys
+}
+
 struct Fixture {
     server: FakeOpenAi,
     state: AppState,
@@ -63,10 +71,11 @@ async fn fixture(config: ServeConfig) -> Fixture {
     let retriever = crate::common::embedder()
         .map(|embedder| Arc::new(Retriever::new(embedder, Arc::new(ExactIndex::new(8)))));
     let state = AppState {
-        backend,
+        router: Arc::new(gym::serve::router::Router::single(backend)),
         catalog: Arc::new(Catalog::new(dir.path(), Duration::ZERO)),
         retriever,
         metrics: Arc::new(Metrics::default()),
+        keys: Arc::new(keys()),
         config: Arc::new(config),
     };
     Fixture {
@@ -469,6 +478,164 @@ async fn models_health_and_metrics() {
     ] {
         assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
     }
+}
+
+#[tokio::test]
+async fn the_library_api_reads_openly_and_writes_only_with_a_key() {
+    let f = fixture(ServeConfig::default()).await;
+    let get = |path: &str| Request::get(path).body(Body::empty()).unwrap();
+    let json_of = |bytes: &[u8]| serde_json::from_slice::<Value>(bytes).unwrap();
+
+    let (status, _, body) = call(&f.state, get("/v1/libraries")).await;
+    assert_eq!(status, StatusCode::OK);
+    let list = json_of(&body);
+    assert_eq!(list["data"][0]["name"], "letters");
+    assert_eq!(list["data"][0]["head"]["version"], 2);
+    assert_eq!(
+        list["data"][0]["head"]["root"],
+        f.library.head_record().root.to_string()
+    );
+    let (_, _, body) = call(&f.state, get("/v1/libraries/letters")).await;
+    assert_eq!(json_of(&body)["versions"].as_array().unwrap().len(), 3);
+    let (_, _, body) = call(&f.state, get("/v1/libraries/letters/versions/1")).await;
+    let version = json_of(&body);
+    assert_eq!(version["version"]["version"], 1);
+    assert_eq!(version["experiences"].as_array().unwrap().len(), 3);
+    let (_, _, body) = call(&f.state, get("/v1/libraries/letters/diff?from=1&to=2")).await;
+    let diff = json_of(&body);
+    assert_eq!(diff["ops"].as_array().unwrap().len(), 1, "{diff}");
+    assert_eq!(diff["ops"][0]["op"], "add");
+    let (_, _, body) = call(&f.state, get("/v1/libraries/letters/proof/E0001")).await;
+    let proof: gym::library::InclusionProof = serde_json::from_slice(&body).unwrap();
+    proof.verify().unwrap();
+    assert_eq!(
+        serde_json::to_value(&proof).unwrap()["root"],
+        f.library.head_record().root.to_string()
+    );
+    for (path, status) in [
+        ("/v1/libraries/letters/versions/x", 400),
+        ("/v1/libraries/letters/versions/9", 404),
+        ("/v1/libraries/nosuch", 404),
+        ("/v1/libraries/letters/diff", 400),
+        ("/v1/libraries/letters/diff?from=0&to=7", 404),
+        ("/v1/libraries/letters/proof/E0009", 404),
+        ("/v1/libraries/letters/proof/banana", 400),
+    ] {
+        let (got, _, body) = call(&f.state, get(path)).await;
+        assert_eq!(
+            got.as_u16(),
+            status,
+            "{path}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        assert!(json_of(&body)["error"]["message"].is_string(), "{path}");
+    }
+
+    let write = |key: Option<&str>, body: Value| {
+        let mut request = Request::post("/v1/libraries/letters/changes");
+        if let Some(key) = key {
+            request = request.header("authorization", format!("Bearer {key}"));
+        }
+        request.body(Body::from(body.to_string())).unwrap()
+    };
+    let add = json!({"changes": [{"op": "add", "text": "When a word repeats a letter, count each one."}]});
+    let root = f._dir.path().to_owned();
+    let head = || Library::open(&root, "letters").unwrap().head_version();
+    for key in [None, Some("wrong-key-0123456789")] {
+        let (status, _, body) = call(&f.state, write(key, add.clone())).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert_eq!(json_of(&body)["error"]["code"], "invalid_api_key");
+        assert_eq!(head(), 2, "a refused write changes nothing");
+    }
+    let (status, _, body) = call(&f.state, write(Some(KEY), add)).await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    let created = json_of(&body);
+    assert_eq!(created["version"], 3);
+    assert_eq!(created["provenance"]["source"], "manual");
+    assert_eq!(created["provenance"]["author"], "alice");
+    assert_eq!(head(), 3);
+    let bad = json!({"changes": [{"op": "update", "id": "E0042", "text": "When x, do y now."}]});
+    let (status, _, body) = call(&f.state, write(Some(KEY), bad)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        json_of(&body)["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("E0042")
+    );
+    let (status, _, _) = call(&f.state, write(Some(KEY), json!({"changes": "all"}))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(head(), 3, "a refused change commits nothing");
+    // The next chat request sees the new head.
+    let (_, headers, _) = call(&f.state, post(question("gym@letters"), &[])).await;
+    assert_eq!(header(&headers, "x-gym-library-version"), "3");
+}
+
+#[tokio::test]
+async fn requests_fail_over_to_the_next_upstream_of_the_model() {
+    use gym::serve::router::{Router, Upstream};
+    let flaky = FakeOpenAi::start(true, "from flaky").await;
+    let steady = FakeOpenAi::start(true, "from steady").await;
+    flaky.inject([crate::fake_openai::Fault::ServerError]);
+    let upstream = |server: &FakeOpenAi, model: &str| {
+        let mut config = OpenAiConfig::new(server.base_url(), model);
+        config.max_retries = 0;
+        Arc::new(OpenAiBackend::new(config).unwrap())
+    };
+    let router = Router::new(
+        vec![
+            Upstream::new("flaky", upstream(&flaky, "big-a"), vec!["big".into()], 4),
+            Upstream::new("steady", upstream(&steady, "big-b"), vec!["big".into()], 4),
+        ],
+        Duration::from_secs(3600),
+    );
+    let f = fixture(ServeConfig::default()).await;
+    let state = AppState {
+        router: Arc::new(router),
+        ..f.state.clone()
+    };
+    let (status, headers, body) = call(&state, post(question("big@letters"), &[])).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(header(&headers, "x-gym-upstream"), "steady");
+    let response: Value = serde_json::from_slice(&body).unwrap();
+    assert!(
+        response["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("from steady")
+    );
+    assert_eq!((flaky.requests(), steady.requests()), (1, 1));
+    // The upstream's own model name reaches only it.
+    let (_, headers, _) = call(&state, post(question("big-b"), &[])).await;
+    assert_eq!(header(&headers, "x-gym-upstream"), "steady");
+    let (_, _, body) = call(
+        &state,
+        Request::get("/metrics").body(Body::empty()).unwrap(),
+    )
+    .await;
+    let text = String::from_utf8(body).unwrap();
+    for line in [
+        "gym_upstream_failovers_total{upstream=\"flaky\"} 1",
+        "gym_upstream_requests_total{upstream=\"steady\"} 2",
+        "gym_upstream_up{upstream=\"flaky\"} 0",
+        "gym_upstream_up{upstream=\"steady\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
+    }
+    let (_, _, body) = call(&state, Request::get("/health").body(Body::empty()).unwrap()).await;
+    let health: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(health["upstreams"][0]["up"], false);
+    assert!(
+        health["upstreams"][0]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("500")
+    );
 }
 
 proptest::proptest! {

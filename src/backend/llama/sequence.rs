@@ -77,11 +77,22 @@ fn build_draw(sampling: &Sampling, seed: u64) -> LlamaSampler {
     LlamaSampler::chain_simple(chain)
 }
 
-/// The log-probability of `token` under the raw (untempered) distribution.
-pub(super) fn log_softmax_at(logits: &[f32], token: LlamaToken) -> f32 {
+/// The log-probability of `token` under the raw (untempered) distribution, and that
+/// distribution's entropy in nats.
+pub(super) fn log_softmax_at(logits: &[f32], token: LlamaToken) -> (f32, f32) {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f32 = logits.iter().map(|&l| (l - max).exp()).sum();
-    logits[token.0 as usize] - max - sum.ln()
+    let (mut sum, mut weighted) = (0.0f64, 0.0f64);
+    for &logit in logits {
+        let shifted = f64::from(logit - max);
+        let e = shifted.exp();
+        sum += e;
+        weighted += e * shifted;
+    }
+    let log_sum = sum.ln();
+    let logprob = (f64::from(logits[token.0 as usize] - max) - log_sum) as f32;
+    // H = -sum p ln p with p = e^s / Z: ln Z - sum(e^s s) / Z.
+    let entropy = (log_sum - weighted / sum).max(0.0) as f32;
+    (logprob, entropy)
 }
 
 /// What one sequence has produced so far.
@@ -121,7 +132,7 @@ impl Sequence {
     pub fn push(
         &mut self,
         token: LlamaToken,
-        logprob: Option<f32>,
+        logprob: Option<(f32, f32)>,
         vocab: &LlamaVocab<'_>,
         sampling: &Sampling,
         stop: &StopMatcher,
@@ -132,10 +143,11 @@ impl Sequence {
         }
         let piece = vocab.token_to_piece(token, false, None);
         self.tokens.push(token);
-        if let Some(logprob) = logprob {
+        if let Some((logprob, entropy)) = logprob {
             self.logprobs.push(TokenLogprob {
                 token: String::from_utf8_lossy(&piece).into_owned(),
                 logprob,
+                entropy: Some(entropy),
             });
         }
         self.bytes.extend_from_slice(&piece);
@@ -160,5 +172,23 @@ impl Sequence {
             completion_tokens: self.tokens.len() as u32,
             logprobs: (!self.logprobs.is_empty()).then_some(self.logprobs),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_softmax_and_entropy_match_the_closed_forms() {
+        let (logprob, entropy) = log_softmax_at(&[1.0, 1.0, 1.0, 1.0], LlamaToken(2));
+        assert!((logprob - 0.25f32.ln()).abs() < 1e-6);
+        assert!((entropy - 4f32.ln()).abs() < 1e-6);
+        // One certain token: log-probability 0 and no uncertainty.
+        let (logprob, entropy) = log_softmax_at(&[0.0, 1000.0, 0.0], LlamaToken(1));
+        assert!(logprob.abs() < 1e-6 && entropy.abs() < 1e-6);
+        // p = (0.5, 0.25, 0.25): H = 1.5 ln 2.
+        let (_, entropy) = log_softmax_at(&[2f32.ln() + 3.0, 3.0, 3.0], LlamaToken(0));
+        assert!((entropy - 1.5 * 2f32.ln()).abs() < 1e-5);
     }
 }

@@ -1,0 +1,319 @@
+//! The inference router: requests go to an upstream that serves the model they name. Each
+//! upstream (the local llama.cpp model, any number of OpenAI-compatible endpoints) has a
+//! concurrency limit and a circuit breaker: a transient failure (connection, timeout, 429, 5xx)
+//! marks it down for a cooldown and the request fails over to the next upstream of the same
+//! model; after the cooldown, live traffic tries it again and a success marks it up.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Semaphore;
+
+use crate::backend::{Backend, BackendError, Group, GroupRequest};
+
+/// One model server behind the router.
+pub struct Upstream {
+    pub name: String,
+    pub backend: Arc<dyn Backend>,
+    /// Model names routed here, besides the backend's own model name.
+    pub serves: Vec<String>,
+    limit: Semaphore,
+    max_concurrency: usize,
+    state: Mutex<Breaker>,
+    pub stats: UpstreamStats,
+}
+
+#[derive(Default)]
+struct Breaker {
+    down_until: Option<Instant>,
+    last_error: Option<String>,
+}
+
+/// Counters of one upstream.
+#[derive(Default)]
+pub struct UpstreamStats {
+    pub requests: AtomicU64,
+    pub failures: AtomicU64,
+    pub failovers: AtomicU64,
+    pub latency_micros: AtomicU64,
+}
+
+impl Upstream {
+    pub fn new(
+        name: impl Into<String>,
+        backend: Arc<dyn Backend>,
+        serves: Vec<String>,
+        max_concurrency: usize,
+    ) -> Self {
+        let max_concurrency = max_concurrency.max(1);
+        Self {
+            name: name.into(),
+            backend,
+            serves,
+            limit: Semaphore::new(max_concurrency),
+            max_concurrency,
+            state: Mutex::new(Breaker::default()),
+            stats: UpstreamStats::default(),
+        }
+    }
+
+    /// Whether it answers to `model`.
+    pub fn serves(&self, model: &str) -> bool {
+        self.backend.model() == model || self.serves.iter().any(|m| m == model)
+    }
+
+    fn breaker(&self) -> std::sync::MutexGuard<'_, Breaker> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether it is taking traffic (not inside a cooldown after a failure).
+    pub fn is_up(&self) -> bool {
+        self.breaker()
+            .down_until
+            .is_none_or(|until| Instant::now() >= until)
+    }
+
+    /// What `/health` shows about it.
+    pub fn health(&self) -> serde_json::Value {
+        let breaker = self.breaker();
+        serde_json::json!({
+            "name": self.name,
+            "model": self.backend.model(),
+            "serves": self.serves,
+            "up": breaker.down_until.is_none_or(|until| Instant::now() >= until),
+            "last_error": breaker.last_error,
+            "in_flight": self.max_concurrency - self.limit.available_permits(),
+            "max_concurrency": self.max_concurrency,
+            "requests": self.stats.requests.load(Ordering::Relaxed),
+            "failures": self.stats.failures.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// Why no upstream answered.
+#[derive(Debug, thiserror::Error)]
+pub enum RouteError {
+    #[error("no upstream serves model `{model}`; served: {served}")]
+    UnknownModel { model: String, served: String },
+    /// The request itself is bad; it was not sent elsewhere.
+    #[error(transparent)]
+    Rejected(BackendError),
+    #[error("every upstream of `{model}` failed; last: {last}")]
+    AllFailed { model: String, last: BackendError },
+}
+
+/// An answer and where it came from.
+pub struct Routed {
+    pub group: Group,
+    pub upstream: String,
+    /// Upstreams tried and failed before this one.
+    pub failovers: u32,
+}
+
+pub struct Router {
+    upstreams: Vec<Arc<Upstream>>,
+    cooldown: Duration,
+}
+
+fn transient(error: &BackendError) -> bool {
+    match error {
+        BackendError::RetriesExhausted { last, .. } => transient(last),
+        BackendError::BadResponse(_) | BackendError::WorkerGone => true,
+        other => other.is_transient(),
+    }
+}
+
+impl Router {
+    pub fn new(upstreams: Vec<Upstream>, cooldown: Duration) -> Self {
+        Self {
+            upstreams: upstreams.into_iter().map(Arc::new).collect(),
+            cooldown,
+        }
+    }
+
+    /// One upstream, one model.
+    pub fn single(backend: Arc<dyn Backend>) -> Self {
+        let name = backend.model().to_owned();
+        Self::new(
+            vec![Upstream::new(name, backend, Vec::new(), usize::MAX >> 4)],
+            Duration::from_secs(10),
+        )
+    }
+
+    pub fn upstreams(&self) -> &[Arc<Upstream>] {
+        &self.upstreams
+    }
+
+    /// Every model name some upstream answers to, in order, without repeats.
+    pub fn models(&self) -> Vec<String> {
+        let mut models: Vec<String> = Vec::new();
+        for upstream in &self.upstreams {
+            for model in std::iter::once(upstream.backend.model().to_owned())
+                .chain(upstream.serves.iter().cloned())
+            {
+                if !models.contains(&model) {
+                    models.push(model);
+                }
+            }
+        }
+        models
+    }
+
+    /// Whether some upstream answers to `model`.
+    pub fn serves(&self, model: &str) -> bool {
+        self.upstreams.iter().any(|u| u.serves(model))
+    }
+
+    /// The first model, for requests that name the alias `gym`.
+    pub fn default_model(&self) -> Option<String> {
+        self.models().into_iter().next()
+    }
+
+    /// Sends `request` to an upstream of `model`: those that are up first, in configured
+    /// order, then those cooling down as a last resort.
+    pub async fn generate(
+        &self,
+        model: &str,
+        request: &GroupRequest,
+    ) -> Result<Routed, RouteError> {
+        let (mut up, mut down): (Vec<_>, Vec<_>) = self
+            .upstreams
+            .iter()
+            .filter(|u| u.serves(model))
+            .partition(|u| u.is_up());
+        if up.is_empty() && down.is_empty() {
+            return Err(RouteError::UnknownModel {
+                model: model.to_owned(),
+                served: self.models().join(", "),
+            });
+        }
+        up.append(&mut down);
+        let mut failovers = 0;
+        let mut last = None;
+        for upstream in up {
+            let Ok(_permit) = upstream.limit.acquire().await else {
+                continue;
+            };
+            let started = Instant::now();
+            upstream.stats.requests.fetch_add(1, Ordering::Relaxed);
+            let result = upstream.backend.generate(request).await;
+            upstream
+                .stats
+                .latency_micros
+                .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+            match result {
+                Ok(group) => {
+                    let mut breaker = upstream.breaker();
+                    breaker.down_until = None;
+                    return Ok(Routed {
+                        group,
+                        upstream: upstream.name.clone(),
+                        failovers,
+                    });
+                }
+                Err(error) if transient(&error) => {
+                    upstream.stats.failures.fetch_add(1, Ordering::Relaxed);
+                    upstream.stats.failovers.fetch_add(1, Ordering::Relaxed);
+                    let mut breaker = upstream.breaker();
+                    breaker.down_until = Some(Instant::now() + self.cooldown);
+                    breaker.last_error = Some(error.to_string());
+                    failovers += 1;
+                    last = Some(error);
+                }
+                Err(error) => {
+                    upstream.stats.failures.fetch_add(1, Ordering::Relaxed);
+                    return Err(RouteError::Rejected(error));
+                }
+            }
+        }
+        Err(RouteError::AllFailed {
+            model: model.to_owned(),
+            last: last.unwrap_or(BackendError::WorkerGone),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{ChatMessage, Sampling};
+    use crate::distill::testing::Replay;
+
+    fn request() -> GroupRequest {
+        GroupRequest {
+            messages: vec![ChatMessage::user("hi")],
+            n: 1,
+            sampling: Sampling::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failing_upstream_fails_over_and_cools_down() {
+        let flaky = Arc::new(Replay::new([Err("upstream exploded"), Ok("late")]));
+        let steady = Arc::new(Replay::new([Ok("one"), Ok("two")]));
+        let router = Router::new(
+            vec![
+                Upstream::new("flaky", flaky.clone(), vec!["m".into()], 2),
+                Upstream::new("steady", steady.clone(), vec!["m".into()], 2),
+            ],
+            Duration::from_secs(3600),
+        );
+        let routed = router.generate("m", &request()).await.unwrap();
+        assert_eq!((routed.upstream.as_str(), routed.failovers), ("steady", 1));
+        assert_eq!(routed.group.completions[0].text, "one");
+        assert!(!router.upstreams()[0].is_up());
+        // While it cools down, the down upstream is not tried first.
+        let routed = router.generate("m", &request()).await.unwrap();
+        assert_eq!((routed.upstream.as_str(), routed.failovers), ("steady", 0));
+        assert_eq!(flaky.remaining(), 1);
+        let health = router.upstreams()[0].health();
+        assert_eq!(health["up"], false);
+        assert!(
+            health["last_error"]
+                .as_str()
+                .unwrap()
+                .contains("upstream exploded")
+        );
+    }
+
+    #[tokio::test]
+    async fn unknown_models_and_bad_requests_are_not_sent_around() {
+        let only = Arc::new(Replay::new([Ok("x")]));
+        let router = Router::new(
+            vec![Upstream::new("only", only.clone(), vec![], 1)],
+            Duration::ZERO,
+        );
+        assert!(matches!(
+            router.generate("nope", &request()).await,
+            Err(RouteError::UnknownModel { .. })
+        ));
+        let mut bad = request();
+        bad.n = 0;
+        assert!(matches!(
+            router.generate("replay", &bad).await,
+            Err(RouteError::Rejected(BackendError::InvalidRequest { .. }))
+        ));
+        assert_eq!(only.remaining(), 1);
+        assert_eq!(router.models(), ["replay"]);
+    }
+
+    #[tokio::test]
+    async fn when_every_upstream_fails_the_last_error_is_reported() {
+        let a = Arc::new(Replay::new([Err("a is down")]));
+        let b = Arc::new(Replay::new([Err("b is down")]));
+        let router = Router::new(
+            vec![
+                Upstream::new("a", a, vec!["m".into()], 1),
+                Upstream::new("b", b, vec!["m".into()], 1),
+            ],
+            Duration::from_secs(60),
+        );
+        match router.generate("m", &request()).await {
+            Err(RouteError::AllFailed { last, .. }) => {
+                assert!(last.to_string().contains("b is down"), "{last}");
+            }
+            other => panic!("{:?}", other.map(|r| r.upstream)),
+        }
+    }
+}
