@@ -32,6 +32,8 @@ out["plain"] = {
     "version": raw.headers.get("x-gym-library-version"),
     "root": raw.headers.get("x-gym-library-root"),
     "usage": plain.usage.total_tokens,
+    "hllm": raw.headers.get("x-gym-hllm"),
+    "logprobs": plain.choices[0].logprobs,
 }
 two = client.chat.completions.create(
     model="gym@letters:1",
@@ -146,6 +148,19 @@ fn the_openai_python_client_gets_answers_streams_and_experience_headers() {
     assert_eq!(plain["root"], library.head_record().root.to_string());
     assert!(!plain["text"].as_str().unwrap().is_empty());
     assert!(plain["usage"].as_u64().unwrap() > 0);
+    // Θ from llama.cpp's entropies, Ψ from the one injected experience (confidence 0.5).
+    let hllm = plain["hllm"].as_str().unwrap();
+    let theta: f64 = hllm
+        .strip_prefix("theta=")
+        .and_then(|rest| rest.split(';').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{hllm}"));
+    assert!(theta > 0.0, "{hllm}");
+    assert!(hllm.contains(";psi=0.5000;"), "{hllm}");
+    assert!(
+        plain["logprobs"].is_null(),
+        "log-probabilities only when asked for"
+    );
     assert_eq!(out["n"]["count"], 2);
     assert!(out["n"]["logprobs"].as_u64().unwrap() > 0);
     // Greedy with the same seed: the stream carries the same text as the plain call.
@@ -184,4 +199,75 @@ fn the_openai_python_client_gets_answers_streams_and_experience_headers() {
     assert!(response.contains("chat.completion"), "{response}");
     let status = server.wait().unwrap();
     assert!(status.success(), "{status:?}");
+}
+
+/// Two upstreams from a `--upstreams` file, the local model and a "stronger" one behind the
+/// OpenAI protocol; with `--escalate-theta 0`, every local answer is uncertain enough to be
+/// asked again of the stronger model.
+#[test]
+fn uncertain_answers_escalate_to_the_stronger_upstream() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let strong = runtime.block_on(crate::fake_openai::FakeOpenAi::start(true, "Answer: 3"));
+    let scratch = Scratch::new();
+    let upstreams = scratch.dir.path().join("upstreams.toml");
+    std::fs::write(
+        &upstreams,
+        format!(
+            "[[upstream]]\nname = \"local\"\nbackend = \"llama\"\nserves = [\"small\"]\nthreads = 2\n\n\
+             [[upstream]]\nname = \"strong\"\nbackend = \"openai\"\nbase-url = \"{}\"\nmodel = \"strong-model\"\n",
+            strong.base_url()
+        ),
+    )
+    .unwrap();
+    let mut child = scratch
+        .model_command(&[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstreams",
+            upstreams.to_str().unwrap(),
+            "--escalate-theta",
+            "0",
+            "--escalate-model",
+            "strong-model",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let address = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("http://"))
+        .and_then(|w| w.strip_suffix("/v1"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned();
+    let body = r#"{"model":"small","messages":[{"role":"user","content":"How many r in strawberry?"}],"max_tokens":8}"#;
+    let mut stream = TcpStream::connect(&address).unwrap();
+    write!(
+        stream,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let lower = response.to_lowercase();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(
+        lower.contains("x-gym-escalated: strong-model"),
+        "{response}"
+    );
+    assert!(lower.contains("x-gym-upstream: strong"), "{response}");
+    assert!(response.contains("Answer: 3"), "{response}");
+    // The strong model got the same prompt, with log-probabilities asked for to measure Θ.
+    let sent = strong.bodies();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0]["model"], "strong-model");
+    assert_eq!(sent[0]["logprobs"], true);
+    child.kill().unwrap();
+    child.wait().unwrap();
 }
