@@ -95,6 +95,26 @@ fn normalized(vector: &[f32]) -> impl Iterator<Item = f32> + '_ {
     vector.iter().map(move |x| x * scale)
 }
 
+/// Dot product in eight independent lanes, so the compiler can keep them in SIMD registers
+/// (a plain `zip().sum()` is one serial chain of float adds and runs about 8 times slower).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    const LANES: usize = 8;
+    let mut sums = [0.0f32; LANES];
+    let (a_chunks, b_chunks) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: f32 = a_chunks
+        .remainder()
+        .iter()
+        .zip(b_chunks.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in a_chunks.zip(b_chunks) {
+        for lane in 0..LANES {
+            sums[lane] += x[lane] * y[lane];
+        }
+    }
+    sums.iter().sum::<f32>() + tail
+}
+
 impl PointSet {
     fn search(&self, query: &[f32], k: usize) -> Result<Vec<Hit>, IndexError> {
         if query.len() != self.dimensions && !self.ids.is_empty() {
@@ -110,7 +130,7 @@ impl PointSet {
             .zip(self.matrix.chunks_exact(self.dimensions.max(1)))
             .map(|(&id, row)| Hit {
                 id,
-                score: row.iter().zip(&query).map(|(a, b)| a * b).sum(),
+                score: dot(row, &query),
             })
             .collect();
         let k = k.min(hits.len());
@@ -322,6 +342,16 @@ mod tests {
                 got: 3
             })
         ));
+    }
+
+    #[test]
+    fn the_lane_dot_product_equals_the_plain_one() {
+        for len in [0, 1, 7, 8, 9, 384, 389] {
+            let a: Vec<f32> = (0..len).map(|i| (i as f32 * 0.37).sin()).collect();
+            let b: Vec<f32> = (0..len).map(|i| (i as f32 * 0.11).cos()).collect();
+            let plain: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+            assert!((dot(&a, &b) - plain).abs() < 1e-4, "{len}");
+        }
     }
 
     #[tokio::test]
