@@ -2,6 +2,9 @@
 //!
 //! - `search`: top-8 exact cosine search in [`ExactIndex`] over 1k, 10k and 100k experiences
 //!   (random 384-dimensional vectors, MiniLM's size). Target: ≤ 1 ms p99 at 100k.
+//! - `search_ivf`: the same top-8 over 100k in [`IvfIndex`](gym::serve::ivf::IvfIndex), what
+//!   `gym serve` uses from 20k experiences up (16 of ~316 lists scanned). Recall is checked on
+//!   clustered data in the unit tests, not here.
 //! - `retrieve_and_inject`: what a chat request adds before the model is called, at 10k
 //!   experiences with their embeddings cached: embed the question with the real MiniLM, search,
 //!   render the experiences into the prompt. Target: ≤ 2 ms p50. Needs the `embed` feature and
@@ -52,6 +55,27 @@ fn random_vectors(count: usize, seed: u64) -> Vec<Vec<f32>> {
 fn search(bencher: Bencher, size: usize) {
     let runtime = runtime();
     let index = ExactIndex::new(1);
+    let points = random_vectors(size, 1)
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| (ExperienceId::new(i as u32 + 1).unwrap(), Arc::new(v)))
+        .collect();
+    runtime.block_on(index.upsert("bench", 1, points)).unwrap();
+    let queries = random_vectors(64, 2);
+    let mut next = 0;
+    bencher.bench_local(|| {
+        next = (next + 1) % queries.len();
+        runtime
+            .block_on(index.search("bench", 1, &queries[next], 8))
+            .unwrap()
+    });
+}
+
+#[divan::bench(args = [100_000], sample_count = 500)]
+fn search_ivf(bencher: Bencher, size: usize) {
+    use gym::serve::ivf::{IvfConfig, IvfIndex};
+    let runtime = runtime();
+    let index = IvfIndex::new(IvfConfig::default());
     let points = random_vectors(size, 1)
         .into_iter()
         .enumerate()

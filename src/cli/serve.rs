@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
+use gym::serve::ivf::{IvfConfig, IvfIndex};
 use gym::serve::keys::ApiKeys;
 use gym::serve::router::{Router, Upstream};
-use gym::serve::{AppState, Catalog, ExactIndex, Metrics, Retriever, ServeConfig, app};
+use gym::serve::{AppState, Catalog, Metrics, Retriever, ServeConfig, app};
 
 use super::backend_args::{BackendArgs, load_embedder, runtime};
 
@@ -56,6 +57,15 @@ pub struct ServeArgs {
     /// Library versions whose experience vectors are kept in memory.
     #[arg(long, default_value_t = 32)]
     index_capacity: usize,
+
+    /// Library versions with at least this many experiences are searched approximately
+    /// (inverted lists over k-means centroids); smaller ones exactly.
+    #[arg(long, default_value_t = 20_000)]
+    approximate_above: usize,
+
+    /// Lists scanned per approximate search (more: better recall, slower).
+    #[arg(long, default_value_t = 16)]
+    ivf_probes: usize,
 
     /// Answers whose Θ (mean per-token entropy, nats) is above this are asked again of
     /// --escalate-model, and that answer is returned.
@@ -181,7 +191,12 @@ impl ServeArgs {
         let retriever = load_embedder()?.map(|embedder| {
             Arc::new(Retriever::new(
                 embedder,
-                Arc::new(ExactIndex::new(self.index_capacity)),
+                Arc::new(IvfIndex::new(IvfConfig {
+                    exact_below: self.approximate_above,
+                    probes: self.ivf_probes,
+                    capacity: self.index_capacity,
+                    ..IvfConfig::default()
+                })),
             ))
         });
         let mut keys = ApiKeys::default();

@@ -8,6 +8,7 @@
 //! |---|---|
 //! | [`catalog`] | libraries opened once, new commits noticed, versions checked out |
 //! | [`retrieve`] | the [`VectorIndex`](retrieve::VectorIndex) seam, exact in-process search, the embedding cache |
+//! | [`ivf`] | an approximate index (inverted lists over k-means centroids) for large libraries |
 //! | [`inject`] | the injection template |
 //! | `library_api` | list, show, diff and prove library versions; commit changes with an API key |
 //! | [`keys`] | API keys for the routes that write |
@@ -25,6 +26,7 @@ mod chat;
 pub mod error;
 pub mod hllm;
 pub mod inject;
+pub mod ivf;
 pub mod keys;
 mod library_api;
 pub mod metrics;

@@ -63,7 +63,7 @@ pub struct ExactIndex {
 }
 
 /// A library and one of its versions.
-type VersionKey = (String, u64);
+pub(super) type VersionKey = (String, u64);
 
 struct PointSet {
     dimensions: usize,
@@ -89,7 +89,7 @@ impl ExactIndex {
     }
 }
 
-fn normalized(vector: &[f32]) -> impl Iterator<Item = f32> + '_ {
+pub(super) fn normalized(vector: &[f32]) -> impl Iterator<Item = f32> + '_ {
     let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
     let scale = if norm > 0.0 { 1.0 / norm } else { 0.0 };
     vector.iter().map(move |x| x * scale)
@@ -97,7 +97,7 @@ fn normalized(vector: &[f32]) -> impl Iterator<Item = f32> + '_ {
 
 /// Dot product in eight independent lanes, so the compiler can keep them in SIMD registers
 /// (a plain `zip().sum()` is one serial chain of float adds and runs about 8 times slower).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+pub(super) fn dot(a: &[f32], b: &[f32]) -> f32 {
     const LANES: usize = 8;
     let mut sums = [0.0f32; LANES];
     let (a_chunks, b_chunks) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
