@@ -1,6 +1,6 @@
 //! Benchmarks of `gym serve`'s retrieval path (`cargo bench --bench serve`).
 //!
-//! - `search`: top-8 exact cosine search in [`ExactIndex`] over 1k, 10k and 100k experiences
+//! - `search`: top-8 exact cosine search (`IvfIndex::exact`) over 1k, 10k and 100k experiences
 //!   (random 384-dimensional vectors, MiniLM's size). Target: ≤ 1 ms p99 at 100k.
 //! - `search_ivf`: the same top-8 over 100k in [`IvfIndex`](gym::serve::ivf::IvfIndex), what
 //!   `gym serve` uses from 20k experiences up (16 of ~316 lists scanned). Recall is checked on
@@ -22,7 +22,7 @@ use futures::future::BoxFuture;
 use gym::backend::{Backend, BackendError, Completion, FinishReason, Group, GroupRequest, Usage};
 use gym::library::{Change, ExperienceId, Library, Provenance, Settings};
 use gym::serve::{
-    AppState, Catalog, ExactIndex, Metrics, Retriever, ServeConfig, VectorIndex, app,
+    AppState, Catalog, IvfConfig, IvfIndex, Metrics, Retriever, ServeConfig, VectorIndex, app,
 };
 use rand::{Rng, SeedableRng};
 use tower::ServiceExt;
@@ -51,10 +51,9 @@ fn random_vectors(count: usize, seed: u64) -> Vec<Vec<f32>> {
         .collect()
 }
 
-#[divan::bench(args = [1_000, 10_000, 100_000], sample_count = 200)]
-fn search(bencher: Bencher, size: usize) {
+/// Top-8 searches of random queries in `index` holding `size` random vectors.
+fn bench_search(bencher: Bencher, index: IvfIndex, size: usize) {
     let runtime = runtime();
-    let index = ExactIndex::new(1);
     let points = random_vectors(size, 1)
         .into_iter()
         .enumerate()
@@ -71,25 +70,14 @@ fn search(bencher: Bencher, size: usize) {
     });
 }
 
+#[divan::bench(args = [1_000, 10_000, 100_000], sample_count = 200)]
+fn search(bencher: Bencher, size: usize) {
+    bench_search(bencher, IvfIndex::exact(1), size);
+}
+
 #[divan::bench(args = [100_000], sample_count = 500)]
 fn search_ivf(bencher: Bencher, size: usize) {
-    use gym::serve::ivf::{IvfConfig, IvfIndex};
-    let runtime = runtime();
-    let index = IvfIndex::new(IvfConfig::default());
-    let points = random_vectors(size, 1)
-        .into_iter()
-        .enumerate()
-        .map(|(i, v)| (ExperienceId::new(i as u32 + 1).unwrap(), Arc::new(v)))
-        .collect();
-    runtime.block_on(index.upsert("bench", 1, points)).unwrap();
-    let queries = random_vectors(64, 2);
-    let mut next = 0;
-    bencher.bench_local(|| {
-        next = (next + 1) % queries.len();
-        runtime
-            .block_on(index.search("bench", 1, &queries[next], 8))
-            .unwrap()
-    });
+    bench_search(bencher, IvfIndex::new(IvfConfig::default()), size);
 }
 
 /// Answers every request at once with a fixed text: the server's overhead alone is measured.
@@ -164,7 +152,7 @@ static SERVED: LazyLock<Option<Served>> = LazyLock::new(|| {
         )),
         retriever: Some(Arc::new(Retriever::new(
             Arc::new(embedder),
-            Arc::new(ExactIndex::new(4)),
+            Arc::new(IvfIndex::exact(4)),
         ))),
         metrics: Arc::new(Metrics::default()),
         keys: Arc::new(gym::serve::keys::ApiKeys::default()),

@@ -24,8 +24,9 @@
 //! | [`distill`] | here | the three LLM stages (summarize, extract, consolidate) with tolerant parsing of model output, and the deterministic op resolution |
 //! | [`embed`] | here | the `Embedder` seam: MiniLM sentence embeddings in process (ONNX Runtime), cosine, near-duplicate detection |
 //! | [`run`] | here | a Training-Free GRPO run: the step loop, the append-only journal and resume, typed run events |
-//! | `serve` | planned | vector index, the inference server |
-//! | `gov`, `finetune` | planned | governance over experience diffs; the gradient fallback |
+//! | [`serve`] | here | the OpenAI-compatible server: library selection, retrieval (exact and IVF indexes) and injection, router with failover, HLLM figures and escalation, library API with API keys |
+//! | `gov` | contracts only | `contracts/`: the Solidity registry and KEEPER token with Foundry tests; the Rust ledger and chain client are planned |
+//! | `finetune` | planned | the gradient fallback |
 //!
 //! The `gym` binary's command-line interface lives in `src/cli/` (one file per subcommand).
 //! The library store is synchronous and pure: async code only ever sits at the edges.

@@ -76,6 +76,10 @@ pub struct ServeArgs {
     #[arg(long, requires = "escalate_theta")]
     escalate_model: Option<String>,
 
+    /// Directory of `gym grpo` run journals, streamed at /v1/runs/{id}/journal.
+    #[arg(long, env = "GYM_RUNS_DIR", default_value = "runs")]
+    runs_dir: PathBuf,
+
     /// File of API keys for the routes that write, one `NAME:KEY` per line; NAME is recorded
     /// as the author. More keys can come from GYM_API_KEYS="NAME:KEY,NAME:KEY".
     #[arg(long, env = "GYM_API_KEYS_FILE")]
@@ -225,6 +229,7 @@ impl ServeArgs {
                 max_body_bytes: self.max_body_bytes,
                 escalate_theta: self.escalate_theta,
                 escalate_model: self.escalate_model.clone(),
+                runs_dir: self.runs_dir.clone(),
             }),
         };
         let model = state.router.models().join(", ");

@@ -1,4 +1,5 @@
-//! An approximate index for large libraries: inverted lists over k-means centroids (IVF).
+//! The in-process [`VectorIndex`]: exact cosine search for small library versions, inverted
+//! lists over k-means centroids (IVF, approximate) for large ones.
 //! Vectors are normalized, clustered around `√n` centroids by spherical k-means on a sample,
 //! and each is filed under its nearest centroid; a search scores the centroids, then scans only
 //! the lists of the `probes` best ones. Below `exact_below` points it keeps one list, which is
@@ -14,7 +15,10 @@ use futures::future::BoxFuture;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 
-use super::retrieve::{Hit, IndexError, VectorIndex, VersionKey, dot, normalized};
+use super::retrieve::{Hit, IndexError, VectorIndex, dot, normalized};
+
+/// A library and one of its versions.
+type VersionKey = (String, u64);
 use crate::library::ExperienceId;
 
 /// How an [`IvfIndex`] is built and searched.
@@ -55,6 +59,15 @@ pub struct IvfIndex {
 }
 
 impl IvfIndex {
+    /// Exact search only (one list whatever the size), keeping `capacity` versions.
+    pub fn exact(capacity: usize) -> Self {
+        Self::new(IvfConfig {
+            exact_below: usize::MAX,
+            capacity,
+            ..IvfConfig::default()
+        })
+    }
+
     pub fn new(config: IvfConfig) -> Self {
         Self {
             config,
@@ -242,7 +255,6 @@ impl VectorIndex for IvfIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::retrieve::ExactIndex;
     use rand::Rng;
 
     /// Points in `clusters` tight groups on the sphere, as sentence embeddings of related texts
@@ -284,7 +296,7 @@ mod tests {
             probes: 8,
             ..IvfConfig::default()
         });
-        let exact = ExactIndex::new(1);
+        let exact = IvfIndex::exact(1);
         ivf.upsert("c", 1, points.clone()).await.unwrap();
         exact.upsert("c", 1, points).await.unwrap();
         let queries = clustered(50, 60, 32);
@@ -318,7 +330,7 @@ mod tests {
             })
             .collect();
         let ivf = IvfIndex::new(IvfConfig::default());
-        let exact = ExactIndex::new(1);
+        let exact = IvfIndex::exact(1);
         ivf.upsert("c", 1, points.clone()).await.unwrap();
         exact.upsert("c", 1, points).await.unwrap();
         let query = &vectors[17];

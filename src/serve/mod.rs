@@ -7,8 +7,8 @@
 //! | module | what |
 //! |---|---|
 //! | [`catalog`] | libraries opened once, new commits noticed, versions checked out |
-//! | [`retrieve`] | the [`VectorIndex`](retrieve::VectorIndex) seam, exact in-process search, the embedding cache |
-//! | [`ivf`] | an approximate index (inverted lists over k-means centroids) for large libraries |
+//! | [`retrieve`] | the [`VectorIndex`](retrieve::VectorIndex) seam, the embedding cache |
+//! | [`ivf`] | the in-process index: exact search, and inverted lists over k-means centroids for large libraries |
 //! | [`inject`] | the injection template |
 //! | `library_api` | list, show, diff and prove library versions; commit changes with an API key |
 //! | [`keys`] | API keys for the routes that write |
@@ -16,6 +16,7 @@
 //! | [`wire`] | OpenAI's request, response and chunk shapes |
 //! | [`router`] | upstreams by model name, concurrency limits, failover and cooldown |
 //! | [`hllm`] | Θ (uncertainty), Ψ (library mass), κ, and escalation to a stronger model |
+//! | `runs` | the runs under `--runs-dir`, and a run's journal as server-sent events for remote dashboards |
 //! | [`metrics`] | Prometheus counters |
 //! | [`error`] | errors in OpenAI's error shape |
 //!
@@ -32,6 +33,7 @@ mod library_api;
 pub mod metrics;
 pub mod retrieve;
 pub mod router;
+mod runs;
 pub mod wire;
 
 use std::sync::Arc;
@@ -48,8 +50,9 @@ use serde_json::json;
 pub use catalog::{Catalog, Snapshot};
 pub use chat::{Selection, parse_model};
 pub use error::ApiError;
+pub use ivf::{IvfConfig, IvfIndex};
 pub use metrics::Metrics;
-pub use retrieve::{ExactIndex, Hit, Retriever, VectorIndex};
+pub use retrieve::{Hit, Retriever, VectorIndex};
 
 /// A model name every server answers to, whatever model it runs.
 pub const MODEL_ALIAS: &str = "gym";
@@ -71,6 +74,8 @@ pub struct ServeConfig {
     pub escalate_theta: Option<f64>,
     /// The stronger model escalated answers come from.
     pub escalate_model: Option<String>,
+    /// Where `gym grpo` writes its run journals (for `/v1/runs`).
+    pub runs_dir: std::path::PathBuf,
 }
 
 impl Default for ServeConfig {
@@ -83,6 +88,7 @@ impl Default for ServeConfig {
             max_body_bytes: 4 << 20,
             escalate_theta: None,
             escalate_model: None,
+            runs_dir: "runs".into(),
         }
     }
 }
@@ -117,6 +123,8 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/libraries/{name}/diff", get(library_api::diff))
         .route("/v1/libraries/{name}/proof/{id}", get(library_api::proof))
         .route("/v1/libraries/{name}/changes", post(library_api::commit))
+        .route("/v1/runs", get(runs::list))
+        .route("/v1/runs/{id}/journal", get(runs::journal))
         .route_layer(middleware::from_fn_with_state(state.clone(), record))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
@@ -138,7 +146,7 @@ async fn record(State(app): State<AppState>, request: Request, next: Next) -> Re
 async fn not_found() -> ApiError {
     ApiError::NotFound {
         message: "no such route; Gym serves /v1/chat/completions, /v1/models, /v1/libraries, \
-                  /health and /metrics"
+                  /v1/runs, /health and /metrics"
             .into(),
         code: "unknown_url",
     }

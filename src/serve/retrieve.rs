@@ -2,7 +2,7 @@
 //! last user message, searched in a [`VectorIndex`]. Experience embeddings are cached by the
 //! SHA-256 of their text, so a new library version embeds only its new or changed texts.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
@@ -55,40 +55,6 @@ pub trait VectorIndex: Send + Sync {
     ) -> BoxFuture<'a, Result<Vec<Hit>, IndexError>>;
 }
 
-/// Exact cosine search in process: every point is compared. Vectors are normalized once when
-/// stored, so a search is one dot product per point.
-pub struct ExactIndex {
-    capacity: usize,
-    sets: Mutex<VecDeque<(VersionKey, Arc<PointSet>)>>,
-}
-
-/// A library and one of its versions.
-pub(super) type VersionKey = (String, u64);
-
-struct PointSet {
-    dimensions: usize,
-    ids: Vec<ExperienceId>,
-    /// Row-major, one normalized vector per id.
-    matrix: Vec<f32>,
-}
-
-impl ExactIndex {
-    /// Keeps at most `capacity` library versions (the least recently stored go first).
-    pub fn new(capacity: usize) -> Self {
-        Self {
-            capacity: capacity.max(1),
-            sets: Mutex::new(VecDeque::new()),
-        }
-    }
-
-    fn set(&self, collection: &str, version: u64) -> Option<Arc<PointSet>> {
-        let sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
-        sets.iter()
-            .find(|((c, v), _)| c == collection && *v == version)
-            .map(|(_, set)| Arc::clone(set))
-    }
-}
-
 pub(super) fn normalized(vector: &[f32]) -> impl Iterator<Item = f32> + '_ {
     let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
     let scale = if norm > 0.0 { 1.0 / norm } else { 0.0 };
@@ -113,93 +79,6 @@ pub(super) fn dot(a: &[f32], b: &[f32]) -> f32 {
         }
     }
     sums.iter().sum::<f32>() + tail
-}
-
-impl PointSet {
-    fn search(&self, query: &[f32], k: usize) -> Result<Vec<Hit>, IndexError> {
-        if query.len() != self.dimensions && !self.ids.is_empty() {
-            return Err(IndexError::Dimensions {
-                expected: self.dimensions,
-                got: query.len(),
-            });
-        }
-        let query: Vec<f32> = normalized(query).collect();
-        let mut hits: Vec<Hit> = self
-            .ids
-            .iter()
-            .zip(self.matrix.chunks_exact(self.dimensions.max(1)))
-            .map(|(&id, row)| Hit {
-                id,
-                score: dot(row, &query),
-            })
-            .collect();
-        let k = k.min(hits.len());
-        if k == 0 {
-            return Ok(Vec::new());
-        }
-        let by_score = |a: &Hit, b: &Hit| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id));
-        hits.select_nth_unstable_by(k - 1, by_score);
-        hits.truncate(k);
-        hits.sort_by(by_score);
-        Ok(hits)
-    }
-}
-
-impl VectorIndex for ExactIndex {
-    fn contains<'a>(&'a self, collection: &'a str, version: u64) -> BoxFuture<'a, bool> {
-        Box::pin(async move { self.set(collection, version).is_some() })
-    }
-
-    fn upsert<'a>(
-        &'a self,
-        collection: &'a str,
-        version: u64,
-        points: Vec<(ExperienceId, Arc<Vec<f32>>)>,
-    ) -> BoxFuture<'a, Result<(), IndexError>> {
-        Box::pin(async move {
-            let dimensions = points.first().map_or(0, |(_, v)| v.len());
-            let mut set = PointSet {
-                dimensions,
-                ids: Vec::with_capacity(points.len()),
-                matrix: Vec::with_capacity(points.len() * dimensions),
-            };
-            for (id, vector) in &points {
-                if vector.len() != dimensions {
-                    return Err(IndexError::Dimensions {
-                        expected: dimensions,
-                        got: vector.len(),
-                    });
-                }
-                set.ids.push(*id);
-                set.matrix.extend(normalized(vector));
-            }
-            let mut sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
-            sets.retain(|((c, v), _)| !(c == collection && *v == version));
-            if sets.len() >= self.capacity {
-                sets.pop_front();
-            }
-            sets.push_back(((collection.to_owned(), version), Arc::new(set)));
-            Ok(())
-        })
-    }
-
-    fn search<'a>(
-        &'a self,
-        collection: &'a str,
-        version: u64,
-        query: &'a [f32],
-        k: usize,
-    ) -> BoxFuture<'a, Result<Vec<Hit>, IndexError>> {
-        Box::pin(async move {
-            let set = self
-                .set(collection, version)
-                .ok_or_else(|| IndexError::Missing {
-                    collection: collection.to_owned(),
-                    version,
-                })?;
-            set.search(query, k)
-        })
-    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -304,6 +183,7 @@ impl Retriever {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::serve::ivf::IvfIndex;
 
     fn id(n: u32) -> ExperienceId {
         format!("E{n:04}").parse().unwrap()
@@ -311,7 +191,7 @@ mod tests {
 
     #[tokio::test]
     async fn exact_search_ranks_by_cosine_and_keeps_versions_apart() {
-        let index = ExactIndex::new(4);
+        let index = IvfIndex::exact(4);
         let points = vec![
             (id(1), Arc::new(vec![1.0, 0.0])),
             (id(2), Arc::new(vec![0.6, 0.8])),
@@ -356,7 +236,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_oldest_version_leaves_when_the_index_is_full() {
-        let index = ExactIndex::new(2);
+        let index = IvfIndex::exact(2);
         for version in 1..=3 {
             index
                 .upsert("lib", version, vec![(id(1), Arc::new(vec![1.0]))])

@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use gym::backend::openai::{OpenAiBackend, OpenAiConfig};
 use gym::library::{Change, Library, Provenance, Settings};
-use gym::serve::{AppState, Catalog, ExactIndex, Metrics, Retriever, ServeConfig, app};
+use gym::serve::{AppState, Catalog, IvfIndex, Metrics, Retriever, ServeConfig, app};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -69,7 +69,7 @@ async fn fixture(config: ServeConfig) -> Fixture {
     upstream.timeout = Duration::from_secs(5);
     let backend = Arc::new(OpenAiBackend::new(upstream).unwrap());
     let retriever = crate::common::embedder()
-        .map(|embedder| Arc::new(Retriever::new(embedder, Arc::new(ExactIndex::new(8)))));
+        .map(|embedder| Arc::new(Retriever::new(embedder, Arc::new(IvfIndex::exact(8)))));
     let state = AppState {
         router: Arc::new(gym::serve::router::Router::single(backend)),
         catalog: Arc::new(Catalog::new(dir.path(), Duration::ZERO)),
@@ -636,6 +636,69 @@ async fn requests_fail_over_to_the_next_upstream_of_the_model() {
             .unwrap()
             .contains("500")
     );
+}
+
+#[tokio::test]
+async fn a_run_journal_streams_as_server_sent_events_and_follows_new_lines() {
+    let runs = tempfile::tempdir().unwrap();
+    let f = fixture(ServeConfig {
+        runs_dir: runs.path().to_owned(),
+        ..ServeConfig::default()
+    })
+    .await;
+    let journal = runs.path().join("r1").join("journal.jsonl");
+    std::fs::create_dir_all(journal.parent().unwrap()).unwrap();
+    std::fs::write(
+        &journal,
+        "{\"kind\":\"started\",\"at\":\"t\",\"resumed\":false}\n{\"kind\":\"step_ended\",\"epoch\":1,\"step\":1}\n{\"kind\":\"step_",
+    )
+    .unwrap();
+    // The run appends the rest of a torn line, then finishes, while the client listens.
+    let writer = {
+        let journal = journal.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            let mut file = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&journal)
+                .unwrap();
+            std::io::Write::write_all(
+                &mut file,
+                b"ended\",\"epoch\":1,\"step\":2}\n{\"kind\":\"finished\"}\n",
+            )
+            .unwrap();
+        })
+    };
+    let get = |path: &str| Request::get(path).body(Body::empty()).unwrap();
+    let (status, headers, body) = call(&f.state, get("/v1/runs/r1/journal")).await;
+    writer.await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(header(&headers, "content-type"), "text/event-stream");
+    let text = String::from_utf8(body).unwrap();
+    let events: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    assert_eq!(
+        events,
+        ["started", "step_ended", "step_ended", "finished"],
+        "{text}"
+    );
+    assert!(
+        text.contains("id: 3\ndata: {\"kind\":\"step_ended\",\"epoch\":1,\"step\":2}"),
+        "{text}"
+    );
+    // A reconnecting client skips what it has.
+    let (_, _, body) = call(&f.state, get("/v1/runs/r1/journal?from=3")).await;
+    let text = String::from_utf8(body).unwrap();
+    assert_eq!(text.matches("event: ").count(), 1, "{text}");
+    let (_, _, body) = call(&f.state, get("/v1/runs")).await;
+    let list: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(list["data"][0]["id"], "r1");
+    for path in ["/v1/runs/nope/journal", "/v1/runs/..%2Fetc/journal"] {
+        let (status, _, _) = call(&f.state, get(path)).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+    }
 }
 
 proptest::proptest! {

@@ -76,18 +76,12 @@ fn python() -> PathBuf {
     python
 }
 
-/// Starts `gym serve` on a free port; returns the process and its base URL.
-fn serve(scratch: &Scratch) -> (Child, String) {
+/// Starts `gym serve ARGS` on a free port; returns the process and its base URL.
+fn serve(scratch: &Scratch, args: &[&str]) -> (Child, String) {
+    let mut all = vec!["serve", "--listen", "127.0.0.1:0"];
+    all.extend(args);
     let mut child = scratch
-        .model_command(&[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--top-k",
-            "1",
-            "--threads",
-            "2",
-        ])
+        .model_command(&all)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -129,7 +123,7 @@ fn the_openai_python_client_gets_answers_streams_and_experience_headers() {
             Provenance::Init,
         )
         .unwrap();
-    let (mut server, url) = serve(&scratch);
+    let (mut server, url) = serve(&scratch, &["--top-k", "1", "--threads", "2"]);
     let output = Command::new(python())
         .args(["-c", CLIENT, &url])
         .output()
@@ -219,31 +213,20 @@ fn uncertain_answers_escalate_to_the_stronger_upstream() {
         ),
     )
     .unwrap();
-    let mut child = scratch
-        .model_command(&[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
+    let (mut child, url) = serve(
+        &scratch,
+        &[
             "--upstreams",
             upstreams.to_str().unwrap(),
             "--escalate-theta",
             "0",
             "--escalate-model",
             "strong-model",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let address = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("http://"))
-        .and_then(|w| w.strip_suffix("/v1"))
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        ],
+    );
+    let address = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1")
         .to_owned();
     let body = r#"{"model":"small","messages":[{"role":"user","content":"How many r in strawberry?"}],"max_tokens":8}"#;
     let mut stream = TcpStream::connect(&address).unwrap();
