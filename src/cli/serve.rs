@@ -58,6 +58,19 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 32)]
     index_capacity: usize,
 
+    /// Embed with this OpenAI-compatible endpoint (base URL with its /v1) instead of the local
+    /// MiniLM.
+    #[arg(long, env = "GYM_EMBEDDINGS_URL")]
+    embeddings_url: Option<String>,
+
+    /// The embedding model asked of --embeddings-url.
+    #[arg(long, default_value = "text-embedding-3-small")]
+    embeddings_model: String,
+
+    /// Name of the environment variable holding --embeddings-url's API key.
+    #[arg(long, default_value = "OPENAI_API_KEY")]
+    embeddings_api_key_env: String,
+
     /// Library versions with at least this many experiences are searched approximately
     /// (inverted lists over k-means centroids); smaller ones exactly.
     #[arg(long, default_value_t = 20_000)]
@@ -192,7 +205,22 @@ impl ServeArgs {
                 .get(library, None)
                 .with_context(|| format!("opening the default library `{library}`"))?;
         }
-        let retriever = load_embedder()?.map(|embedder| {
+        let runtime = runtime()?;
+        let embedder: Option<Arc<dyn gym::embed::Embedder>> = match &self.embeddings_url {
+            Some(url) => {
+                let embedder = runtime
+                    .block_on(gym::embed::openai::OpenAiEmbedder::connect(
+                        url,
+                        &self.embeddings_model,
+                        std::env::var(&self.embeddings_api_key_env).ok(),
+                        Duration::from_secs(60),
+                    ))
+                    .with_context(|| format!("the embeddings endpoint {url}"))?;
+                Some(Arc::new(embedder))
+            }
+            None => load_embedder()?,
+        };
+        let retriever = embedder.map(|embedder| {
             Arc::new(Retriever::new(
                 embedder,
                 Arc::new(IvfIndex::new(IvfConfig {
@@ -233,7 +261,7 @@ impl ServeArgs {
             }),
         };
         let model = state.router.models().join(", ");
-        runtime()?.block_on(async move {
+        runtime.block_on(async move {
             let listener = tokio::net::TcpListener::bind(self.listen)
                 .await
                 .with_context(|| format!("cannot listen on {}", self.listen))?;

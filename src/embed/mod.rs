@@ -5,6 +5,7 @@
 //! | implementation | feature | where it runs |
 //! |---|---|---|
 //! | [`minilm::MiniLmEmbedder`] | `embed` (default) | in process: int8 MiniLM-L6 on ONNX Runtime (fastembed), 384 dimensions |
+//! | [`openai::OpenAiEmbedder`] | always | any OpenAI-compatible `/v1/embeddings` endpoint |
 //!
 //! [`Embedder`] is synchronous because the default runs on the CPU in this process; async
 //! callers wrap it in `tokio::task::spawn_blocking`.
@@ -12,6 +13,7 @@
 mod error;
 #[cfg(feature = "embed")]
 pub mod minilm;
+pub mod openai;
 
 use serde::{Deserialize, Serialize};
 

@@ -79,6 +79,7 @@ impl FakeOpenAi {
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
+            .route("/v1/embeddings", post(embeddings))
             .with_state(Arc::clone(&shared));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -222,4 +223,60 @@ fn distill_reply(request: &Value) -> String {
     } else {
         "The attempt counted the letters of the word and gave a total.".into()
     }
+}
+
+/// Dimensions of the fake embeddings.
+const EMBEDDING_DIMENSIONS: usize = 64;
+
+/// A bag of words hashed into 64 dimensions: texts that share words are close, as with a real
+/// embedding model, and the same text always gets the same vector.
+fn bag_of_words(text: &str) -> Vec<f32> {
+    let mut vector = vec![0.0f32; EMBEDDING_DIMENSIONS];
+    for word in text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
+        let hash = word.to_lowercase().bytes().fold(2_166_136_261u32, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(16_777_619)
+        });
+        vector[hash as usize % EMBEDDING_DIMENSIONS] += 1.0;
+    }
+    vector
+}
+
+async fn embeddings(State(shared): State<Arc<Shared>>, body: String) -> Response {
+    let Ok(request) = serde_json::from_str::<Value>(&body) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "body is not JSON",
+        );
+    };
+    shared.recorded.lock().unwrap().bodies.push(request.clone());
+    let inputs: Vec<String> = match &request["input"] {
+        Value::String(text) => vec![text.clone()],
+        Value::Array(items) => items
+            .iter()
+            .map(|i| i.as_str().unwrap_or_default().to_owned())
+            .collect(),
+        _ => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "input must be a string or a list of strings",
+            );
+        }
+    };
+    let data: Vec<Value> = inputs
+        .iter()
+        .enumerate()
+        .map(|(index, text)| json!({"object": "embedding", "index": index, "embedding": bag_of_words(text)}))
+        .collect();
+    axum::Json(json!({
+        "object": "list",
+        "data": data,
+        "model": request["model"],
+        "usage": {"prompt_tokens": 0, "total_tokens": 0}
+    }))
+    .into_response()
 }

@@ -207,6 +207,44 @@ async fn the_nearest_experiences_are_injected_and_named_in_the_headers() {
 }
 
 #[tokio::test]
+async fn retrieval_can_use_an_openai_compatible_embeddings_endpoint() {
+    let embeddings = FakeOpenAi::start(true, "").await;
+    let embedder = gym::embed::openai::OpenAiEmbedder::connect(
+        &embeddings.base_url(),
+        "embedder",
+        None,
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    assert_eq!(gym::embed::Embedder::dimensions(&embedder), 64);
+    let f = fixture(ServeConfig {
+        top_k: 1,
+        ..ServeConfig::default()
+    })
+    .await;
+    let state = AppState {
+        retriever: Some(Arc::new(Retriever::new(
+            Arc::new(embedder),
+            Arc::new(IvfIndex::exact(4)),
+        ))),
+        ..f.state.clone()
+    };
+    for _ in 0..2 {
+        let (status, headers, body) = call(&state, post(question("gym@letters"), &[])).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        assert_eq!(header(&headers, "x-gym-experiences"), "E0001");
+    }
+    // The probe, the library's four texts in one batch (once: cached), one per question.
+    let inputs: Vec<usize> = embeddings
+        .bodies()
+        .iter()
+        .map(|b| b["input"].as_array().map_or(1, Vec::len))
+        .collect();
+    assert_eq!(inputs, [1, 4, 1, 1]);
+}
+
+#[tokio::test]
 async fn n_choices_and_the_event_stream_follow_openai_shapes() {
     let f = fixture(ServeConfig {
         default_library: Some("letters".into()),
