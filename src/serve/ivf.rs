@@ -278,10 +278,9 @@ mod tests {
             .collect()
     }
 
-    #[tokio::test]
-    async fn ivf_finds_what_exact_search_finds_on_clustered_data() {
-        let vectors = clustered(6_000, 60, 32);
-        let points: Vec<(ExperienceId, Arc<Vec<f32>>)> = vectors
+    /// The vectors as points with ids E0001, E0002, …
+    fn numbered(vectors: &[Vec<f32>]) -> Vec<(ExperienceId, Arc<Vec<f32>>)> {
+        vectors
             .iter()
             .enumerate()
             .map(|(i, v)| {
@@ -290,7 +289,13 @@ mod tests {
                     Arc::new(v.clone()),
                 )
             })
-            .collect();
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn ivf_finds_what_exact_search_finds_on_clustered_data() {
+        let vectors = clustered(6_000, 60, 32);
+        let points = numbered(&vectors);
         let ivf = IvfIndex::new(IvfConfig {
             exact_below: 1_000,
             probes: 8,
@@ -319,16 +324,7 @@ mod tests {
     #[tokio::test]
     async fn small_sets_are_searched_exactly() {
         let vectors = clustered(300, 5, 16);
-        let points: Vec<(ExperienceId, Arc<Vec<f32>>)> = vectors
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                (
-                    ExperienceId::new(i as u32 + 1).unwrap(),
-                    Arc::new(v.clone()),
-                )
-            })
-            .collect();
+        let points = numbered(&vectors);
         let ivf = IvfIndex::new(IvfConfig::default());
         let exact = IvfIndex::exact(1);
         ivf.upsert("c", 1, points.clone()).await.unwrap();
