@@ -15,6 +15,32 @@ enum BenchCommand {
     /// Tokens/s of one group of G answers: the shared-prompt group path versus G independent
     /// sequences (each evaluating the prompt itself), on the llama.cpp backend.
     Rollout(RolloutBench),
+    /// Latency percentiles and recall@k of top-k search over N stored vectors: exact search
+    /// versus the IVF index `gym serve` uses for large libraries.
+    Index(IndexBench),
+}
+
+#[derive(Debug, Args)]
+struct IndexBench {
+    /// Vectors stored.
+    #[arg(long, default_value_t = 100_000)]
+    size: usize,
+    /// Dimensions (MiniLM's is 384).
+    #[arg(long, default_value_t = 384)]
+    dimensions: usize,
+    /// Timed queries per index.
+    #[arg(long, default_value_t = 2_000)]
+    queries: usize,
+    /// Results per query.
+    #[arg(long, default_value_t = 8)]
+    k: usize,
+    /// IVF lists scanned per query.
+    #[arg(long, default_value_t = 16)]
+    probes: usize,
+    /// Clusters the vectors are drawn around (0: uniform random, the worst case for IVF recall;
+    /// sentence embeddings of related texts cluster).
+    #[arg(long, default_value_t = 0)]
+    clusters: usize,
 }
 
 #[derive(Debug, Args)]
@@ -46,6 +72,7 @@ impl BenchArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         match self.command {
             BenchCommand::Rollout(args) => args.run(),
+            BenchCommand::Index(args) => args.run(),
         }
     }
 }
@@ -141,5 +168,111 @@ impl RolloutBench {
     #[cfg(not(feature = "llama"))]
     fn run(self) -> anyhow::Result<ExitCode> {
         anyhow::bail!("`gym bench rollout` needs the `llama` feature")
+    }
+}
+
+impl IndexBench {
+    fn run(self) -> anyhow::Result<ExitCode> {
+        use std::sync::Arc;
+        use std::time::Instant;
+
+        use gym::library::ExperienceId;
+        use gym::serve::{IvfConfig, IvfIndex, VectorIndex};
+        use rand::{Rng, SeedableRng};
+
+        anyhow::ensure!(
+            self.size >= 1 && self.dimensions >= 1 && self.queries >= 1 && self.k >= 1,
+            "--size, --dimensions, --queries and --k must be at least 1"
+        );
+        let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+        let centers: Vec<Vec<f32>> = (0..self.clusters)
+            .map(|_| {
+                (0..self.dimensions)
+                    .map(|_| rng.random_range(-1.0..1.0))
+                    .collect()
+            })
+            .collect();
+        let mut draw = |i: usize| -> Vec<f32> {
+            (0..self.dimensions)
+                .map(|d| {
+                    let noise: f32 = rng.random_range(-1.0..1.0);
+                    match centers.get(i % self.clusters.max(1)) {
+                        Some(center) if self.clusters > 0 => center[d] + 0.35 * noise,
+                        _ => noise,
+                    }
+                })
+                .collect()
+        };
+        let points: Vec<(ExperienceId, Arc<Vec<f32>>)> = (0..self.size)
+            .map(|i| {
+                let id = ExperienceId::new(i as u32 + 1).expect("ids start at 1");
+                (id, Arc::new(draw(i)))
+            })
+            .collect();
+        let queries: Vec<Vec<f32>> = (0..self.queries).map(&mut draw).collect();
+        let runtime = super::backend_args::runtime()?;
+        let exact = IvfIndex::exact(1);
+        let ivf = IvfIndex::new(IvfConfig {
+            exact_below: 0,
+            probes: self.probes,
+            ..IvfConfig::default()
+        });
+        let started = Instant::now();
+        runtime.block_on(exact.upsert("bench", 1, points.clone()))?;
+        let exact_build = started.elapsed();
+        let started = Instant::now();
+        runtime.block_on(ivf.upsert("bench", 1, points))?;
+        let ivf_build = started.elapsed();
+        println!(
+            "{} vectors of {} dimensions ({}), top-{}, {} queries; IVF {} probes",
+            self.size,
+            self.dimensions,
+            if self.clusters == 0 {
+                "uniform random".to_owned()
+            } else {
+                format!("{} clusters", self.clusters)
+            },
+            self.k,
+            self.queries,
+            self.probes
+        );
+        println!(
+            "index   build      p50        p90        p99        max        recall@{}",
+            self.k
+        );
+        let mut truth = Vec::new();
+        for (name, index, build) in [("exact", &exact, exact_build), ("ivf", &ivf, ivf_build)] {
+            let mut times = Vec::with_capacity(queries.len());
+            let mut found = 0usize;
+            for (q, query) in queries.iter().enumerate() {
+                let started = Instant::now();
+                let hits = runtime.block_on(index.search("bench", 1, query, self.k))?;
+                times.push(started.elapsed());
+                if name == "exact" {
+                    truth.push(hits);
+                } else {
+                    found += truth[q]
+                        .iter()
+                        .filter(|t| hits.iter().any(|h| h.id == t.id))
+                        .count();
+                }
+            }
+            times.sort();
+            let at = |p: f64| times[((times.len() - 1) as f64 * p).round() as usize];
+            let recall = if name == "exact" {
+                1.0
+            } else {
+                found as f64 / truth.iter().map(Vec::len).sum::<usize>().max(1) as f64
+            };
+            println!(
+                "{name:<7} {:<10.2?} {:<10.2?} {:<10.2?} {:<10.2?} {:<10.2?} {recall:.3}",
+                build,
+                at(0.5),
+                at(0.9),
+                at(0.99),
+                times[times.len() - 1],
+            );
+        }
+        Ok(ExitCode::SUCCESS)
     }
 }
