@@ -94,14 +94,7 @@ impl OpenAiBackend {
             });
         }
         let url = reqwest_url_check(&config.base_url)?;
-        // rustls needs a process-wide crypto provider; a second install is a harmless no-op.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let transport = OpenAIConfig::new()
-            .with_api_base(url)
-            .with_api_key(config.api_key.clone().unwrap_or_default());
-        // The client's default transport retries 429/5xx by itself; Gym retries (and counts)
-        // in one place, so it gets the plain reqwest service.
-        let client = Client::with_config(transport).with_http_service(ReqwestService::default());
+        let client = http_client(&url, config.api_key.clone());
         Ok(Self {
             client,
             permits: Semaphore::new(config.concurrency),
@@ -352,6 +345,18 @@ impl Backend for OpenAiBackend {
     fn stats(&self) -> BackendStats {
         *self.stats.lock().expect("stats lock")
     }
+}
+
+/// An async-openai client for `base_url` (with its `/v1`), without the client's own retries.
+pub(crate) fn http_client(base_url: &str, api_key: Option<String>) -> Client<OpenAIConfig> {
+    // rustls needs a process-wide crypto provider; a second install is a harmless no-op.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let transport = OpenAIConfig::new()
+        .with_api_base(base_url)
+        .with_api_key(api_key.unwrap_or_default());
+    // The client's default transport retries 429/5xx by itself; Gym retries (and counts) in
+    // one place, so it gets the plain reqwest service.
+    Client::with_config(transport).with_http_service(ReqwestService::default())
 }
 
 fn reqwest_url_check(base: &str) -> Result<String, BackendError> {

@@ -51,13 +51,21 @@ pub fn flags_from_file(path: &Path) -> anyhow::Result<Vec<String>> {
     let table: toml::Table = text
         .parse()
         .with_context(|| format!("config {}", path.display()))?;
-    let mut flags = Vec::new();
-    for (key, value) in table {
+    for key in ["config", "resume"] {
         anyhow::ensure!(
-            key != "config" && key != "resume",
+            !table.contains_key(key),
             "config {}: `{key}` cannot be set in a config file",
             path.display()
         );
+    }
+    flags_of(table, &format!("config {}", path.display()))
+}
+
+/// The flags a TOML table stands for: each key is a long flag, `true` a bare flag, `false`
+/// none; `origin` names the table in errors.
+pub fn flags_of(table: toml::Table, origin: &str) -> anyhow::Result<Vec<String>> {
+    let mut flags = Vec::new();
+    for (key, value) in table {
         let flag = format!("--{key}");
         match value {
             toml::Value::Boolean(true) => flags.push(flag),
@@ -66,8 +74,7 @@ pub fn flags_from_file(path: &Path) -> anyhow::Result<Vec<String>> {
             toml::Value::Integer(i) => flags.push(format!("{flag}={i}")),
             toml::Value::Float(f) => flags.push(format!("{flag}={f}")),
             other => anyhow::bail!(
-                "config {}: `{key}` must be a string, number or boolean, not {}",
-                path.display(),
+                "{origin}: `{key}` must be a string, number or boolean, not {}",
                 other.type_str()
             ),
         }

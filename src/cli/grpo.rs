@@ -171,11 +171,8 @@ impl GrpoArgs {
             .clone()
             .unwrap_or_else(|| chrono::Utc::now().format("%Y%m%d-%H%M%S").to_string());
         anyhow::ensure!(
-            !run_id.is_empty()
-                && run_id
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
-            "run id `{run_id}` may only use letters, digits, `-`, `_` and `.`"
+            gym::run::is_valid_run_id(&run_id),
+            "run id `{run_id}` may only use letters, digits, `-`, `_` and `.` (not first)"
         );
         let dir = self.runs_dir.join(&run_id);
         anyhow::ensure!(

@@ -135,37 +135,31 @@ fn upstreams_from_file(path: &std::path::Path) -> anyhow::Result<Vec<Upstream>> 
     let mut upstreams = Vec::new();
     for (index, entry) in entries.iter().enumerate() {
         let at = format!("{}: upstream {}", path.display(), index + 1);
-        let entry = entry
+        let mut entry = entry
             .as_table()
-            .with_context(|| format!("{at}: not a table"))?;
-        let mut name = None;
-        let mut serves = Vec::new();
-        let mut max_concurrency = 8usize;
-        let mut flags = Vec::new();
-        for (key, value) in entry {
-            match (key.as_str(), value) {
-                ("name", toml::Value::String(text)) => name = Some(text.clone()),
-                ("serves", toml::Value::Array(list)) => {
-                    for model in list {
-                        let model = model
-                            .as_str()
-                            .with_context(|| format!("{at}: `serves` takes strings"))?;
-                        serves.push(model.to_owned());
-                    }
-                }
-                ("max-concurrency", toml::Value::Integer(n)) if *n >= 1 => {
-                    max_concurrency = usize::try_from(*n).unwrap_or(usize::MAX);
-                }
-                ("name" | "serves" | "max-concurrency", _) => {
-                    anyhow::bail!("{at}: `{key}` has the wrong type or value")
-                }
-                (_, toml::Value::String(text)) => flags.push(format!("--{key}={text}")),
-                (_, toml::Value::Integer(n)) => flags.push(format!("--{key}={n}")),
-                (_, toml::Value::Float(x)) => flags.push(format!("--{key}={x}")),
-                _ => anyhow::bail!("{at}: `{key}` must be a string or a number"),
-            }
-        }
-        let name = name.with_context(|| format!("{at}: `name` is missing"))?;
+            .with_context(|| format!("{at}: not a table"))?
+            .clone();
+        let name = match entry.remove("name") {
+            Some(toml::Value::String(name)) => name,
+            Some(_) => anyhow::bail!("{at}: `name` must be a string"),
+            None => anyhow::bail!("{at}: `name` is missing"),
+        };
+        let serves = match entry.remove("serves") {
+            None => Vec::new(),
+            Some(toml::Value::Array(list)) => list
+                .iter()
+                .map(|model| model.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .with_context(|| format!("{at}: `serves` takes strings"))?,
+            Some(_) => anyhow::bail!("{at}: `serves` must be a list of model names"),
+        };
+        let max_concurrency = match entry.remove("max-concurrency") {
+            None => 8,
+            Some(toml::Value::Integer(n)) if n >= 1 => usize::try_from(n).unwrap_or(usize::MAX),
+            Some(_) => anyhow::bail!("{at}: `max-concurrency` must be a whole number >= 1"),
+        };
+        // Every other key is a backend flag.
+        let flags = super::config::flags_of(entry, &at)?;
         let parsed = UpstreamFlags::try_parse_from(&flags)
             .map_err(|e| anyhow::anyhow!("{at} (`{name}`): {}", e.to_string().trim()))?;
         let backend = parsed

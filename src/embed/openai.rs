@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use async_openai::Client;
 use async_openai::config::OpenAIConfig;
-use async_openai::middleware::ReqwestService;
 use serde::Deserialize;
 use serde_json::json;
 
 use super::{EmbedError, Embedder};
+use crate::backend::openai::http_client;
 
 /// Texts per request.
 const BATCH: usize = 128;
@@ -46,12 +46,8 @@ impl OpenAiEmbedder {
         api_key: Option<String>,
         timeout: Duration,
     ) -> Result<Self, EmbedError> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let transport = OpenAIConfig::new()
-            .with_api_base(base_url.trim_end_matches('/'))
-            .with_api_key(api_key.unwrap_or_default());
         let mut embedder = Self {
-            client: Client::with_config(transport).with_http_service(ReqwestService::default()),
+            client: http_client(base_url.trim_end_matches('/'), api_key),
             model: model.to_owned(),
             dimensions: 0,
             timeout,

@@ -20,6 +20,16 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 pub use self::events::{EventSink, Events, JsonlSink, RunEvent};
+
+/// Whether `id` can name a run: letters, digits, `-`, `_` and `.`, not starting with `.` (so
+/// it is one plain directory under the runs directory, never `..`).
+pub fn is_valid_run_id(id: &str) -> bool {
+    !id.is_empty()
+        && !id.starts_with('.')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
 pub use self::journal::{Entry, Journal, JournalError, Replay, Stage, StepEnd};
 pub use self::summary::{RunSummary, StepReport};
 use crate::backend::{Backend, BackendError, Sampling, Usage};

@@ -190,14 +190,7 @@ pub async fn completions(
             ..checked.sampling
         },
     };
-    let routed = tokio::time::timeout(
-        app.config.request_timeout,
-        app.router.generate(&model, &group_request),
-    )
-    .await
-    .map_err(|_| ApiError::Timeout {
-        seconds: app.config.request_timeout.as_secs_f64(),
-    })??;
+    let routed = generate(&app, &model, &group_request).await?;
     let mut group = routed.group;
     let mut upstream = routed.upstream;
     let mut figures = hllm::figures(&group.completions, psi);
@@ -209,14 +202,7 @@ pub async fn completions(
     ) && measured.theta > threshold
         && stronger != model
     {
-        let retried = tokio::time::timeout(
-            app.config.request_timeout,
-            app.router.generate(stronger, &group_request),
-        )
-        .await
-        .map_err(|_| ApiError::Timeout {
-            seconds: app.config.request_timeout.as_secs_f64(),
-        })??;
+        let retried = generate(&app, stronger, &group_request).await?;
         app.metrics.escalated(&model, stronger);
         app.metrics
             .tokens(group.usage.prompt_tokens, group.usage.completion_tokens);
@@ -292,6 +278,21 @@ pub async fn completions(
         }
     }
     Ok(response)
+}
+
+/// `request` through the router to an upstream of `model`, within the generation timeout.
+async fn generate(
+    app: &AppState,
+    model: &str,
+    request: &GroupRequest,
+) -> Result<super::router::Routed, ApiError> {
+    let timeout = app.config.request_timeout;
+    tokio::time::timeout(timeout, app.router.generate(model, request))
+        .await
+        .map_err(|_| ApiError::Timeout {
+            seconds: timeout.as_secs_f64(),
+        })?
+        .map_err(ApiError::from)
 }
 
 fn response_json(id: &str, created: u64, model: &str, group: &Group) -> Value {

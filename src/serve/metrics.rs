@@ -199,49 +199,52 @@ impl Metrics {
 /// The router's per-upstream counters.
 pub fn upstream_lines(router: &super::router::Router) -> String {
     use std::sync::atomic::Ordering::Relaxed;
-    let mut out = String::new();
-    let families = [
+
+    use super::router::Upstream;
+    type Value = fn(&Upstream) -> f64;
+    let families: [(&str, &str, &str, Value); 5] = [
         (
             "gym_upstream_requests_total",
             "counter",
             "Requests sent to an upstream.",
+            |u| u.stats.requests.load(Relaxed) as f64,
         ),
         (
             "gym_upstream_failures_total",
             "counter",
             "Requests an upstream failed.",
+            |u| u.stats.failures.load(Relaxed) as f64,
         ),
         (
             "gym_upstream_failovers_total",
             "counter",
             "Requests moved on to another upstream.",
+            |u| u.stats.failovers.load(Relaxed) as f64,
         ),
         (
             "gym_upstream_latency_seconds_total",
             "counter",
             "Time spent in an upstream's calls.",
+            |u| u.stats.latency_micros.load(Relaxed) as f64 / 1e6,
         ),
         (
             "gym_upstream_up",
             "gauge",
             "1 when an upstream takes traffic, 0 while it cools down.",
+            |u| f64::from(u8::from(u.is_up())),
         ),
     ];
-    for (name, kind, help) in families {
+    let mut out = String::new();
+    for (name, kind, help, value) in families {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} {kind}");
         for upstream in router.upstreams() {
-            let stats = &upstream.stats;
-            let value = match name {
-                "gym_upstream_requests_total" => stats.requests.load(Relaxed) as f64,
-                "gym_upstream_failures_total" => stats.failures.load(Relaxed) as f64,
-                "gym_upstream_failovers_total" => stats.failovers.load(Relaxed) as f64,
-                "gym_upstream_latency_seconds_total" => {
-                    stats.latency_micros.load(Relaxed) as f64 / 1e6
-                }
-                _ => f64::from(u8::from(upstream.is_up())),
-            };
-            let _ = writeln!(out, "{name}{{upstream=\"{}\"}} {value}", upstream.name);
+            let _ = writeln!(
+                out,
+                "{name}{{upstream=\"{}\"}} {}",
+                upstream.name,
+                value(upstream)
+            );
         }
     }
     out

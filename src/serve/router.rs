@@ -30,6 +30,12 @@ struct Breaker {
     last_error: Option<String>,
 }
 
+impl Breaker {
+    fn is_up(&self) -> bool {
+        self.down_until.is_none_or(|until| Instant::now() >= until)
+    }
+}
+
 /// Counters of one upstream.
 #[derive(Default)]
 pub struct UpstreamStats {
@@ -46,7 +52,7 @@ impl Upstream {
         serves: Vec<String>,
         max_concurrency: usize,
     ) -> Self {
-        let max_concurrency = max_concurrency.max(1);
+        let max_concurrency = max_concurrency.clamp(1, Semaphore::MAX_PERMITS);
         Self {
             name: name.into(),
             backend,
@@ -69,9 +75,7 @@ impl Upstream {
 
     /// Whether it is taking traffic (not inside a cooldown after a failure).
     pub fn is_up(&self) -> bool {
-        self.breaker()
-            .down_until
-            .is_none_or(|until| Instant::now() >= until)
+        self.breaker().is_up()
     }
 
     /// What `/health` shows about it.
@@ -81,7 +85,7 @@ impl Upstream {
             "name": self.name,
             "model": self.backend.model(),
             "serves": self.serves,
-            "up": breaker.down_until.is_none_or(|until| Instant::now() >= until),
+            "up": breaker.is_up(),
             "last_error": breaker.last_error,
             "in_flight": self.max_concurrency - self.limit.available_permits(),
             "max_concurrency": self.max_concurrency,
@@ -136,7 +140,12 @@ impl Router {
     pub fn single(backend: Arc<dyn Backend>) -> Self {
         let name = backend.model().to_owned();
         Self::new(
-            vec![Upstream::new(name, backend, Vec::new(), usize::MAX >> 4)],
+            vec![Upstream::new(
+                name,
+                backend,
+                Vec::new(),
+                Semaphore::MAX_PERMITS,
+            )],
             Duration::from_secs(10),
         )
     }

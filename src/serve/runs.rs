@@ -34,13 +34,8 @@ use crate::run::journal::JOURNAL_FILE;
 const POLL: Duration = Duration::from_millis(250);
 
 fn run_dir(app: &AppState, id: &str) -> Result<PathBuf, ApiError> {
-    let valid = !id.is_empty()
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        && !id.starts_with('.');
     let dir = app.config.runs_dir.join(id);
-    if !valid || !dir.join(JOURNAL_FILE).is_file() {
+    if !crate::run::is_valid_run_id(id) || !dir.join(JOURNAL_FILE).is_file() {
         return Err(ApiError::NotFound {
             message: format!("no run `{id}` in {}", app.config.runs_dir.display()),
             code: "run_not_found",
