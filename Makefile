@@ -27,8 +27,8 @@ build: setup
 
 test: setup
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy --all-targets --locked -- -D warnings
-	$(CARGO) test --locked
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	$(CARGO) test --workspace --locked
 	$(MAKE) contracts
 
 # Foundry tests of the governance contracts (offline, solc-js), and a check that the committed
@@ -41,7 +41,7 @@ fmt:
 	$(CARGO) fmt --all
 
 clippy: setup
-	$(CARGO) clippy --all-targets --locked -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
 bench: setup
 	$(CARGO) bench

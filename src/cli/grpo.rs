@@ -11,7 +11,10 @@ use gym::distill::DistillConfig;
 use gym::library::{Library, LibraryError, Settings};
 use gym::rollout::eval::{Condition, EvalSettings, evaluate};
 use gym::rollout::prompt::Shown;
-use gym::run::{EventSink, Events, JsonlSink, RunConfig, RunEvent, RunSummary, Runner, StepEnd};
+use gym::run::dashboard::DashboardSink;
+use gym::run::{
+    EventSink, Events, JsonlSink, RunConfig, RunControl, RunEvent, RunSummary, Runner, StepEnd,
+};
 
 use super::backend_args::{BackendArgs, BackendKind, SamplingArgs, load_embedder, runtime};
 use super::eval::{DatasetArgs, RewardArgs, render_report};
@@ -21,6 +24,7 @@ const RESUMABLE_FLAGS: &[&str] = &[
     "--budget-tokens",
     "--budget-usd",
     "--events-jsonl",
+    "--no-tui",
     "--parallel",
     "--eval-limit",
     "--eval-k",
@@ -144,6 +148,11 @@ pub struct GrpoArgs {
     #[arg(long)]
     no_eval: bool,
 
+    /// Plain progress lines instead of the terminal dashboard (the default when stdout is not
+    /// a terminal).
+    #[arg(long, env = "GYM_NO_TUI")]
+    no_tui: bool,
+
     /// A TOML file whose keys are these flags' names (e.g. `group-size = 4`); flags on the
     /// command line win. Default: ./gym.toml when it exists.
     #[arg(long, env = "GYM_CONFIG")]
@@ -240,8 +249,21 @@ impl GrpoArgs {
         let library = open_or_init(&self.library_dir, &self.library)?;
         let embedder = load_embedder()?;
 
+        let dashboard = !self.no_tui
+            && std::io::IsTerminal::is_terminal(&std::io::stdout())
+            && std::io::IsTerminal::is_terminal(&std::io::stdin());
+        let shared = gym_tui::SharedSnapshot::new();
         let mut events = Events::default();
-        events.add(Box::new(Progress));
+        if dashboard {
+            events.add(Box::new(DashboardSink::new(shared.clone())));
+        } else {
+            events.add(Box::new(Progress));
+        }
+        // Always kept beside the journal: `gym serve` streams it to remote dashboards.
+        let events_path = dir.join(gym::run::events::EVENTS_FILE);
+        events.add(Box::new(JsonlSink::create(&events_path).with_context(
+            || format!("cannot open {}", events_path.display()),
+        )?));
         if let Some(path) = &self.events_jsonl {
             events
                 .add(Box::new(JsonlSink::create(path).with_context(|| {
@@ -270,6 +292,8 @@ impl GrpoArgs {
             budget_tokens: self.budget_tokens,
             budget_usd: self.budget_usd,
         };
+        let events = Arc::new(events);
+        let control = RunControl::default();
         let runner = Runner {
             config,
             dir: dir.clone(),
@@ -280,22 +304,72 @@ impl GrpoArgs {
             samples: train.samples.clone(),
             instruction: train.instruction.clone(),
             library,
-            events,
+            events: Arc::clone(&events),
+            control: control.clone(),
+            backend_label: format!("{:?}", self.backend.backend).to_lowercase(),
         };
         let rt = runtime()?;
-        let summary = rt.block_on(runner.run())?;
+        let (quit_tx, quit_rx) = tokio::sync::oneshot::channel::<()>();
+        let mut screen = Screen {
+            shared: shared.clone(),
+            thread: None,
+        };
+        screen.thread = dashboard.then(|| {
+            let (shared, control, events) = (shared.clone(), control.clone(), Arc::clone(&events));
+            std::thread::spawn(move || {
+                let exit = gym_tui::run_dashboard(&shared, &|command| {
+                    command_run(&control, &events, command)
+                });
+                if matches!(exit, Ok(gym_tui::Exit::UserQuit)) {
+                    let _ = quit_tx.send(());
+                }
+                exit
+            })
+        });
+        let outcome = rt.block_on(run_until_quit(
+            runner, &control, &events, quit_rx, dashboard,
+        ));
+        let summary = match outcome {
+            Some(result) => result,
+            None => {
+                screen.close();
+                println!(
+                    "quit before the run stopped; everything finished is journaled: continue with `gym grpo --resume {run_id}`"
+                );
+                return Ok(ExitCode::from(STOPPED_EXIT));
+            }
+        };
+        let summary = match summary {
+            Ok(summary) => summary,
+            Err(error) => {
+                screen.close();
+                return Err(error.into());
+            }
+        };
         std::fs::write(
             dir.join("summary.json"),
             serde_json::to_vec_pretty(&summary)?,
         )?;
-        print!("{}", render_summary(&summary, &self.library));
+        if let Some(step) = summary.stopped_at {
+            screen.close();
+            print!("{}", render_summary(&summary, &self.library));
+            write_run_report(&dir, &summary, &self.library, None);
+            println!(
+                "stopped at step {step}; everything finished is journaled: continue with `gym grpo --resume {run_id}`"
+            );
+            return Ok(ExitCode::from(STOPPED_EXIT));
+        }
         if summary.budget_exhausted {
+            screen.close();
+            print!("{}", render_summary(&summary, &self.library));
+            write_run_report(&dir, &summary, &self.library, None);
             println!(
                 "budget exhausted: continue with `gym grpo --resume {run_id}` and a larger budget"
             );
             return Ok(ExitCode::from(3));
         }
 
+        let mut eval_report = None;
         if !self.no_eval && self.eval_limit > 0 {
             let mut dataset = self.dataset.clone();
             dataset.limit = Some(self.eval_limit);
@@ -319,11 +393,14 @@ impl GrpoArgs {
                 concurrency: self.parallel,
                 instruction: heldout.instruction.clone(),
             };
-            println!(
-                "\nevaluating on {} held-out queries (k={}) …",
-                heldout.samples.len(),
-                self.eval_k
-            );
+            events.emit(RunEvent::Log {
+                level: "info".into(),
+                text: format!(
+                    "evaluating on {} held-out queries (k={}) …",
+                    heldout.samples.len(),
+                    self.eval_k
+                ),
+            });
             let report = rt.block_on(evaluate(
                 rollout_backend.as_ref(),
                 verifier.as_ref(),
@@ -333,6 +410,15 @@ impl GrpoArgs {
                 &|_, _| {},
             ))?;
             std::fs::write(dir.join("eval.json"), serde_json::to_vec_pretty(&report)?)?;
+            if let [without, with] = &report.conditions[..] {
+                events.emit(RunEvent::Evaluated {
+                    library_version: version,
+                    queries: heldout.samples.len(),
+                    k: self.eval_k,
+                    without_library: without.mean_at_k.value,
+                    with_library: with.mean_at_k.value,
+                });
+            }
             let header = format!(
                 "dataset {} (heldout, {} queries)\nmodel   {}, k={}, reward {}",
                 self.dataset.dataset,
@@ -341,13 +427,114 @@ impl GrpoArgs {
                 self.eval_k,
                 verifier.name()
             );
-            print!("{}", render_report(&header, &report));
+            eval_report = Some((header, report));
         }
+        screen.close();
+        print!("{}", render_summary(&summary, &self.library));
+        if let Some((header, report)) = &eval_report {
+            print!("{}", render_report(header, report));
+        }
+        write_run_report(
+            &dir,
+            &summary,
+            &self.library,
+            eval_report.as_ref().map(|(_, r)| r),
+        );
         Ok(if summary.failed_steps > 0 {
             ExitCode::from(2)
         } else {
             ExitCode::SUCCESS
         })
+    }
+}
+
+/// Exit status of a run the user stopped (it resumes with `--resume`).
+const STOPPED_EXIT: u8 = 4;
+
+/// What a dashboard key asks of the run.
+fn command_run(control: &RunControl, events: &Events, command: gym_tui::Command) {
+    match command {
+        gym_tui::Command::Stop => {
+            if !control.stop_requested() {
+                control.stop();
+                events.emit(RunEvent::StopRequested);
+            }
+        }
+        gym_tui::Command::TogglePause => {
+            if !control.stop_requested() {
+                let paused = control.toggle_pause();
+                events.emit(RunEvent::Paused { paused });
+            }
+        }
+    }
+}
+
+/// Runs to the end, or until the user quits the dashboard (`None`). Without a dashboard the
+/// first Ctrl-C stops the run gracefully and the second quits at once.
+async fn run_until_quit(
+    runner: Runner,
+    control: &RunControl,
+    events: &Events,
+    quit: tokio::sync::oneshot::Receiver<()>,
+    dashboard: bool,
+) -> Option<Result<RunSummary, gym::run::RunError>> {
+    let interrupts = async {
+        if dashboard {
+            // Raw mode delivers Ctrl-C to the dashboard as a key instead.
+            return std::future::pending::<()>().await;
+        }
+        let _ = tokio::signal::ctrl_c().await;
+        command_run(control, events, gym_tui::Command::Stop);
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let quit = async {
+        if quit.await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        result = runner.run() => Some(result),
+        () = quit => None,
+        () = interrupts => None,
+    }
+}
+
+/// The dashboard thread; closing (or dropping, on any early return) ends it and gives the
+/// terminal back before anything else is printed.
+struct Screen {
+    shared: gym_tui::SharedSnapshot,
+    thread: Option<std::thread::JoinHandle<std::io::Result<gym_tui::Exit>>>,
+}
+
+impl Screen {
+    fn close(&mut self) {
+        self.shared.close();
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        match thread.join() {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => eprintln!("the dashboard failed: {error}"),
+            Err(_) => eprintln!("the dashboard thread panicked"),
+        }
+    }
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn write_run_report(
+    dir: &Path,
+    summary: &RunSummary,
+    library: &str,
+    eval: Option<&gym::rollout::eval::EvalReport>,
+) {
+    match gym::run::report::write_report(dir, summary, library, eval) {
+        Ok(path) => println!("report: {}", path.display()),
+        Err(error) => eprintln!("cannot write the run report in {}: {error}", dir.display()),
     }
 }
 
@@ -424,79 +611,9 @@ struct Progress;
 
 impl EventSink for Progress {
     fn emit(&self, event: &RunEvent) {
-        let line = match event {
-            RunEvent::RunStarted {
-                run,
-                resumed,
-                steps,
-                queries,
-                group_size,
-                model,
-                distill_model,
-                library,
-                library_version,
-            } => format!(
-                "{} run {run}: {queries} queries x G={group_size}, {steps} steps; model {model}, distill {distill_model}; library {library}@{library_version}",
-                if *resumed { "resuming" } else { "starting" }
-            ),
-            RunEvent::StepStarted {
-                epoch,
-                step,
-                queries,
-                library_version,
-                experiences,
-            } => format!(
-                "step {step} (epoch {epoch}): {queries} queries, library v{library_version} with {experiences} experiences"
-            ),
-            RunEvent::StepEnded {
-                step,
-                mean_reward,
-                kept_groups,
-                groups,
-                end,
-                tokens,
-                elapsed_s,
-                ..
-            } => {
-                let outcome = match end {
-                    StepEnd::Committed {
-                        version,
-                        added,
-                        updated,
-                        deleted,
-                    } => {
-                        format!("committed v{version} (+{added} ~{updated} -{deleted})")
-                    }
-                    StepEnd::Skipped { reason } => format!("no change: {reason}"),
-                    StepEnd::Failed { reason } => format!("FAILED: {reason}"),
-                };
-                format!(
-                    "step {step}: mean reward {mean_reward:.3}, {kept_groups}/{groups} groups kept, {} tokens, {elapsed_s:.0} s → {outcome}",
-                    tokens.prompt_tokens + tokens.completion_tokens
-                )
-            }
-            RunEvent::StageOutput {
-                step,
-                stage,
-                ok: false,
-                attempts,
-                ..
-            } => {
-                format!(
-                    "step {step}: {} stage failed after {attempts} attempts",
-                    stage.as_str()
-                )
-            }
-            RunEvent::BudgetExhausted {
-                step,
-                tokens,
-                cost_usd,
-            } => {
-                format!("budget exhausted before step {step}: {tokens} tokens, ${cost_usd:.4}")
-            }
-            _ => return,
-        };
-        println!("{line}");
+        if let Some(line) = event.describe() {
+            println!("{line}");
+        }
     }
 }
 

@@ -80,6 +80,18 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 16)]
     ivf_probes: usize,
 
+    /// Keep experience vectors in this Qdrant server (its gRPC URL, e.g. http://localhost:6334)
+    /// instead of in memory: one collection `gym_<library>` per library, versions as a payload
+    /// filter.
+    #[cfg(feature = "qdrant")]
+    #[arg(long, env = "GYM_QDRANT_URL")]
+    qdrant_url: Option<String>,
+
+    /// Name of the environment variable holding --qdrant-url's API key (unset: no key).
+    #[cfg(feature = "qdrant")]
+    #[arg(long, default_value = "QDRANT_API_KEY")]
+    qdrant_api_key_env: String,
+
     /// Answers whose Θ (mean per-token entropy, nats) is above this are asked again of
     /// --escalate-model, and that answer is returned.
     #[arg(long, requires = "escalate_model")]
@@ -214,17 +226,8 @@ impl ServeArgs {
             }
             None => load_embedder()?,
         };
-        let retriever = embedder.map(|embedder| {
-            Arc::new(Retriever::new(
-                embedder,
-                Arc::new(IvfIndex::new(IvfConfig {
-                    exact_below: self.approximate_above,
-                    probes: self.ivf_probes,
-                    capacity: self.index_capacity,
-                    ..IvfConfig::default()
-                })),
-            ))
-        });
+        let index = self.vector_index(&runtime)?;
+        let retriever = embedder.map(|embedder| Arc::new(Retriever::new(embedder, index)));
         let mut keys = ApiKeys::default();
         if let Some(path) = &self.api_keys {
             keys.add_file(path)?;
@@ -273,6 +276,36 @@ impl ServeArgs {
             anyhow::Ok(())
         })?;
         Ok(ExitCode::SUCCESS)
+    }
+
+    /// The in-process index, or the Qdrant server named by --qdrant-url (checked reachable now,
+    /// so a wrong URL fails at start and not on the first request).
+    fn vector_index(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+    ) -> anyhow::Result<Arc<dyn gym::serve::VectorIndex>> {
+        #[cfg(feature = "qdrant")]
+        if let Some(url) = &self.qdrant_url {
+            let _guard = runtime.enter();
+            let index = gym::serve::qdrant::QdrantIndex::connect(
+                url,
+                std::env::var(&self.qdrant_api_key_env).ok(),
+                Duration::from_secs(30),
+            )?;
+            let version = runtime
+                .block_on(index.ensure_reachable())
+                .with_context(|| format!("the Qdrant server at {url}"))?;
+            println!("gym serve: experience vectors in Qdrant {version} at {url}");
+            return Ok(Arc::new(index));
+        }
+        #[cfg(not(feature = "qdrant"))]
+        let _ = runtime;
+        Ok(Arc::new(IvfIndex::new(IvfConfig {
+            exact_below: self.approximate_above,
+            probes: self.ivf_probes,
+            capacity: self.index_capacity,
+            ..IvfConfig::default()
+        })))
     }
 }
 

@@ -1,5 +1,6 @@
-//! Typed run events. One stream feeds the progress lines, the `--events-jsonl` file and (later)
-//! the dashboard and the SSE endpoint.
+//! Typed run events. One stream feeds the plain progress lines, `runs/<id>/events.jsonl` (and
+//! `--events-jsonl`), the terminal dashboard (folded into a snapshot by [`super::dashboard`])
+//! and, through the events file, the dashboard stream of `gym serve`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -9,6 +10,27 @@ use serde::{Deserialize, Serialize};
 
 use super::journal::{Stage, StepEnd};
 use crate::backend::Usage;
+use crate::distill::ProposedOp;
+
+/// The events of a run, one JSON object per line, beside its journal.
+pub const EVENTS_FILE: &str = "events.jsonl";
+
+/// One answer of a group, as the dashboard shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AnswerView {
+    pub reward: f64,
+    pub text: String,
+}
+
+/// One op of a committed version, as the dashboard shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpView {
+    /// `add`, `update` or `delete`.
+    pub kind: String,
+    pub id: String,
+    /// The new text (the removed text for a delete).
+    pub text: String,
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -23,6 +45,12 @@ pub enum RunEvent {
         distill_model: String,
         library: String,
         library_version: u64,
+        #[serde(default)]
+        backend: String,
+        #[serde(default)]
+        epochs: u32,
+        #[serde(default)]
+        experiences: usize,
     },
     StepStarted {
         epoch: u32,
@@ -37,6 +65,20 @@ pub enum RunEvent {
         rewards: Vec<f64>,
         usage: Usage,
         reused: bool,
+        /// The query, and the answers with their rewards (empty for reused groups).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        query: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        answers: Vec<AnswerView>,
+        /// Answers the backend had to retry.
+        #[serde(default)]
+        retries: u32,
+    },
+    /// A stage begins its calls for this step.
+    StageStarted {
+        step: u32,
+        stage: Stage,
+        calls: usize,
     },
     StageOutput {
         step: u32,
@@ -47,6 +89,13 @@ pub enum RunEvent {
         parse_failures: u32,
         dropped: usize,
         reused: bool,
+        #[serde(default)]
+        backend_errors: u32,
+        #[serde(default)]
+        usage: Usage,
+        /// The ops an extract or consolidate call proposed.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        proposals: Vec<ProposedOp>,
     },
     StepEnded {
         epoch: u32,
@@ -58,7 +107,29 @@ pub enum RunEvent {
         tokens: Usage,
         cost_usd: f64,
         elapsed_s: f64,
+        /// The ops of the committed version (empty when nothing was committed).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        ops: Vec<OpView>,
+        /// Active experiences after the step.
+        #[serde(default)]
+        experiences: usize,
     },
+    /// The user paused (`true`) or resumed (`false`) the run.
+    Paused { paused: bool },
+    /// The user asked the run to stop; it stops at the next safe point.
+    StopRequested,
+    /// The run stopped before its end, at `step`; it resumes with `gym grpo --resume`.
+    RunStopped { step: u32, elapsed_s: f64 },
+    /// A held-out evaluation after the run: mean reward per condition.
+    Evaluated {
+        library_version: u64,
+        queries: usize,
+        k: usize,
+        without_library: f64,
+        with_library: f64,
+    },
+    /// A line for the log, from outside the event types above.
+    Log { level: String, text: String },
     BudgetExhausted {
         step: u32,
         tokens: u64,
@@ -70,6 +141,95 @@ pub enum RunEvent {
         cost_usd: f64,
         elapsed_s: f64,
     },
+}
+
+impl RunEvent {
+    /// The plain progress line for this event, if it deserves one.
+    pub fn describe(&self) -> Option<String> {
+        Some(match self {
+            RunEvent::RunStarted {
+                run,
+                resumed,
+                steps,
+                queries,
+                group_size,
+                model,
+                distill_model,
+                library,
+                library_version,
+                ..
+            } => format!(
+                "{} run {run}: {queries} queries x G={group_size}, {steps} steps; model {model}, distill {distill_model}; library {library}@{library_version}",
+                if *resumed { "resuming" } else { "starting" }
+            ),
+            RunEvent::StepStarted {
+                epoch,
+                step,
+                queries,
+                library_version,
+                experiences,
+            } => format!(
+                "step {step} (epoch {epoch}): {queries} queries, library v{library_version} with {experiences} experiences"
+            ),
+            RunEvent::StepEnded {
+                step,
+                mean_reward,
+                kept_groups,
+                groups,
+                end,
+                tokens,
+                elapsed_s,
+                ..
+            } => {
+                let outcome = match end {
+                    StepEnd::Committed {
+                        version,
+                        added,
+                        updated,
+                        deleted,
+                    } => format!("committed v{version} (+{added} ~{updated} -{deleted})"),
+                    StepEnd::Skipped { reason } => format!("no change: {reason}"),
+                    StepEnd::Failed { reason } => format!("FAILED: {reason}"),
+                };
+                format!(
+                    "step {step}: mean reward {mean_reward:.3}, {kept_groups}/{groups} groups kept, {} tokens, {elapsed_s:.0} s → {outcome}",
+                    tokens.prompt_tokens + tokens.completion_tokens
+                )
+            }
+            RunEvent::StageOutput {
+                step,
+                stage,
+                ok: false,
+                attempts,
+                ..
+            } => format!(
+                "step {step}: {} stage failed after {attempts} attempts",
+                stage.as_str()
+            ),
+            RunEvent::BudgetExhausted {
+                step,
+                tokens,
+                cost_usd,
+            } => format!("budget exhausted before step {step}: {tokens} tokens, ${cost_usd:.4}"),
+            RunEvent::Paused { paused: true } => "paused".into(),
+            RunEvent::Paused { paused: false } => "resumed".into(),
+            RunEvent::StopRequested => {
+                "stopping: finishing the calls in flight; the run stays resumable".into()
+            }
+            RunEvent::RunStopped { step, .. } => format!("stopped during step {step}"),
+            RunEvent::Evaluated {
+                library_version,
+                queries,
+                k,
+                without_library,
+                with_library,
+            } => format!(
+                "held-out ({queries} queries, k={k}): mean reward {without_library:.3} without the library, {with_library:.3} with v{library_version}"
+            ),
+            RunEvent::Log { text, .. } => text.clone(),
+            _ => return None,
+        })
+    }
 }
 
 /// Where events go.

@@ -7,8 +7,11 @@
 //! regenerated, and a step's version is committed exactly once (a commit whose journal line was
 //! lost is recognised by its provenance).
 
+pub mod control;
+pub mod dashboard;
 pub mod events;
 pub mod journal;
+pub mod report;
 mod step;
 mod summary;
 
@@ -19,7 +22,8 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-pub use self::events::{EventSink, Events, JsonlSink, RunEvent};
+pub use self::control::RunControl;
+pub use self::events::{AnswerView, EventSink, Events, JsonlSink, OpView, RunEvent};
 
 /// Whether `id` can name a run: letters, digits, `-`, `_` and `.`, not starting with `.` (so
 /// it is one plain directory under the runs directory, never `..`).
@@ -86,7 +90,11 @@ pub struct Runner {
     pub samples: Vec<Sample>,
     pub instruction: Option<String>,
     pub library: Library,
-    pub events: Events,
+    pub events: Arc<Events>,
+    /// Pause and stop from outside (dashboard keys, Ctrl-C).
+    pub control: RunControl,
+    /// How the rollout backend is reached (`llama`, `openai`), for the dashboard.
+    pub backend_label: String,
 }
 
 /// Totals the budget is checked against.
@@ -126,6 +134,9 @@ impl Runner {
             distill_model: self.distill_backend.model().to_string(),
             library: self.library.name().to_string(),
             library_version: self.library.head_version(),
+            backend: self.backend_label.clone(),
+            epochs: self.config.epochs,
+            experiences: self.library.head().active_count(),
         });
 
         let mut summary = RunSummary::new(&self.config.run_id, self.library.head_version());
@@ -133,6 +144,7 @@ impl Runner {
         let batch_size = self.config.batch_size.max(1);
         let batches = self.samples.len().div_ceil(batch_size);
         let mut step = 0u32;
+        let mut library_size = self.library.head_record().count;
         'epochs: for epoch in 1..=self.config.epochs {
             for batch in 0..batches {
                 step += 1;
@@ -149,8 +161,24 @@ impl Runner {
                     break 'epochs;
                 }
                 let step_started = Instant::now();
-                let report =
-                    step::run_step(&mut self, &mut journal, &replay, epoch, step, &queries).await?;
+                let mut report =
+                    match step::run_step(&mut self, &mut journal, &replay, epoch, step, &queries)
+                        .await?
+                    {
+                        step::Stepped::Done(report) => report,
+                        step::Stepped::Stopped => {
+                            summary.stopped_at = Some(step);
+                            break 'epochs;
+                        }
+                    };
+                report.library_size = match &report.end {
+                    StepEnd::Committed { version, .. } => self
+                        .library
+                        .version(*version)
+                        .map_or(library_size, |v| v.count),
+                    _ => library_size,
+                };
+                library_size = report.library_size;
                 spent.tokens += report.rollout_usage;
                 spent.tokens += report.distill_usage;
                 spent.cost_usd += report.cost_usd;
@@ -168,17 +196,30 @@ impl Runner {
                     },
                     cost_usd: report.cost_usd,
                     elapsed_s: step_started.elapsed().as_secs_f64(),
+                    ops: committed_ops(&self.library, &report.end),
+                    experiences: report.library_size,
                 });
                 summary.add(report);
+                if self.control.stop_requested() && step < self.total_steps() {
+                    summary.stopped_at = Some(step + 1);
+                    break 'epochs;
+                }
             }
+        }
+        summary.library_version_end = self.library.head_version();
+        summary.elapsed_s = started.elapsed().as_secs_f64();
+        if let Some(step) = summary.stopped_at {
+            self.events.emit(RunEvent::RunStopped {
+                step,
+                elapsed_s: summary.elapsed_s,
+            });
+            return Ok(summary);
         }
         if !summary.budget_exhausted {
             journal.append(&Entry::Finished {
                 at: chrono::Utc::now().to_rfc3339(),
             })?;
         }
-        summary.library_version_end = self.library.head_version();
-        summary.elapsed_s = started.elapsed().as_secs_f64();
         self.events.emit(RunEvent::RunFinished {
             steps: summary.steps.len() as u32,
             tokens: summary.total_usage(),
@@ -193,6 +234,34 @@ impl Runner {
         self.config.budget_tokens.is_some_and(|b| tokens >= b)
             || self.config.budget_usd.is_some_and(|b| spent.cost_usd >= b)
     }
+}
+
+/// The ops of the version a step committed, for the dashboard's library panel.
+fn committed_ops(library: &Library, end: &StepEnd) -> Vec<OpView> {
+    let StepEnd::Committed { version, .. } = end else {
+        return Vec::new();
+    };
+    let Ok(record) = library.version(*version) else {
+        return Vec::new();
+    };
+    record
+        .ops
+        .iter()
+        .map(|op| {
+            let (kind, text) = match op {
+                crate::library::Op::Add { text, .. } => ("add", text.clone()),
+                crate::library::Op::Update { text, .. } => ("update", text.clone()),
+                crate::library::Op::Delete { reason, .. } => {
+                    ("delete", reason.clone().unwrap_or_default())
+                }
+            };
+            OpView {
+                kind: kind.into(),
+                id: op.id().to_string(),
+                text,
+            }
+        })
+        .collect()
 }
 
 /// Only one process may work on a run at a time.

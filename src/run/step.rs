@@ -18,7 +18,14 @@ use crate::library::{Change, Evidence, Op, Provenance, State};
 use crate::rollout::prompt::{Shown, solve_messages};
 use crate::rollout::{RolloutGroup, rollout};
 
-use super::events::RunEvent;
+use super::events::{AnswerView, RunEvent};
+
+/// How a step ended for the run loop.
+pub(super) enum Stepped {
+    Done(StepReport),
+    /// The user asked to stop; what finished is journaled and the step resumes later.
+    Stopped,
+}
 
 /// Per-step bookkeeping while the step runs.
 struct Tally {
@@ -43,7 +50,7 @@ pub(super) async fn run_step(
     epoch: u32,
     step: u32,
     queries: &[Sample],
-) -> Result<StepReport, RunError> {
+) -> Result<Stepped, RunError> {
     let mut tally = Tally {
         report: StepReport {
             epoch,
@@ -63,6 +70,7 @@ pub(super) async fn run_step(
             verifier_failures: 0,
             consolidate_fallback: false,
             reused: 0,
+            library_size: 0,
         },
     };
     let run_id = runner.config.run_id.clone();
@@ -78,10 +86,18 @@ pub(super) async fn run_step(
             step,
             end: end.clone(),
         })?;
-        return Ok(replayed_report(tally, replay, queries, step, end));
+        return Ok(Stepped::Done(replayed_report(
+            tally, replay, queries, step, end,
+        )));
     }
     if let Some(end) = replay.ended.get(&step) {
-        return Ok(replayed_report(tally, replay, queries, step, end.clone()));
+        return Ok(Stepped::Done(replayed_report(
+            tally,
+            replay,
+            queries,
+            step,
+            end.clone(),
+        )));
     }
 
     let library_version = runner.library.head_version();
@@ -112,24 +128,32 @@ pub(super) async fn run_step(
         let backend = Arc::clone(&runner.rollout_backend);
         let verifier = Arc::clone(&runner.verifier);
         let (instruction, shown, config) = (&runner.instruction, &shown, &runner.config);
+        let control = &runner.control;
         let mut stream = futures::stream::iter(pending.into_iter().map(|sample| {
             let (backend, verifier) = (Arc::clone(&backend), Arc::clone(&verifier));
             async move {
+                if !control.proceed().await {
+                    return None;
+                }
                 let messages = solve_messages(sample, instruction.as_deref(), shown);
-                rollout(
-                    backend.as_ref(),
-                    verifier.as_ref(),
-                    sample,
-                    messages,
-                    config.group_size,
-                    &config.sampling,
+                Some(
+                    rollout(
+                        backend.as_ref(),
+                        verifier.as_ref(),
+                        sample,
+                        messages,
+                        config.group_size,
+                        &config.sampling,
+                    )
+                    .await
+                    .map(|group| (sample, group)),
                 )
-                .await
             }
         }))
         .buffer_unordered(runner.config.parallel.max(1));
         while let Some(group) = stream.next().await {
-            let group = group?;
+            let Some(group) = group else { continue };
+            let (sample, group) = group?;
             journal.append(&Entry::Rollout {
                 epoch,
                 step,
@@ -142,9 +166,22 @@ pub(super) async fn run_step(
                 rewards: group.rewards().collect(),
                 usage: group.usage,
                 reused: false,
+                query: sample.question.clone(),
+                answers: group
+                    .answers
+                    .iter()
+                    .map(|a| AnswerView {
+                        reward: a.reward,
+                        text: a.text.clone(),
+                    })
+                    .collect(),
+                retries: group.retries,
             });
             groups.insert(group.sample_id.clone(), group);
         }
+    }
+    if runner.control.stop_requested() {
+        return Ok(Stepped::Stopped);
     }
     account_rollouts(&mut tally.report, groups.values());
 
@@ -162,7 +199,7 @@ pub(super) async fn run_step(
                 runner.config.min_reward_std
             ),
         };
-        return end_step(journal, tally, epoch, step, end);
+        return end_step(journal, tally, epoch, step, end).map(Stepped::Done);
     }
 
     // Stage 1: summarize every answer of every kept group.
@@ -182,16 +219,24 @@ pub(super) async fn run_step(
             }
         }
     }
+    stage_started(runner, step, Stage::Summarize, todo.len());
+    let control = &runner.control;
     let mut stream = futures::stream::iter(todo.into_iter().map(|(sample, group, index, key)| {
         let (backend, cfg) = (Arc::clone(&backend), &cfg);
         async move {
+            if !control.proceed().await {
+                return None;
+            }
             let outcome =
                 distill::summarize(backend.as_ref(), sample, &group.answers[index], cfg).await;
-            (sample.id.clone(), index, key, outcome)
+            Some((sample.id.clone(), index, key, outcome))
         }
     }))
     .buffer_unordered(runner.config.parallel.max(1));
-    while let Some((id, index, key, outcome)) = stream.next().await {
+    while let Some(done) = stream.next().await {
+        let Some((id, index, key, outcome)) = done else {
+            continue;
+        };
         record(
             journal,
             &runner.events,
@@ -200,11 +245,15 @@ pub(super) async fn run_step(
             Stage::Summarize,
             &key,
             &outcome,
+            Vec::new(),
         )?;
         tally.stage(Stage::Summarize, &outcome, false);
         summaries.insert((id, index), outcome);
     }
     drop(stream);
+    if runner.control.stop_requested() {
+        return Ok(Stepped::Stopped);
+    }
 
     // Stage 2: extract experiences and ops from each kept group.
     let mut proposals: Vec<Proposal> = Vec::new();
@@ -224,6 +273,7 @@ pub(super) async fn run_step(
             None => todo.push((*sample, *group)),
         }
     }
+    stage_started(runner, step, Stage::Extract, todo.len());
     let mut stream = futures::stream::iter(todo.into_iter().map(|(sample, group)| {
         let texts: Vec<String> = (0..group.answers.len())
             .map(|i| {
@@ -237,13 +287,19 @@ pub(super) async fn run_step(
             .collect();
         let (backend, cfg, state) = (Arc::clone(&backend), &cfg, &state);
         async move {
+            if !control.proceed().await {
+                return None;
+            }
             let outcome =
                 distill::extract(backend.as_ref(), sample, group, &texts, state, cfg).await;
-            (sample, group, outcome)
+            Some((sample, group, outcome))
         }
     }))
     .buffer_unordered(runner.config.parallel.max(1));
-    while let Some((sample, group, outcome)) = stream.next().await {
+    while let Some(done) = stream.next().await {
+        let Some((sample, group, outcome)) = done else {
+            continue;
+        };
         record(
             journal,
             &runner.events,
@@ -252,6 +308,7 @@ pub(super) async fn run_step(
             Stage::Extract,
             &sample.id,
             &outcome,
+            outcome.value.clone().unwrap_or_default(),
         )?;
         tally.stage(Stage::Extract, &outcome, false);
         extract_ok += usize::from(outcome.value.is_some());
@@ -262,6 +319,9 @@ pub(super) async fn run_step(
         ));
     }
     drop(stream);
+    if runner.control.stop_requested() {
+        return Ok(Stepped::Stopped);
+    }
 
     if extract_ok == 0 {
         let end = StepEnd::Failed {
@@ -270,13 +330,13 @@ pub(super) async fn run_step(
                 kept.len()
             ),
         };
-        return end_step(journal, tally, epoch, step, end);
+        return end_step(journal, tally, epoch, step, end).map(Stepped::Done);
     }
     if proposals.is_empty() {
         let end = StepEnd::Skipped {
             reason: "the extract stage proposed no changes".into(),
         };
-        return end_step(journal, tally, epoch, step, end);
+        return end_step(journal, tally, epoch, step, end).map(Stepped::Done);
     }
 
     // Stage 3: consolidate the batch's proposals in one call; fall back to the deterministic
@@ -287,6 +347,10 @@ pub(super) async fn run_step(
             outcome
         }
         None => {
+            stage_started(runner, step, Stage::Consolidate, 1);
+            if !runner.control.proceed().await {
+                return Ok(Stepped::Stopped);
+            }
             let outcome = distill::consolidate(backend.as_ref(), &proposals, &state, &cfg).await;
             record(
                 journal,
@@ -296,6 +360,12 @@ pub(super) async fn run_step(
                 Stage::Consolidate,
                 "batch",
                 &outcome,
+                outcome
+                    .value
+                    .iter()
+                    .flatten()
+                    .map(|p| p.op.clone())
+                    .collect(),
             )?;
             tally.stage(Stage::Consolidate, &outcome, false);
             outcome
@@ -358,7 +428,7 @@ pub(super) async fn run_step(
             },
         }
     };
-    end_step(journal, tally, epoch, step, end)
+    end_step(journal, tally, epoch, step, end).map(Stepped::Done)
 }
 
 /// Journals how a step ended and returns its report.
@@ -454,6 +524,15 @@ fn reuse<T: DeserializeOwned>(
         .and_then(|value| serde_json::from_value(value.clone()).ok())
 }
 
+fn stage_started(runner: &Runner, step: u32, stage: Stage, calls: usize) {
+    if calls > 0 {
+        runner
+            .events
+            .emit(RunEvent::StageStarted { step, stage, calls });
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn record<T: Serialize>(
     journal: &mut Journal,
     events: &super::Events,
@@ -462,6 +541,7 @@ fn record<T: Serialize>(
     stage: Stage,
     key: &str,
     outcome: &StageOutcome<T>,
+    proposals: Vec<distill::ProposedOp>,
 ) -> Result<(), RunError> {
     let value = serde_json::to_value(outcome).expect("stage outcomes always serialize");
     journal.append(&Entry::Stage {
@@ -480,6 +560,9 @@ fn record<T: Serialize>(
         parse_failures: outcome.parse_failures,
         dropped: outcome.dropped.len(),
         reused: false,
+        backend_errors: outcome.backend_errors,
+        usage: outcome.usage,
+        proposals,
     });
     Ok(())
 }

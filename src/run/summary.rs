@@ -29,6 +29,9 @@ pub struct StepReport {
     pub consolidate_fallback: bool,
     /// Rollouts and stage outputs read back from the journal instead of regenerated.
     pub reused: u64,
+    /// Active experiences in the library after the step.
+    #[serde(default)]
+    pub library_size: usize,
 }
 
 /// The whole run.
@@ -50,6 +53,9 @@ pub struct RunSummary {
     pub library_version_start: u64,
     pub library_version_end: u64,
     pub budget_exhausted: bool,
+    /// The step at which the user stopped the run (it resumes there), if they did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_at: Option<u32>,
     pub elapsed_s: f64,
 }
 
@@ -72,6 +78,7 @@ impl RunSummary {
             library_version_start,
             library_version_end: library_version_start,
             budget_exhausted: false,
+            stopped_at: None,
             elapsed_s: 0.0,
         }
     }

@@ -9,6 +9,7 @@
 //! | [`catalog`] | libraries opened once, new commits noticed, versions checked out |
 //! | [`retrieve`] | the [`VectorIndex`](retrieve::VectorIndex) seam, the embedding cache |
 //! | [`ivf`] | the in-process index: exact search, and inverted lists over k-means centroids for large libraries |
+//! | `qdrant` | the index in a Qdrant server (`--qdrant-url`, feature `qdrant`) |
 //! | [`inject`] | the injection template |
 //! | `library_api` | list, show, diff and prove library versions; commit changes with an API key |
 //! | [`keys`] | API keys for the routes that write |
@@ -31,6 +32,8 @@ pub mod ivf;
 pub mod keys;
 mod library_api;
 pub mod metrics;
+#[cfg(feature = "qdrant")]
+pub mod qdrant;
 pub mod retrieve;
 pub mod router;
 mod runs;

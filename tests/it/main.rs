@@ -3,6 +3,8 @@
 mod common;
 mod eval_cli;
 mod fake_openai;
+#[cfg(feature = "qdrant")]
+mod fake_qdrant;
 #[cfg(feature = "llama")]
 mod grpo_cli;
 mod judge;
@@ -14,5 +16,7 @@ mod library_tamper;
 mod llama_backend;
 mod openai_backend;
 mod serve_api;
+#[cfg(feature = "qdrant")]
+mod serve_qdrant;
 #[cfg(feature = "llama")]
 mod serve_socket;

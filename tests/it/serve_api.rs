@@ -17,11 +17,11 @@ use tower::ServiceExt;
 
 use crate::fake_openai::FakeOpenAi;
 
-const COUNTING: &str =
+pub(crate) const COUNTING: &str =
     "When counting how often a letter occurs in a word, spell the word out letter by letter.";
 
 /// A library `letters`: v1 with three experiences on different topics, v2 adds a fourth.
-fn library(root: &Path) -> Library {
+pub(crate) fn library(root: &Path) -> Library {
     let mut library = Library::init(root, "letters", Settings::default()).unwrap();
     library
         .commit(
@@ -54,14 +54,14 @@ fn keys() -> gym::serve::keys::ApiKeys {
     keys
 }
 
-struct Fixture {
-    server: FakeOpenAi,
-    state: AppState,
-    library: Library,
+pub(crate) struct Fixture {
+    pub server: FakeOpenAi,
+    pub state: AppState,
+    pub library: Library,
     _dir: tempfile::TempDir,
 }
 
-async fn fixture(config: ServeConfig) -> Fixture {
+pub(crate) async fn fixture(config: ServeConfig) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let library = library(dir.path());
     let server = FakeOpenAi::start(true, "Answer: 3").await;
@@ -86,7 +86,7 @@ async fn fixture(config: ServeConfig) -> Fixture {
     }
 }
 
-async fn call(
+pub(crate) async fn call(
     state: &AppState,
     request: Request<Body>,
 ) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
@@ -103,7 +103,7 @@ async fn call(
     (status, headers, body)
 }
 
-fn post(body: Value, headers: &[(&str, &str)]) -> Request<Body> {
+pub(crate) fn post(body: Value, headers: &[(&str, &str)]) -> Request<Body> {
     let mut request =
         Request::post("/v1/chat/completions").header("content-type", "application/json");
     for (name, value) in headers {
@@ -112,7 +112,7 @@ fn post(body: Value, headers: &[(&str, &str)]) -> Request<Body> {
     request.body(Body::from(body.to_string())).unwrap()
 }
 
-fn question(model: &str) -> Value {
+pub(crate) fn question(model: &str) -> Value {
     json!({
         "model": model,
         "messages": [
@@ -123,7 +123,7 @@ fn question(model: &str) -> Value {
     })
 }
 
-fn header<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> &'a str {
+pub(crate) fn header<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> &'a str {
     headers.get(name).map_or("", |v| v.to_str().unwrap())
 }
 

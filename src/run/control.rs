@@ -1,0 +1,106 @@
+//! Pause and stop, asked for from outside a running run (the dashboard's `p` and `q`, Ctrl-C).
+//!
+//! The run checks its control before every model call it starts: while paused it waits, and once
+//! a stop is asked it starts nothing new. Calls already in flight finish and are journaled, so a
+//! stopped run resumes without losing or redoing work.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::watch;
+
+/// A handle shared by the run and whoever controls it.
+#[derive(Clone)]
+pub struct RunControl {
+    paused: Arc<watch::Sender<bool>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Default for RunControl {
+    fn default() -> Self {
+        Self {
+            paused: Arc::new(watch::Sender::new(false)),
+            stop: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+impl RunControl {
+    /// Pauses or resumes; returns whether the run is now paused.
+    pub fn toggle_pause(&self) -> bool {
+        let mut now = false;
+        self.paused.send_modify(|paused| {
+            *paused = !*paused;
+            now = *paused;
+        });
+        now
+    }
+
+    pub fn is_paused(&self) -> bool {
+        *self.paused.borrow()
+    }
+
+    /// Asks the run to stop at the next safe point; also ends a pause, so the stop is not
+    /// held up by it.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.paused.send_replace(false);
+    }
+
+    pub fn stop_requested(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Waits while the run is paused; returns `false` once a stop was asked (start nothing).
+    pub async fn proceed(&self) -> bool {
+        let mut paused = self.paused.subscribe();
+        loop {
+            if self.stop_requested() {
+                return false;
+            }
+            if !*paused.borrow_and_update() {
+                return true;
+            }
+            // The sender lives as long as `self`, so this cannot fail while we wait.
+            if paused.changed().await.is_err() {
+                return !self.stop_requested();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_pause_holds_calls_until_resumed_and_a_stop_releases_them() {
+        let control = RunControl::default();
+        assert!(control.proceed().await);
+        assert!(control.toggle_pause());
+        let waiting = tokio::spawn({
+            let control = control.clone();
+            async move { control.proceed().await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "a paused run must not go on");
+        assert!(!control.toggle_pause());
+        assert!(waiting.await.unwrap());
+
+        control.toggle_pause();
+        let waiting = tokio::spawn({
+            let control = control.clone();
+            async move { control.proceed().await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        control.stop();
+        assert!(
+            !waiting.await.unwrap(),
+            "a stop ends the pause and starts nothing"
+        );
+        assert!(!control.is_paused());
+        assert!(!control.proceed().await);
+    }
+}

@@ -1,0 +1,311 @@
+//! Run events folded into the dashboard's [`Snapshot`](gym_tui::Snapshot).
+//!
+//! The fold is pure (events in, snapshot out, no clock), so the same code serves the dashboard
+//! of a live `gym grpo` and the snapshot stream `gym serve` builds from a run's `events.jsonl`.
+//! The live dashboard adds the wall clock on top ([`DashboardSink`]).
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use gym_tui::{
+    Answer, Group, LogLevel, LogLine, OpKind, OpLine, ProposedOp as OpProposal, RunState,
+    SharedSnapshot, Snapshot, StagePanel, StageProgress,
+};
+
+use super::events::{EventSink, RunEvent};
+use super::journal::StepEnd;
+use crate::distill::ProposedOp;
+
+/// Log lines and library ops kept in a snapshot (older ones drop off).
+const LOG_LINES: usize = 200;
+const RECENT_OPS: usize = 100;
+
+/// Builds a snapshot from run events, one at a time.
+#[derive(Debug, Default, Clone)]
+pub struct DashboardFold {
+    snapshot: Snapshot,
+    /// Seconds of finished steps (for the ETA), and how many.
+    step_seconds: f64,
+    steps_timed: u32,
+}
+
+impl DashboardFold {
+    pub fn snapshot(&self) -> &Snapshot {
+        &self.snapshot
+    }
+
+    fn log(&mut self, level: LogLevel, text: String) {
+        let log = &mut self.snapshot.log;
+        log.push(LogLine { level, text });
+        if log.len() > LOG_LINES {
+            log.drain(..log.len() - LOG_LINES);
+        }
+    }
+
+    fn update_eta(&mut self) {
+        let header = &mut self.snapshot.header;
+        let left = header
+            .steps
+            .saturating_sub(self.snapshot.progress.steps_done);
+        header.eta_s = (self.steps_timed > 0)
+            .then(|| self.step_seconds / f64::from(self.steps_timed) * f64::from(left));
+        if left == 0 {
+            header.eta_s = Some(0.0);
+        }
+    }
+
+    /// Applies one event.
+    pub fn apply(&mut self, event: &RunEvent) {
+        if let Some(line) = event.describe() {
+            let level = match event {
+                RunEvent::StepEnded {
+                    end: StepEnd::Failed { .. },
+                    ..
+                }
+                | RunEvent::StageOutput { ok: false, .. } => LogLevel::Warn,
+                RunEvent::BudgetExhausted { .. } => LogLevel::Warn,
+                RunEvent::Log { level, .. } if level == "error" => LogLevel::Error,
+                RunEvent::Log { level, .. } if level == "warn" => LogLevel::Warn,
+                _ => LogLevel::Info,
+            };
+            self.log(level, line);
+        }
+        let s = &mut self.snapshot;
+        match event {
+            RunEvent::RunStarted {
+                run,
+                steps,
+                model,
+                library,
+                library_version,
+                backend,
+                epochs,
+                experiences,
+                ..
+            } => {
+                // A resumed run replays its finished steps: start the series over.
+                s.rewards.clear();
+                s.progress.steps_done = 0;
+                self.step_seconds = 0.0;
+                self.steps_timed = 0;
+                let h = &mut s.header;
+                h.run_id = run.clone();
+                h.model = model.clone();
+                h.backend = backend.clone();
+                h.library = library.clone();
+                h.library_version = *library_version;
+                h.epochs = *epochs;
+                h.steps = *steps;
+                h.state = RunState::Running;
+                s.progress.steps_total = *steps;
+                s.library.version = *library_version;
+                s.library.experiences = *experiences;
+            }
+            RunEvent::StepStarted {
+                epoch,
+                step,
+                queries,
+                library_version,
+                experiences,
+            } => {
+                s.header.epoch = *epoch;
+                s.header.step = *step;
+                s.header.library_version = *library_version;
+                s.library.version = *library_version;
+                s.library.experiences = *experiences;
+                s.progress.rollouts_done = 0;
+                s.progress.rollouts_total = *queries as u64;
+                s.progress.stage = None;
+                s.stage = None;
+            }
+            RunEvent::Rollout {
+                sample_id,
+                usage,
+                query,
+                answers,
+                retries,
+                ..
+            } => {
+                s.progress.rollouts_done += 1;
+                s.usage.tokens_in += usage.prompt_tokens;
+                s.usage.tokens_out += usage.completion_tokens;
+                s.failures.retries += u64::from(*retries);
+                if !answers.is_empty() {
+                    s.group = Some(Group {
+                        query_id: sample_id.clone(),
+                        query: query.clone(),
+                        answers: answers
+                            .iter()
+                            .map(|a| Answer {
+                                reward: a.reward,
+                                text: a.text.clone(),
+                            })
+                            .collect(),
+                    });
+                }
+            }
+            RunEvent::StageStarted { stage, calls, .. } => {
+                s.progress.stage = Some(StageProgress {
+                    name: stage.as_str().into(),
+                    done: 0,
+                    total: *calls as u64,
+                });
+            }
+            RunEvent::StageOutput {
+                stage,
+                key,
+                attempts,
+                parse_failures,
+                dropped,
+                reused,
+                backend_errors,
+                usage,
+                proposals,
+                ..
+            } => {
+                if !reused {
+                    if let Some(progress) = &mut s.progress.stage {
+                        progress.done += 1;
+                    }
+                    s.usage.tokens_in += usage.prompt_tokens;
+                    s.usage.tokens_out += usage.completion_tokens;
+                    s.failures.parse_failures += u64::from(*parse_failures);
+                    s.failures.backend_errors += u64::from(*backend_errors);
+                    s.failures.retries += u64::from(attempts.saturating_sub(1));
+                    s.failures.dropped += *dropped as u64;
+                }
+                s.stage = Some(StagePanel {
+                    name: stage.as_str().into(),
+                    key: key.clone(),
+                    proposals: proposals.iter().map(proposal).collect(),
+                });
+            }
+            RunEvent::StepEnded {
+                step,
+                mean_reward,
+                end,
+                cost_usd,
+                elapsed_s,
+                ops,
+                experiences,
+                ..
+            } => {
+                s.rewards.retain(|(done, _)| done != step);
+                s.rewards.push((*step, *mean_reward));
+                s.progress.steps_done = s.progress.steps_done.max(*step);
+                s.progress.stage = None;
+                s.usage.cost_usd += cost_usd;
+                s.library.experiences = *experiences;
+                if let StepEnd::Committed { version, .. } = end {
+                    s.library.version = *version;
+                    s.header.library_version = *version;
+                    for op in ops {
+                        s.library.recent_ops.insert(
+                            0,
+                            OpLine {
+                                kind: op_kind(&op.kind),
+                                id: op.id.clone(),
+                                text: op.text.clone(),
+                                version: *version,
+                            },
+                        );
+                    }
+                    s.library.recent_ops.truncate(RECENT_OPS);
+                }
+                // Steps read back from the journal on resume took no time now.
+                if *elapsed_s > 0.05 {
+                    self.step_seconds += elapsed_s;
+                    self.steps_timed += 1;
+                }
+                self.update_eta();
+            }
+            RunEvent::Paused { paused } => {
+                s.header.state = if *paused {
+                    RunState::Paused
+                } else {
+                    RunState::Running
+                };
+            }
+            RunEvent::StopRequested => s.header.state = RunState::Stopping,
+            RunEvent::RunStopped { elapsed_s, .. } => {
+                s.header.state = RunState::Stopping;
+                s.header.elapsed_s = *elapsed_s;
+                s.header.eta_s = None;
+            }
+            RunEvent::RunFinished { elapsed_s, .. } => {
+                s.header.state = RunState::Finished;
+                s.header.elapsed_s = *elapsed_s;
+                s.header.eta_s = Some(0.0);
+                s.progress.stage = None;
+            }
+            RunEvent::Evaluated { with_library, .. } => {
+                let step = s.progress.steps_done;
+                s.held_out.retain(|(at, _)| *at != step);
+                s.held_out.push((step, *with_library));
+            }
+            RunEvent::BudgetExhausted { .. } | RunEvent::Log { .. } => {}
+        }
+    }
+}
+
+fn op_kind(kind: &str) -> OpKind {
+    match kind {
+        "add" => OpKind::Add,
+        "update" => OpKind::Update,
+        "delete" => OpKind::Delete,
+        _ => OpKind::Unknown,
+    }
+}
+
+fn proposal(op: &ProposedOp) -> OpProposal {
+    match op {
+        ProposedOp::Add { text } => OpProposal {
+            kind: OpKind::Add,
+            id: None,
+            text: text.clone(),
+        },
+        ProposedOp::Update { id, text } => OpProposal {
+            kind: OpKind::Update,
+            id: Some(id.to_string()),
+            text: text.clone(),
+        },
+        ProposedOp::Delete { id } => OpProposal {
+            kind: OpKind::Delete,
+            id: Some(id.to_string()),
+            text: String::new(),
+        },
+    }
+}
+
+/// Folds a live run's events into a [`SharedSnapshot`] the dashboard thread draws, adding the
+/// wall clock (elapsed time, tokens per second) that the events alone do not carry.
+pub struct DashboardSink {
+    shared: SharedSnapshot,
+    state: Mutex<(DashboardFold, Instant)>,
+}
+
+impl DashboardSink {
+    pub fn new(shared: SharedSnapshot) -> Self {
+        Self {
+            shared,
+            state: Mutex::new((DashboardFold::default(), Instant::now())),
+        }
+    }
+}
+
+impl EventSink for DashboardSink {
+    fn emit(&self, event: &RunEvent) {
+        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (fold, started) = &mut *guard;
+        fold.apply(event);
+        let mut snapshot = fold.snapshot().clone();
+        let elapsed = started.elapsed().as_secs_f64();
+        if !matches!(snapshot.header.state, RunState::Finished) {
+            snapshot.header.elapsed_s = elapsed;
+        }
+        if elapsed > 0.0 {
+            snapshot.usage.tokens_per_s = snapshot.usage.tokens_out as f64 / elapsed;
+        }
+        self.shared.publish(snapshot);
+    }
+}
