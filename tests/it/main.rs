@@ -1,6 +1,8 @@
 //! Gym's integration tests: one binary, one module per area.
 
 mod common;
+#[cfg(feature = "llama")]
+mod dashboard_tmux;
 mod eval_cli;
 mod fake_openai;
 #[cfg(feature = "qdrant")]
