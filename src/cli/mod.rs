@@ -7,6 +7,7 @@ mod eval;
 mod grpo;
 mod library;
 mod serve;
+mod watch;
 
 use std::process::ExitCode;
 
@@ -33,6 +34,8 @@ enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Throughput benchmarks on this machine.
     Bench(bench::BenchArgs),
+    /// Watch a run served by `gym serve` (e.g. on a GPU box) in the terminal dashboard.
+    Watch(watch::WatchArgs),
 }
 
 impl Cli {
@@ -50,6 +53,7 @@ impl Cli {
             Command::Grpo(args) => args.run(),
             Command::Serve(args) => args.run(),
             Command::Bench(args) => args.run(),
+            Command::Watch(args) => args.run(),
         }
     }
 }

@@ -216,6 +216,9 @@ impl DashboardFold {
                 if *elapsed_s > 0.05 {
                     self.step_seconds += elapsed_s;
                     self.steps_timed += 1;
+                    // Without a clock (a folded events file) time is the sum of the steps'.
+                    s.header.elapsed_s = self.step_seconds;
+                    s.usage.tokens_per_s = s.usage.tokens_out as f64 / self.step_seconds;
                 }
                 self.update_eta();
             }

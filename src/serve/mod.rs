@@ -128,6 +128,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/libraries/{name}/changes", post(library_api::commit))
         .route("/v1/runs", get(runs::list))
         .route("/v1/runs/{id}/journal", get(runs::journal))
+        .route("/v1/runs/{id}/dashboard", get(runs::dashboard))
         .route_layer(middleware::from_fn_with_state(state.clone(), record))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))

@@ -1,6 +1,7 @@
 //! Gym's integration tests: one binary, one module per area.
 
 mod common;
+mod dashboard_stream;
 #[cfg(feature = "llama")]
 mod dashboard_tmux;
 mod eval_cli;

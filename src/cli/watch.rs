@@ -1,0 +1,288 @@
+//! `gym watch URL`: the dashboard of a run served by `gym serve --runs-dir` on another machine,
+//! drawn from its snapshot stream (`GET /v1/runs/{id}/dashboard`, server-sent events). Watching
+//! is read-only: `q` leaves, the run goes on.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use futures::StreamExt as _;
+use gym_tui::{RunState, SharedSnapshot, Snapshot, SnapshotSource as _};
+
+use super::backend_args::runtime;
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// The run's dashboard stream, `http://HOST:PORT/v1/runs/RUN/dashboard` (a URL ending at
+    /// the run, `…/v1/runs/RUN`, works too).
+    url: String,
+
+    /// Plain log lines instead of the dashboard (the default when stdout is not a terminal).
+    #[arg(long, env = "GYM_NO_TUI")]
+    no_tui: bool,
+
+    /// Seconds between reconnection attempts after the stream drops.
+    #[arg(long, default_value_t = 2.0)]
+    retry: f64,
+}
+
+/// The dashboard URL for what the user typed.
+fn stream_url(url: &str) -> anyhow::Result<reqwest::Url> {
+    let mut url = reqwest::Url::parse(url).with_context(|| format!("`{url}` is not a URL"))?;
+    anyhow::ensure!(
+        matches!(url.scheme(), "http" | "https"),
+        "`{url}` is not an http(s) URL"
+    );
+    if !url.path().trim_end_matches('/').ends_with("/dashboard") {
+        let path = format!("{}/dashboard", url.path().trim_end_matches('/'));
+        url.set_path(&path);
+    }
+    anyhow::ensure!(
+        url.path().contains("/v1/runs/"),
+        "`{url}` is not a run's stream: expected http://HOST:PORT/v1/runs/RUN/dashboard"
+    );
+    Ok(url)
+}
+
+/// Splits server-sent events out of a byte stream: the `data:` of each `snapshot` event.
+#[derive(Default)]
+struct SseParser {
+    buffer: String,
+}
+
+impl SseParser {
+    fn push(&mut self, bytes: &[u8]) -> Vec<String> {
+        self.buffer
+            .push_str(&String::from_utf8_lossy(bytes).replace("\r\n", "\n"));
+        let mut events = Vec::new();
+        while let Some(end) = self.buffer.find("\n\n") {
+            let block: String = self.buffer.drain(..end + 2).collect();
+            let mut kind = "message";
+            let mut data = Vec::new();
+            for line in block.lines() {
+                if let Some(value) = line.strip_prefix("event:") {
+                    kind = if value.trim() == "snapshot" {
+                        "snapshot"
+                    } else {
+                        "other"
+                    };
+                } else if let Some(value) = line.strip_prefix("data:") {
+                    data.push(value.strip_prefix(' ').unwrap_or(value));
+                }
+            }
+            if kind == "snapshot" && !data.is_empty() {
+                events.push(data.join("\n"));
+            }
+        }
+        events
+    }
+}
+
+enum Streamed {
+    /// The server ended the stream after the run's last event.
+    Ended,
+    /// The connection failed or dropped.
+    Lost(String),
+}
+
+async fn stream_once(
+    client: &reqwest::Client,
+    url: &reqwest::Url,
+    publish: &mut impl FnMut(Snapshot),
+    closed: &dyn Fn() -> bool,
+) -> Result<Streamed, anyhow::Error> {
+    let response = match client
+        .get(url.clone())
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+    {
+        Ok(response) => response,
+        Err(error) => return Ok(Streamed::Lost(error.to_string())),
+    };
+    let status = response.status();
+    if !status.is_success() {
+        let body = response.text().await.unwrap_or_default();
+        // A wrong run or URL will not fix itself: stop instead of retrying.
+        anyhow::bail!("{url} answered {status}: {}", body.trim());
+    }
+    let mut parser = SseParser::default();
+    let mut body = response.bytes_stream();
+    loop {
+        // Wake up now and then so leaving the dashboard does not wait for the next event.
+        let Ok(next) = tokio::time::timeout(Duration::from_millis(200), body.next()).await else {
+            if closed() {
+                return Ok(Streamed::Ended);
+            }
+            continue;
+        };
+        let Some(chunk) = next else { break };
+        let chunk = match chunk {
+            Ok(chunk) => chunk,
+            Err(error) => return Ok(Streamed::Lost(error.to_string())),
+        };
+        for data in parser.push(&chunk) {
+            match serde_json::from_str::<Snapshot>(&data) {
+                Ok(snapshot) => publish(snapshot),
+                Err(error) => eprintln!("gym watch: skipped an unreadable snapshot: {error}"),
+            }
+        }
+    }
+    Ok(Streamed::Ended)
+}
+
+/// Prints the log lines of `snapshot` that `printed` has not seen (plain mode).
+fn print_new_lines(snapshot: &Snapshot, printed: &mut Vec<String>) {
+    let log: Vec<String> = snapshot.log.iter().map(|l| l.text.clone()).collect();
+    // The log is a bounded window: find where the lines already printed end in it.
+    let overlap = (0..=log.len().min(printed.len()))
+        .rev()
+        .find(|n| printed[printed.len() - n..] == log[..*n])
+        .unwrap_or(0);
+    for line in &log[overlap..] {
+        println!("{line}");
+    }
+    *printed = log;
+}
+
+impl WatchArgs {
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        let url = stream_url(&self.url)?;
+        let dashboard = !self.no_tui
+            && std::io::IsTerminal::is_terminal(&std::io::stdout())
+            && std::io::IsTerminal::is_terminal(&std::io::stdin());
+        let shared = SharedSnapshot::new();
+        let screen = dashboard.then(|| {
+            let shared = shared.clone();
+            // Read-only: the first `q` leaves (the run is not ours to stop or pause).
+            std::thread::spawn(move || {
+                let source = shared.clone();
+                gym_tui::run_dashboard(&source, &|command| {
+                    if command == gym_tui::Command::Stop {
+                        shared.close();
+                    }
+                })
+            })
+        });
+        let rt = runtime()?;
+        // rustls needs a process-wide crypto provider (for https URLs); a second install is a
+        // harmless no-op.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .context("building the HTTP client")?;
+        let mut printed = Vec::new();
+        let result = rt.block_on(async {
+            let mut finished = false;
+            loop {
+                let mut publish = |snapshot: Snapshot| {
+                    finished = matches!(snapshot.header.state, RunState::Finished);
+                    if dashboard {
+                        shared.publish(snapshot);
+                    } else {
+                        print_new_lines(&snapshot, &mut printed);
+                    }
+                };
+                let outcome = stream_once(&client, &url, &mut publish, &|| shared.closed()).await?;
+                if shared.closed() {
+                    return anyhow::Ok(());
+                }
+                match outcome {
+                    Streamed::Ended => return Ok(()),
+                    Streamed::Lost(why) if finished => {
+                        let _ = why;
+                        return Ok(());
+                    }
+                    Streamed::Lost(why) => {
+                        if !dashboard {
+                            eprintln!("gym watch: {url}: {why}; retrying");
+                        }
+                        tokio::time::sleep(Duration::from_secs_f64(self.retry.max(0.1))).await;
+                        if shared.closed() {
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+        });
+        if result.is_err() {
+            shared.close();
+        } else if dashboard && !shared.closed() {
+            // The run ended: its last snapshot stays on screen until the user leaves with `q`.
+            shared.update(|snapshot| {
+                snapshot.log.push(gym_tui::LogLine {
+                    level: gym_tui::LogLevel::Info,
+                    text: "the stream ended; q leaves".into(),
+                });
+            });
+        }
+        if let Some(screen) = screen {
+            match screen.join() {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => eprintln!("the dashboard failed: {error}"),
+                Err(_) => eprintln!("the dashboard thread panicked"),
+            }
+        }
+        result?;
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_completed_to_the_dashboard_stream() {
+        assert_eq!(
+            stream_url("http://gpu:8080/v1/runs/r1").unwrap().as_str(),
+            "http://gpu:8080/v1/runs/r1/dashboard"
+        );
+        assert_eq!(
+            stream_url("http://gpu:8080/v1/runs/r1/dashboard")
+                .unwrap()
+                .as_str(),
+            "http://gpu:8080/v1/runs/r1/dashboard"
+        );
+        assert!(stream_url("gpu:8080").is_err());
+        assert!(stream_url("http://gpu:8080/").is_err());
+    }
+
+    #[test]
+    fn events_split_across_chunks_are_put_back_together() {
+        let mut parser = SseParser::default();
+        assert!(
+            parser
+                .push(b"event: snapshot\r\nid: 3\r\ndata: {\"a\"")
+                .is_empty()
+        );
+        assert_eq!(parser.push(b":1}\r\n\r\n: keep-alive\n\n"), [r#"{"a":1}"#]);
+        assert_eq!(
+            parser.push(b"event: other\ndata: x\n\nevent: snapshot\ndata: y\n\n"),
+            ["y"]
+        );
+    }
+
+    #[test]
+    fn plain_mode_prints_each_log_line_once() {
+        let mut printed = Vec::new();
+        let mut snapshot = Snapshot::default();
+        for text in ["a", "b"] {
+            snapshot.log.push(gym_tui::LogLine {
+                level: gym_tui::LogLevel::Info,
+                text: text.into(),
+            });
+        }
+        print_new_lines(&snapshot, &mut printed);
+        assert_eq!(printed, ["a", "b"]);
+        snapshot.log.remove(0);
+        snapshot.log.push(gym_tui::LogLine {
+            level: gym_tui::LogLevel::Info,
+            text: "c".into(),
+        });
+        print_new_lines(&snapshot, &mut printed);
+        assert_eq!(printed, ["b", "c"]);
+    }
+}
