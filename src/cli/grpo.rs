@@ -254,8 +254,9 @@ impl GrpoArgs {
             && std::io::IsTerminal::is_terminal(&std::io::stdin());
         let shared = gym_tui::SharedSnapshot::new();
         let mut events = Events::default();
+        let clock = DashboardSink::new(shared.clone());
         if dashboard {
-            events.add(Box::new(DashboardSink::new(shared.clone())));
+            events.add(Box::new(clock.clone()));
         } else {
             events.add(Box::new(Progress));
         }
@@ -326,6 +327,17 @@ impl GrpoArgs {
                 exit
             })
         });
+        if dashboard {
+            // The elapsed time moves between events too.
+            let _guard = rt.enter();
+            tokio::spawn(async move {
+                let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
+                loop {
+                    every.tick().await;
+                    clock.tick();
+                }
+            });
+        }
         let outcome = rt.block_on(run_until_quit(
             runner, &control, &events, quit_rx, dashboard,
         ));

@@ -4,7 +4,7 @@
 //! of a live `gym grpo` and the snapshot stream `gym serve` builds from a run's `events.jsonl`.
 //! The live dashboard adds the wall clock on top ([`DashboardSink`]).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use gym_tui::{
@@ -281,34 +281,51 @@ fn proposal(op: &ProposedOp) -> OpProposal {
 }
 
 /// Folds a live run's events into a [`SharedSnapshot`] the dashboard thread draws, adding the
-/// wall clock (elapsed time, tokens per second) that the events alone do not carry.
+/// wall clock (elapsed time, tokens per second) that the events alone do not carry. Clones
+/// share one fold, so the caller can keep one to [`tick`](Self::tick) the clock.
+#[derive(Clone)]
 pub struct DashboardSink {
     shared: SharedSnapshot,
-    state: Mutex<(DashboardFold, Instant)>,
+    state: Arc<Mutex<(DashboardFold, Instant)>>,
 }
 
 impl DashboardSink {
     pub fn new(shared: SharedSnapshot) -> Self {
         Self {
             shared,
-            state: Mutex::new((DashboardFold::default(), Instant::now())),
+            state: Arc::new(Mutex::new((DashboardFold::default(), Instant::now()))),
         }
+    }
+
+    /// Publishes the snapshot with the clock brought up to now (call it every second or so,
+    /// so the elapsed time moves between events).
+    pub fn tick(&self) {
+        self.publish(None);
+    }
+
+    fn publish(&self, event: Option<&RunEvent>) {
+        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (fold, started) = &mut *guard;
+        if let Some(event) = event {
+            fold.apply(event);
+        }
+        let mut snapshot = fold.snapshot().clone();
+        if !matches!(
+            snapshot.header.state,
+            RunState::Finished | RunState::Starting
+        ) {
+            snapshot.header.elapsed_s = started.elapsed().as_secs_f64();
+            if snapshot.header.elapsed_s > 0.0 {
+                snapshot.usage.tokens_per_s =
+                    snapshot.usage.tokens_out as f64 / snapshot.header.elapsed_s;
+            }
+        }
+        self.shared.publish(snapshot);
     }
 }
 
 impl EventSink for DashboardSink {
     fn emit(&self, event: &RunEvent) {
-        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let (fold, started) = &mut *guard;
-        fold.apply(event);
-        let mut snapshot = fold.snapshot().clone();
-        let elapsed = started.elapsed().as_secs_f64();
-        if !matches!(snapshot.header.state, RunState::Finished) {
-            snapshot.header.elapsed_s = elapsed;
-        }
-        if elapsed > 0.0 {
-            snapshot.usage.tokens_per_s = snapshot.usage.tokens_out as f64 / elapsed;
-        }
-        self.shared.publish(snapshot);
+        self.publish(Some(event));
     }
 }

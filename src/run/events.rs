@@ -180,22 +180,10 @@ impl RunEvent {
                 tokens,
                 elapsed_s,
                 ..
-            } => {
-                let outcome = match end {
-                    StepEnd::Committed {
-                        version,
-                        added,
-                        updated,
-                        deleted,
-                    } => format!("committed v{version} (+{added} ~{updated} -{deleted})"),
-                    StepEnd::Skipped { reason } => format!("no change: {reason}"),
-                    StepEnd::Failed { reason } => format!("FAILED: {reason}"),
-                };
-                format!(
-                    "step {step}: mean reward {mean_reward:.3}, {kept_groups}/{groups} groups kept, {} tokens, {elapsed_s:.0} s → {outcome}",
-                    tokens.prompt_tokens + tokens.completion_tokens
-                )
-            }
+            } => format!(
+                "step {step}: mean reward {mean_reward:.3}, {kept_groups}/{groups} groups kept, {} tokens, {elapsed_s:.0} s → {end}",
+                tokens.prompt_tokens + tokens.completion_tokens
+            ),
             RunEvent::StageOutput {
                 step,
                 stage,

@@ -34,6 +34,21 @@ pub enum StepEnd {
     Failed { reason: String },
 }
 
+impl std::fmt::Display for StepEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StepEnd::Committed {
+                version,
+                added,
+                updated,
+                deleted,
+            } => write!(f, "committed v{version} (+{added} ~{updated} -{deleted})"),
+            StepEnd::Skipped { reason } => write!(f, "no change: {reason}"),
+            StepEnd::Failed { reason } => write!(f, "FAILED: {reason}"),
+        }
+    }
+}
+
 /// One line of the journal.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

@@ -5,7 +5,6 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::journal::StepEnd;
 use super::summary::RunSummary;
 use crate::rollout::eval::EvalReport;
 
@@ -23,19 +22,6 @@ pub fn write_report(
     let path = dir.join(REPORT_FILE);
     std::fs::write(&path, markdown(summary, library, eval))?;
     Ok(path)
-}
-
-fn outcome(end: &StepEnd) -> String {
-    match end {
-        StepEnd::Committed {
-            version,
-            added,
-            updated,
-            deleted,
-        } => format!("v{version} (+{added} ~{updated} -{deleted})"),
-        StepEnd::Skipped { reason } => format!("no change: {reason}"),
-        StepEnd::Failed { reason } => format!("**failed**: {reason}"),
-    }
 }
 
 /// Pipes and newlines would break a Markdown table cell.
@@ -94,7 +80,7 @@ pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) 
             step.groups,
             step.library_size,
             tokens.prompt_tokens + tokens.completion_tokens,
-            cell(&outcome(&step.end)),
+            cell(&step.end.to_string()),
         );
     }
     if !summary.stages.is_empty() {
@@ -286,7 +272,7 @@ pub fn plot(summary: &RunSummary) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::StepReport;
+    use crate::run::{StepEnd, StepReport};
 
     fn step(n: u32, reward: f64, size: usize, end: StepEnd) -> StepReport {
         StepReport {
@@ -344,7 +330,7 @@ mod tests {
         );
         assert!(text.contains("![mean reward and library size per step](report.svg)"));
         assert!(
-            text.contains("| 1 | 1 | 0.250 | 2/4 | 2 | 0 | v1 (+2 ~0 -0) |"),
+            text.contains("| 1 | 1 | 0.250 | 2/4 | 2 | 0 | committed v1 (+2 ~0 -0) |"),
             "{text}"
         );
         // A pipe inside a reason does not split the cell.

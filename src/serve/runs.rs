@@ -95,15 +95,20 @@ pub async fn journal(
     let path = run_dir(&app, &id)?.join(JOURNAL_FILE);
     let (sender, receiver) = tokio::sync::mpsc::channel::<Event>(64);
     tokio::task::spawn_blocking(move || follow(&path, skip, &sender));
+    Ok(event_stream(receiver))
+}
+
+/// The events a follower thread sends, as a server-sent events response.
+fn event_stream(receiver: tokio::sync::mpsc::Receiver<Event>) -> Response {
     let stream = futures::stream::unfold(receiver, |mut receiver| async move {
         receiver
             .recv()
             .await
             .map(|event| (Ok::<_, Infallible>(event), receiver))
     });
-    Ok(Sse::new(stream)
+    Sse::new(stream)
         .keep_alive(KeepAlive::default())
-        .into_response())
+        .into_response()
 }
 
 /// Sends the journal's lines from `skip` on, then follows the file until the run's `finished`
@@ -148,15 +153,7 @@ pub async fn dashboard(
     }
     let (sender, receiver) = tokio::sync::mpsc::channel::<Event>(16);
     tokio::task::spawn_blocking(move || follow_dashboard(&path, &sender));
-    let stream = futures::stream::unfold(receiver, |mut receiver| async move {
-        receiver
-            .recv()
-            .await
-            .map(|event| (Ok::<_, Infallible>(event), receiver))
-    });
-    Ok(Sse::new(stream)
-        .keep_alive(KeepAlive::default())
-        .into_response())
+    Ok(event_stream(receiver))
 }
 
 fn follow_dashboard(path: &std::path::Path, sender: &tokio::sync::mpsc::Sender<Event>) {

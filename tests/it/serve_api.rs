@@ -206,8 +206,8 @@ async fn the_nearest_experiences_are_injected_and_named_in_the_headers() {
     assert_eq!(last_system_prompt(&f.server), "Be brief.");
 }
 
-#[tokio::test]
-async fn retrieval_can_use_an_openai_compatible_embeddings_endpoint() {
+/// An embedder on a local server speaking the OpenAI `/v1/embeddings` protocol.
+pub(crate) async fn fake_embedder() -> (FakeOpenAi, gym::embed::openai::OpenAiEmbedder) {
     let embeddings = FakeOpenAi::start(true, "").await;
     let embedder = gym::embed::openai::OpenAiEmbedder::connect(
         &embeddings.base_url(),
@@ -217,6 +217,12 @@ async fn retrieval_can_use_an_openai_compatible_embeddings_endpoint() {
     )
     .await
     .unwrap();
+    (embeddings, embedder)
+}
+
+#[tokio::test]
+async fn retrieval_can_use_an_openai_compatible_embeddings_endpoint() {
+    let (embeddings, embedder) = fake_embedder().await;
     assert_eq!(gym::embed::Embedder::dimensions(&embedder), 64);
     let f = fixture(ServeConfig {
         top_k: 1,

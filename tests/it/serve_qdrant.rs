@@ -10,9 +10,8 @@ use gym::serve::qdrant::QdrantIndex;
 use gym::serve::retrieve::IndexError;
 use gym::serve::{AppState, Retriever, ServeConfig, VectorIndex};
 
-use crate::fake_openai::FakeOpenAi;
 use crate::fake_qdrant::FakeQdrant;
-use crate::serve_api::{call, fixture, header, post, question};
+use crate::serve_api::{call, fake_embedder, fixture, header, post, question};
 
 fn id(n: u32) -> ExperienceId {
     ExperienceId::new(n).unwrap()
@@ -153,15 +152,7 @@ async fn wrong_dimensions_and_unreachable_servers_are_clear_errors() {
 #[tokio::test]
 async fn the_chat_route_retrieves_from_qdrant() {
     let server = FakeQdrant::start().await;
-    let embeddings = FakeOpenAi::start(true, "").await;
-    let embedder = gym::embed::openai::OpenAiEmbedder::connect(
-        &embeddings.base_url(),
-        "embedder",
-        None,
-        Duration::from_secs(5),
-    )
-    .await
-    .unwrap();
+    let (_embeddings, embedder) = fake_embedder().await;
     let f = fixture(ServeConfig {
         top_k: 1,
         ..ServeConfig::default()
