@@ -191,10 +191,7 @@ impl WatchArgs {
                 }
                 match outcome {
                     Streamed::Ended => return Ok(()),
-                    Streamed::Lost(why) if finished => {
-                        let _ = why;
-                        return Ok(());
-                    }
+                    Streamed::Lost(_) if finished => return Ok(()),
                     Streamed::Lost(why) => {
                         if !dashboard {
                             eprintln!("gym watch: {url}: {why}; retrying");

@@ -12,12 +12,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use qdrant_client::Qdrant;
 use qdrant_client::qdrant::{
     Condition, CountPointsBuilder, CreateCollectionBuilder, CreateFieldIndexCollectionBuilder,
     Distance, FieldType, Filter, PointStruct, QueryPointsBuilder, UpsertPointsBuilder,
     VectorParamsBuilder, value, vectors_config,
 };
+use qdrant_client::{Qdrant, QdrantError};
 use sha2::{Digest as _, Sha256};
 
 use super::retrieve::{Hit, IndexError, VectorIndex};
@@ -137,10 +137,17 @@ fn backend(doing: &str, what: &str, error: impl std::fmt::Display) -> IndexError
     IndexError::Backend(format!("Qdrant: {doing} {what}: {error}"))
 }
 
+/// Qdrant payload integers are signed.
+fn version_value(version: u64) -> Result<i64, IndexError> {
+    i64::try_from(version)
+        .map_err(|_| IndexError::Backend(format!("version {version} is out of Qdrant's range")))
+}
+
 fn version_filter(version: u64) -> Result<Filter, IndexError> {
-    let version = i64::try_from(version)
-        .map_err(|_| IndexError::Backend(format!("version {version} is out of Qdrant's range")))?;
-    Ok(Filter::must([Condition::matches(VERSION_KEY, version)]))
+    Ok(Filter::must([Condition::matches(
+        VERSION_KEY,
+        version_value(version)?,
+    )]))
 }
 
 /// A point id stable for (version, experience), so storing a version twice overwrites.
@@ -197,9 +204,7 @@ impl VectorIndex for QdrantIndex {
             }
             let name = Self::collection_name(collection);
             self.ensure_collection(&name, dimensions).await?;
-            let version_value = i64::try_from(version).map_err(|_| {
-                IndexError::Backend(format!("version {version} is out of Qdrant's range"))
-            })?;
+            let version_value = version_value(version)?;
             let points: Vec<PointStruct> = points
                 .into_iter()
                 .map(|(id, vector)| {
@@ -246,8 +251,12 @@ impl VectorIndex for QdrantIndex {
                 .await;
             let reply = match reply {
                 Ok(reply) => reply,
-                // A version with no points never created the collection.
-                Err(e) if e.to_string().contains("doesn't exist") => return Ok(Vec::new()),
+                // A library whose versions had no points never created the collection.
+                Err(QdrantError::ResponseError { status })
+                    if status.code() == tonic::Code::NotFound =>
+                {
+                    return Ok(Vec::new());
+                }
                 Err(e) => return Err(backend("searching", &name, e)),
             };
             reply
