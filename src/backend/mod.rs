@@ -6,6 +6,9 @@
 //! |---|---|---|
 //! | [`llama::LlamaBackend`] | `llama` (default) | in process, llama.cpp on an owned thread; one prompt evaluation shared by the whole group |
 //! | [`openai::OpenAiBackend`] | always | any OpenAI-compatible server (vLLM, SGLang, TGI, llama-server, hosted APIs) |
+//!
+//! Both stream: [`Backend::generate_streaming`] sends text as it is sampled (llama.cpp token by
+//! token, OpenAI-compatible servers as their `stream: true` chunks arrive).
 
 mod error;
 mod grammar;
@@ -14,6 +17,7 @@ pub mod llama;
 pub mod openai;
 mod price;
 mod stop;
+mod stream;
 
 use std::fmt;
 
@@ -24,6 +28,7 @@ pub use error::BackendError;
 pub use grammar::{GrammarError, json_schema_to_gbnf};
 pub use price::{Price, PriceTable, PriceTableError};
 pub use stop::StopMatcher;
+pub use stream::{Delta, DeltaSender, TextRelease, complete_utf8_len};
 
 /// Who said a chat message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -224,6 +229,19 @@ pub trait Backend: Send + Sync {
         &'a self,
         request: &'a GroupRequest,
     ) -> BoxFuture<'a, Result<Group, BackendError>>;
+
+    /// Samples like [`generate`](Self::generate) and sends each completion's text to `deltas`
+    /// while it is produced. The pieces of completion `i`, joined, are a prefix of its final text
+    /// (see [`TextRelease`]); the caller sends what is left from the returned group. A
+    /// backend that cannot stream sends nothing, which is this default.
+    fn generate_streaming<'a>(
+        &'a self,
+        request: &'a GroupRequest,
+        deltas: DeltaSender,
+    ) -> BoxFuture<'a, Result<Group, BackendError>> {
+        drop(deltas);
+        self.generate(request)
+    }
 
     /// Lifetime counters.
     fn stats(&self) -> BackendStats {

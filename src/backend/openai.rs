@@ -14,6 +14,7 @@ use async_openai::Client;
 use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
 use async_openai::middleware::ReqwestService;
+use futures::StreamExt;
 use futures::future::{BoxFuture, join_all};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -21,8 +22,8 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use super::{
-    Backend, BackendError, BackendStats, Completion, Constraint, FinishReason, Group, GroupRequest,
-    PriceTable, TokenLogprob, Usage, check_request,
+    Backend, BackendError, BackendStats, Completion, Constraint, Delta, DeltaSender, FinishReason,
+    Group, GroupRequest, PriceTable, TokenLogprob, Usage, check_request,
 };
 
 /// Whether to ask the server for a whole group in one request (`n`).
@@ -133,32 +134,190 @@ impl OpenAiBackend {
                     Ok(result) => result.map_err(|e| self.classify(e)),
                 }
             };
-            let error = match result {
+            match result {
                 Ok(response) => return Ok((response, retries)),
-                Err(error) => error,
-            };
-            self.count(|s| match &error {
-                BackendError::Http { status: 429, .. } => s.rate_limited += 1,
-                BackendError::Http { status, .. } if *status >= 500 => s.server_errors += 1,
-                BackendError::Timeout { .. } => s.timeouts += 1,
-                BackendError::Connection { .. } => s.connection_errors += 1,
-                _ => {}
-            });
-            if !error.is_transient() {
-                self.count(|s| s.failed_requests += 1);
-                return Err(error);
+                Err(error) => self.retry_after(error, &mut retries).await?,
             }
-            if retries >= self.config.max_retries {
-                self.count(|s| s.failed_requests += 1);
-                return Err(BackendError::RetriesExhausted {
-                    attempts: retries + 1,
-                    last: Box::new(error),
-                });
-            }
-            tokio::time::sleep(self.backoff(retries)).await;
-            retries += 1;
-            self.count(|s| s.retries += 1);
         }
+    }
+
+    /// Counts a failed attempt and waits before the next one, or gives up with the error when it
+    /// is not transient or the retries are spent.
+    async fn retry_after(
+        &self,
+        error: BackendError,
+        retries: &mut u32,
+    ) -> Result<(), BackendError> {
+        self.count(|s| match &error {
+            BackendError::Http { status: 429, .. } => s.rate_limited += 1,
+            BackendError::Http { status, .. } if *status >= 500 => s.server_errors += 1,
+            BackendError::Timeout { .. } => s.timeouts += 1,
+            BackendError::Connection { .. } => s.connection_errors += 1,
+            _ => {}
+        });
+        if !error.is_transient() {
+            self.count(|s| s.failed_requests += 1);
+            return Err(error);
+        }
+        if *retries >= self.config.max_retries {
+            self.count(|s| s.failed_requests += 1);
+            return Err(BackendError::RetriesExhausted {
+                attempts: *retries + 1,
+                last: Box::new(error),
+            });
+        }
+        tokio::time::sleep(self.backoff(*retries)).await;
+        *retries += 1;
+        self.count(|s| s.retries += 1);
+        Ok(())
+    }
+
+    /// One completion as a `stream: true` request whose text goes to `deltas` as completion
+    /// `index`. Opening the stream is retried like any request; once text has been sent, a
+    /// broken stream is an error, since the text cannot be taken back.
+    async fn stream_one(
+        &self,
+        request: &GroupRequest,
+        index: usize,
+        deltas: &DeltaSender,
+    ) -> Result<(Completion, Usage, u32), BackendError> {
+        let seed = request.sampling.seed_for(index);
+        let mut body = self.body(request, 1, seed);
+        body.stream = true;
+        body.stream_options = Some(serde_json::json!({"include_usage": true}));
+        let mut retries = 0;
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .expect("the semaphore is never closed");
+        let mut chunks = loop {
+            self.count(|s| s.requests += 1);
+            let chat = self.client.chat();
+            let opened = chat.create_stream_byot::<_, ChatChunk>(&body);
+            let result = match tokio::time::timeout(self.config.timeout, opened).await {
+                Err(_) => Err(BackendError::Timeout {
+                    url: self.url(),
+                    after: self.config.timeout,
+                }),
+                Ok(result) => result.map_err(|e| self.classify(e)),
+            };
+            match result {
+                Ok(chunks) => break chunks,
+                Err(error) => self.retry_after(error, &mut retries).await?,
+            }
+        };
+        let mut text = String::new();
+        let mut logprobs: Option<Vec<TokenLogprob>> = None;
+        let mut finish = None;
+        let mut usage = Usage::default();
+        let mut seen = 0usize;
+        loop {
+            let next = tokio::time::timeout(self.config.timeout, chunks.next()).await;
+            let chunk = match next {
+                Err(_) => {
+                    self.count(|s| {
+                        s.timeouts += 1;
+                        s.failed_requests += 1;
+                    });
+                    return Err(BackendError::Timeout {
+                        url: self.url(),
+                        after: self.config.timeout,
+                    });
+                }
+                Ok(None) if seen == 0 => {
+                    self.count(|s| s.failed_requests += 1);
+                    return Err(BackendError::BadResponse(
+                        "the stream ended before its first chunk (is it an event stream?)".into(),
+                    ));
+                }
+                Ok(None) => break,
+                Ok(Some(Err(error))) => {
+                    self.count(|s| s.failed_requests += 1);
+                    return Err(match self.classify(error) {
+                        BackendError::BadResponse(message) => BackendError::BadResponse(format!(
+                            "the stream broke after {} bytes of text: {message}",
+                            text.len()
+                        )),
+                        other => other,
+                    });
+                }
+                Ok(Some(Ok(chunk))) => chunk,
+            };
+            seen += 1;
+            if let Some(error) = chunk.error {
+                self.count(|s| s.failed_requests += 1);
+                return Err(BackendError::BadResponse(format!(
+                    "the server sent an error in the stream: {error}"
+                )));
+            }
+            if let Some(u) = chunk.usage {
+                usage = Usage {
+                    prompt_tokens: u.prompt_tokens,
+                    completion_tokens: u.completion_tokens,
+                };
+            }
+            for choice in chunk.choices {
+                if let Some(piece) = choice.delta.content.filter(|p| !p.is_empty()) {
+                    text.push_str(&piece);
+                    if deltas.send(Delta { index, text: piece }).is_err() {
+                        // Nobody listens: dropping the response closes the connection, which
+                        // stops the server generating.
+                        return Err(BackendError::BadResponse(
+                            "the stream's listener went away".into(),
+                        ));
+                    }
+                }
+                if let Some(tokens) = choice.logprobs.and_then(|l| l.content) {
+                    logprobs
+                        .get_or_insert_with(Vec::new)
+                        .extend(tokens.into_iter().map(|t| TokenLogprob {
+                            token: t.token,
+                            logprob: t.logprob,
+                            entropy: None,
+                        }));
+                }
+                if choice.finish_reason.is_some() {
+                    finish = choice.finish_reason;
+                }
+            }
+        }
+        let completion_tokens = logprobs
+            .as_ref()
+            .map_or(usage.completion_tokens, |l| l.len() as u64);
+        Ok((
+            Completion {
+                text,
+                finish: finish_reason(finish.as_deref()),
+                seed,
+                completion_tokens: completion_tokens as u32,
+                logprobs,
+            },
+            usage,
+            retries,
+        ))
+    }
+
+    /// A group as one streamed request per completion, concurrently. A server that honours `n`
+    /// would interleave the choices of one stream, but one that drops a choice mid-stream
+    /// could then not be completed, so each completion has its own stream.
+    async fn stream_group(
+        &self,
+        request: &GroupRequest,
+        deltas: DeltaSender,
+    ) -> Result<Group, BackendError> {
+        check_request(request)?;
+        let calls = (0..request.n).map(|index| self.stream_one(request, index, &deltas));
+        let mut completions = Vec::new();
+        let mut usage = Usage::default();
+        let mut retries = 0;
+        for result in join_all(calls).await {
+            let (completion, u, r) = result?;
+            completions.push(completion);
+            usage += u;
+            retries += r;
+        }
+        Ok(self.priced(completions, usage, retries))
     }
 
     /// Exponential backoff with "equal jitter": half fixed, half random, so retries from many
@@ -236,6 +395,7 @@ impl OpenAiBackend {
                 _ => None,
             },
             stream: false,
+            stream_options: None,
         }
     }
 
@@ -317,7 +477,11 @@ impl OpenAiBackend {
         } else {
             self.parallel(request, 0).await?
         };
-        Ok(Group {
+        Ok(self.priced(completions, usage, retries))
+    }
+
+    fn priced(&self, completions: Vec<Completion>, usage: Usage, retries: u32) -> Group {
+        Group {
             cost_usd: self
                 .config
                 .prices
@@ -326,7 +490,7 @@ impl OpenAiBackend {
             completions,
             usage,
             retries,
-        })
+        }
     }
 }
 
@@ -340,6 +504,14 @@ impl Backend for OpenAiBackend {
         request: &'a GroupRequest,
     ) -> BoxFuture<'a, Result<Group, BackendError>> {
         Box::pin(self.group(request))
+    }
+
+    fn generate_streaming<'a>(
+        &'a self,
+        request: &'a GroupRequest,
+        deltas: DeltaSender,
+    ) -> BoxFuture<'a, Result<Group, BackendError>> {
+        Box::pin(self.stream_group(request, deltas))
     }
 
     fn stats(&self) -> BackendStats {
@@ -411,6 +583,44 @@ struct ChatRequest<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     grammar: Option<&'a String>,
     stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<Value>,
+}
+
+/// One `chat.completion.chunk` of a streamed response.
+#[derive(Deserialize)]
+struct ChatChunk {
+    #[serde(default)]
+    choices: Vec<ChunkChoice>,
+    #[serde(default)]
+    usage: Option<ResponseUsage>,
+    /// Some servers report a failure mid-stream as a chunk with an `error` object.
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct ChunkChoice {
+    #[serde(default)]
+    delta: ChunkDelta,
+    #[serde(default)]
+    finish_reason: Option<String>,
+    #[serde(default)]
+    logprobs: Option<ChoiceLogprobs>,
+}
+
+#[derive(Deserialize, Default)]
+struct ChunkDelta {
+    #[serde(default)]
+    content: Option<String>,
+}
+
+fn finish_reason(reason: Option<&str>) -> FinishReason {
+    match reason {
+        Some("stop") | Some("eos") | None => FinishReason::Stop,
+        Some("length") => FinishReason::Length,
+        Some(_) => FinishReason::Other,
+    }
 }
 
 #[derive(Deserialize)]
@@ -493,11 +703,7 @@ impl ChatResponse {
                     + u64::from((i as u64) < usage.completion_tokens % count);
                 Completion {
                     text: choice.message.content.unwrap_or_default(),
-                    finish: match choice.finish_reason.as_deref() {
-                        Some("stop") | Some("eos") | None => FinishReason::Stop,
-                        Some("length") => FinishReason::Length,
-                        Some(_) => FinishReason::Other,
-                    },
+                    finish: finish_reason(choice.finish_reason.as_deref()),
                     seed,
                     completion_tokens: logprobs.as_ref().map_or(share, |l| l.len() as u64) as u32,
                     logprobs,

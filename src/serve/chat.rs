@@ -8,7 +8,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use axum::response::sse::{Event, Sse};
+use axum::response::sse::Sse;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
@@ -17,6 +17,7 @@ use super::catalog::Snapshot;
 use super::error::ApiError;
 use super::hllm;
 use super::inject::{inject, query_text};
+use super::stream::{self, Chunks, StreamPlan};
 use super::wire::{ChatRequest, finish_reason, logprobs_json, usage_json};
 use crate::backend::{Group, GroupRequest};
 use crate::library::{Experience, ExperienceId};
@@ -190,6 +191,31 @@ pub async fn completions(
             ..checked.sampling
         },
     };
+    let id = format!("chatcmpl-{:016x}", rand::random::<u64>());
+    let created = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let plan = StreamPlan {
+        id,
+        created,
+        model_label: requested_model,
+        include_usage: checked.include_usage,
+        client_logprobs,
+        psi,
+        library: injected
+            .as_ref()
+            .map(|i: &Injected| (i.snapshot.library.clone(), i.snapshot.version.to_string())),
+    };
+    // Escalation needs Θ of the whole answer before anything is sent, so with it configured a
+    // streamed request is answered when complete.
+    if checked.stream && app.config.escalate_theta.is_none() {
+        let mut response = stream::respond(app, model, group_request, plan).await?;
+        if let Some(injected) = injected {
+            injected_headers(&mut response, &injected);
+        }
+        return Ok(response);
+    }
+
     let routed = generate(&app, &model, &group_request).await?;
     let mut group = routed.group;
     let mut upstream = routed.upstream;
@@ -212,11 +238,7 @@ pub async fn completions(
         escalated = Some(stronger.to_owned());
     }
     if let Some(figures) = figures {
-        let (library, version) = injected
-            .as_ref()
-            .map_or((String::new(), String::new()), |i: &Injected| {
-                (i.snapshot.library.clone(), i.snapshot.version.to_string())
-            });
+        let (library, version) = plan.library.clone().unwrap_or_default();
         app.metrics.hllm(&library, &version, figures);
     }
     if !client_logprobs {
@@ -227,24 +249,20 @@ pub async fn completions(
     app.metrics
         .tokens(group.usage.prompt_tokens, group.usage.completion_tokens);
 
-    let id = format!("chatcmpl-{:016x}", rand::random::<u64>());
-    let created = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
     let mut response = if checked.stream {
-        let events = stream_events(
-            &id,
-            created,
-            &requested_model,
-            &group,
-            checked.include_usage,
-        );
+        let events = Chunks::new(&plan, group.completions.len()).finish(&group);
         Sse::new(futures::stream::iter(
             events.into_iter().map(Ok::<_, Infallible>),
         ))
         .into_response()
     } else {
-        axum::Json(response_json(&id, created, &requested_model, &group)).into_response()
+        axum::Json(response_json(
+            &plan.id,
+            plan.created,
+            &plan.model_label,
+            &group,
+        ))
+        .into_response()
     };
     let headers = response.headers_mut();
     if let Ok(value) = HeaderValue::from_str(&upstream) {
@@ -261,23 +279,28 @@ pub async fn completions(
         headers.insert("x-gym-escalated", value);
     }
     if let Some(injected) = injected {
-        let headers = response.headers_mut();
-        let ids: Vec<String> = injected.ids.iter().map(ToString::to_string).collect();
-        for (name, value) in [
-            ("x-gym-library", injected.snapshot.library.clone()),
-            (
-                "x-gym-library-version",
-                injected.snapshot.version.to_string(),
-            ),
-            ("x-gym-library-root", injected.snapshot.root.to_string()),
-            ("x-gym-experiences", ids.join(",")),
-        ] {
-            if let Ok(value) = HeaderValue::from_str(&value) {
-                headers.insert(HeaderName::from_static(name), value);
-            }
-        }
+        injected_headers(&mut response, &injected);
     }
     Ok(response)
+}
+
+/// The `x-gym-library*` and `x-gym-experiences` headers: what was injected.
+fn injected_headers(response: &mut Response, injected: &Injected) {
+    let headers = response.headers_mut();
+    let ids: Vec<String> = injected.ids.iter().map(ToString::to_string).collect();
+    for (name, value) in [
+        ("x-gym-library", injected.snapshot.library.clone()),
+        (
+            "x-gym-library-version",
+            injected.snapshot.version.to_string(),
+        ),
+        ("x-gym-library-root", injected.snapshot.root.to_string()),
+        ("x-gym-experiences", ids.join(",")),
+    ] {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    }
 }
 
 /// `request` through the router to an upstream of `model`, within the generation timeout.
@@ -318,51 +341,6 @@ fn response_json(id: &str, created: u64, model: &str, group: &Group) -> Value {
         "usage": usage_json(group.usage),
         "system_fingerprint": null,
     })
-}
-
-/// The stream of chunks for a finished group: per choice a role chunk, the text word by word,
-/// and a finish chunk; then the usage chunk when asked for; then `[DONE]`.
-fn stream_events(
-    id: &str,
-    created: u64,
-    model: &str,
-    group: &Group,
-    include_usage: bool,
-) -> Vec<Event> {
-    let chunk = |choices: Value, usage: Option<Value>| {
-        let mut body = json!({
-            "id": id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": choices,
-            "system_fingerprint": null,
-        });
-        if include_usage {
-            body["usage"] = usage.unwrap_or(Value::Null);
-        }
-        Event::default().data(body.to_string())
-    };
-    let mut events = Vec::new();
-    for (index, completion) in group.completions.iter().enumerate() {
-        let delta = |delta: Value, finish: Option<&str>| json!([{"index": index, "delta": delta, "logprobs": null, "finish_reason": finish}]);
-        events.push(chunk(
-            delta(json!({"role": "assistant", "content": ""}), None),
-            None,
-        ));
-        for piece in completion.text.split_inclusive(char::is_whitespace) {
-            events.push(chunk(delta(json!({"content": piece}), None), None));
-        }
-        events.push(chunk(
-            delta(json!({}), Some(finish_reason(completion.finish))),
-            None,
-        ));
-    }
-    if include_usage {
-        events.push(chunk(json!([]), Some(usage_json(group.usage))));
-    }
-    events.push(Event::default().data("[DONE]"));
-    events
 }
 
 #[cfg(test)]

@@ -113,6 +113,7 @@ impl From<RouteError> for ApiError {
             },
             RouteError::Rejected(error) => Self::Backend(error),
             RouteError::AllFailed { last, .. } => Self::Backend(last),
+            RouteError::Interrupted { error, .. } => Self::Backend(error),
         }
     }
 }
@@ -140,16 +141,21 @@ impl From<LibraryError> for ApiError {
     }
 }
 
+impl ApiError {
+    /// The `error` object of OpenAI's error shape.
+    pub fn body(&self) -> serde_json::Value {
+        json!({
+            "message": self.to_string(),
+            "type": self.kind(),
+            "param": self.param(),
+            "code": self.code(),
+        })
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({
-            "error": {
-                "message": self.to_string(),
-                "type": self.kind(),
-                "param": self.param(),
-                "code": self.code(),
-            }
-        });
+        let body = json!({ "error": self.body() });
         (self.status(), Json(body)).into_response()
     }
 }

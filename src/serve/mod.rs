@@ -37,6 +37,7 @@ pub mod qdrant;
 pub mod retrieve;
 pub mod router;
 mod runs;
+mod stream;
 pub mod wire;
 
 use std::sync::Arc;

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, mpsc};
 
-use crate::backend::{Backend, BackendError, Group, GroupRequest};
+use crate::backend::{Backend, BackendError, Delta, Group, GroupRequest};
 
 /// One model server behind the router.
 pub struct Upstream {
@@ -105,6 +105,20 @@ pub enum RouteError {
     Rejected(BackendError),
     #[error("every upstream of `{model}` failed; last: {last}")]
     AllFailed { model: String, last: BackendError },
+    /// A streamed answer broke after part of it was sent, so it could not go elsewhere.
+    #[error("upstream `{upstream}` failed in the middle of a streamed answer: {error}")]
+    Interrupted {
+        upstream: String,
+        error: BackendError,
+    },
+}
+
+/// What a streamed request sends while it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Streamed {
+    /// The upstream whose text follows; sent once, before its first delta.
+    Upstream(String),
+    Delta(Delta),
 }
 
 /// An answer and where it came from.
@@ -186,6 +200,27 @@ impl Router {
         model: &str,
         request: &GroupRequest,
     ) -> Result<Routed, RouteError> {
+        self.route(model, request, None).await
+    }
+
+    /// Like [`generate`](Self::generate), sending the text to `out` while it is produced. An
+    /// upstream that fails before sending any text fails over like any other; once text has
+    /// gone out, a failure ends the request ([`RouteError::Interrupted`]).
+    pub async fn generate_streaming(
+        &self,
+        model: &str,
+        request: &GroupRequest,
+        out: &mpsc::UnboundedSender<Streamed>,
+    ) -> Result<Routed, RouteError> {
+        self.route(model, request, Some(out)).await
+    }
+
+    async fn route(
+        &self,
+        model: &str,
+        request: &GroupRequest,
+        out: Option<&mpsc::UnboundedSender<Streamed>>,
+    ) -> Result<Routed, RouteError> {
         let (mut up, mut down): (Vec<_>, Vec<_>) = self
             .upstreams
             .iter()
@@ -206,7 +241,10 @@ impl Router {
             };
             let started = Instant::now();
             upstream.stats.requests.fetch_add(1, Ordering::Relaxed);
-            let result = upstream.backend.generate(request).await;
+            let (result, streamed) = match out {
+                None => (upstream.backend.generate(request).await, false),
+                Some(out) => stream_from(upstream, request, out).await,
+            };
             upstream
                 .stats
                 .latency_micros
@@ -221,18 +259,33 @@ impl Router {
                         failovers,
                     });
                 }
-                Err(error) if transient(&error) => {
-                    upstream.stats.failures.fetch_add(1, Ordering::Relaxed);
-                    upstream.stats.failovers.fetch_add(1, Ordering::Relaxed);
-                    let mut breaker = upstream.breaker();
-                    breaker.down_until = Some(Instant::now() + self.cooldown);
-                    breaker.last_error = Some(error.to_string());
-                    failovers += 1;
-                    last = Some(error);
+                // The client left: not the upstream's fault.
+                Err(error) if out.is_some_and(|out| out.is_closed()) => {
+                    return Err(RouteError::Interrupted {
+                        upstream: upstream.name.clone(),
+                        error,
+                    });
                 }
                 Err(error) => {
                     upstream.stats.failures.fetch_add(1, Ordering::Relaxed);
-                    return Err(RouteError::Rejected(error));
+                    let transient = transient(&error);
+                    if transient {
+                        let mut breaker = upstream.breaker();
+                        breaker.down_until = Some(Instant::now() + self.cooldown);
+                        breaker.last_error = Some(error.to_string());
+                    }
+                    if streamed {
+                        return Err(RouteError::Interrupted {
+                            upstream: upstream.name.clone(),
+                            error,
+                        });
+                    }
+                    if !transient {
+                        return Err(RouteError::Rejected(error));
+                    }
+                    upstream.stats.failovers.fetch_add(1, Ordering::Relaxed);
+                    failovers += 1;
+                    last = Some(error);
                 }
             }
         }
@@ -241,6 +294,39 @@ impl Router {
             last: last.unwrap_or(BackendError::WorkerGone),
         })
     }
+}
+
+/// One streaming attempt on `upstream`, forwarding its deltas to `out` (announced by the
+/// upstream's name). Returns the result and whether any text went out. When `out` closes (the
+/// client left), the attempt's own channel closes too, which tells the backend to stop.
+async fn stream_from(
+    upstream: &Upstream,
+    request: &GroupRequest,
+    out: &mpsc::UnboundedSender<Streamed>,
+) -> (Result<Group, BackendError>, bool) {
+    let (deltas, mut received) = mpsc::unbounded_channel();
+    let generation = upstream.backend.generate_streaming(request, deltas);
+    tokio::pin!(generation);
+    let mut streamed = false;
+    let mut forward = |delta: Delta, received: &mut mpsc::UnboundedReceiver<Delta>| {
+        if !streamed {
+            streamed = true;
+            let _ = out.send(Streamed::Upstream(upstream.name.clone()));
+        }
+        if out.send(Streamed::Delta(delta)).is_err() {
+            received.close();
+        }
+    };
+    let result = loop {
+        tokio::select! {
+            result = &mut generation => break result,
+            Some(delta) = received.recv() => forward(delta, &mut received),
+        }
+    };
+    while let Ok(delta) = received.try_recv() {
+        forward(delta, &mut received);
+    }
+    (result, streamed)
 }
 
 #[cfg(test)]

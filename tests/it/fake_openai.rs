@@ -14,6 +14,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use futures::StreamExt;
 use serde_json::{Value, json};
 
 /// What the server does with the next request.
@@ -25,6 +26,10 @@ pub enum Fault {
     Slow(Duration),
     /// A 200 whose body is not JSON.
     Garbage,
+    /// A 400 the backend does not retry.
+    Rejected,
+    /// A streamed answer whose connection breaks after its first piece of text.
+    BrokenStream,
 }
 
 #[derive(Default)]
@@ -127,6 +132,7 @@ async fn chat(State(shared): State<Arc<Shared>>, body: String) -> Response {
     };
     shared.recorded.lock().unwrap().bodies.push(request.clone());
     let fault = shared.faults.lock().unwrap().pop_front();
+    let broken = matches!(fault, Some(Fault::BrokenStream));
     match fault {
         Some(Fault::RateLimited) => {
             return error(
@@ -138,9 +144,16 @@ async fn chat(State(shared): State<Arc<Shared>>, body: String) -> Response {
         Some(Fault::ServerError) => {
             return (StatusCode::INTERNAL_SERVER_ERROR, "upstream exploded").into_response();
         }
+        Some(Fault::Rejected) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "this request is refused",
+            );
+        }
         Some(Fault::Slow(delay)) => tokio::time::sleep(delay).await,
         Some(Fault::Garbage) => return (StatusCode::OK, "<html>not json</html>").into_response(),
-        None => {}
+        Some(Fault::BrokenStream) | None => {}
     }
     if request["messages"].as_array().is_none_or(Vec::is_empty)
         || request["model"].as_str().is_none()
@@ -190,19 +203,92 @@ async fn chat(State(shared): State<Arc<Shared>>, body: String) -> Response {
         })
         .collect();
     let completion_tokens = n as usize * (3 + answer.split_whitespace().count());
+    let usage = json!({
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens
+    });
+    if request["stream"] == json!(true) {
+        let include_usage = request["stream_options"]["include_usage"] == json!(true);
+        return stream(&request, &choices, usage, include_usage, broken);
+    }
     axum::Json(json!({
         "id": "chatcmpl-test",
         "object": "chat.completion",
         "created": 1_700_000_000,
         "model": request["model"],
         "choices": choices,
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens
-        }
+        "usage": usage,
     }))
     .into_response()
+}
+
+/// The answer as `chat.completion.chunk` events, a word at a time with a short pause between
+/// chunks (so a client sees them arrive apart), the usage chunk when asked for, then `[DONE]`.
+/// A broken stream stops after the first word with a connection error.
+fn stream(
+    request: &Value,
+    choices: &[Value],
+    usage: Value,
+    include_usage: bool,
+    broken: bool,
+) -> Response {
+    let chunk = |choices: Value, usage: Value| {
+        let mut body = json!({
+            "id": "chatcmpl-test",
+            "object": "chat.completion.chunk",
+            "created": 1_700_000_000,
+            "model": request["model"],
+            "choices": choices,
+        });
+        if include_usage {
+            body["usage"] = usage;
+        }
+        format!("data: {body}\n\n")
+    };
+    let mut events = Vec::new();
+    for choice in choices {
+        let index = &choice["index"];
+        let text = choice["message"]["content"].as_str().unwrap_or("");
+        events.push(chunk(
+            json!([{"index": index, "delta": {"role": "assistant", "content": ""}}]),
+            Value::Null,
+        ));
+        for word in text.split_inclusive(' ') {
+            events.push(chunk(
+                json!([{"index": index, "delta": {"content": word}, "finish_reason": null}]),
+                Value::Null,
+            ));
+        }
+        events.push(chunk(
+            json!([{"index": index, "delta": {}, "finish_reason": "stop"}]),
+            Value::Null,
+        ));
+    }
+    if broken {
+        events.truncate(2);
+    } else {
+        if include_usage {
+            events.push(chunk(json!([]), usage));
+        }
+        events.push("data: [DONE]\n\n".to_string());
+    }
+    let body = futures::stream::iter(events.into_iter().map(Ok::<_, std::io::Error>))
+        .then(|event| async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            event
+        })
+        .chain(
+            futures::stream::iter(broken.then_some(())).then(|()| async {
+                // Long enough for the text before it to reach the client.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Err(std::io::Error::other("the connection broke"))
+            }),
+        );
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(axum::body::Body::from_stream(body))
+        .expect("a valid response")
 }
 
 /// What a capable model answers to each of the distillation stages' prompts.

@@ -209,3 +209,63 @@ fn unreadable_and_invalid_model_files_are_clear_errors() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn streamed_text_joins_to_the_final_text_with_stop_strings_cut() {
+    let sampling = Sampling {
+        max_tokens: 48,
+        temperature: 0.8,
+        seed: 5,
+        stop: vec![".".into(), "\n\n".into()],
+        ..Sampling::default()
+    };
+    let request = ask("Describe the sea in two sentences.", 2, sampling);
+    let (deltas, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let group = backend()
+        .generate_streaming(&request, deltas)
+        .await
+        .unwrap();
+    let mut texts = vec![String::new(); 2];
+    let mut pieces = [0; 2];
+    while let Ok(delta) = received.try_recv() {
+        texts[delta.index].push_str(&delta.text);
+        pieces[delta.index] += 1;
+    }
+    for (index, completion) in group.completions.iter().enumerate() {
+        assert_eq!(texts[index], completion.text, "completion {index}");
+        assert!(!completion.text.contains('.'), "{:?}", completion.text);
+        assert!(
+            pieces[index] > 1 || completion.completion_tokens <= 2,
+            "sent token by token: {pieces:?}"
+        );
+    }
+    // Same seeds, same answers as without streaming.
+    let plain = backend().generate(&request).await.unwrap();
+    let plain: Vec<_> = plain.completions.iter().map(|c| &c.text).collect();
+    assert_eq!(plain, texts.iter().collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_listener_that_goes_away_stops_the_sampling() {
+    let sampling = Sampling {
+        max_tokens: 400,
+        ignore_eos: true,
+        seed: 9,
+        ..Sampling::default()
+    };
+    let request = ask("Count from one to a thousand.", 1, sampling);
+    let (deltas, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let generation = backend().generate_streaming(&request, deltas);
+    let listener = async move {
+        received.recv().await.expect("a first piece");
+        drop(received);
+    };
+    let (group, ()) = tokio::join!(generation, listener);
+    let completion = &group.unwrap().completions[0];
+    assert_eq!(completion.finish, FinishReason::Other);
+    assert!(
+        completion.completion_tokens < 100,
+        "stopped soon after the listener left: {} tokens",
+        completion.completion_tokens
+    );
+}

@@ -23,3 +23,4 @@ mod serve_api;
 mod serve_qdrant;
 #[cfg(feature = "llama")]
 mod serve_socket;
+mod serve_stream;

@@ -172,3 +172,64 @@ async fn constraints_and_modes_reach_the_wire() {
     let empty = backend.generate(&request(0)).await.unwrap_err();
     assert!(empty.to_string().contains("`n`"), "{empty}");
 }
+
+/// Collects what a streaming call sent, per completion.
+async fn streamed(
+    backend: &dyn Backend,
+    request: &GroupRequest,
+) -> (Result<gym::backend::Group, BackendError>, Vec<String>) {
+    let (deltas, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let result = backend.generate_streaming(request, deltas).await;
+    let mut texts = vec![String::new(); request.n];
+    while let Ok(delta) = received.try_recv() {
+        texts[delta.index].push_str(&delta.text);
+    }
+    (result, texts)
+}
+
+#[tokio::test]
+async fn a_streamed_group_sends_its_text_as_it_arrives_and_keeps_usage() {
+    let server = FakeOpenAi::start(true, "Answer: forty two").await;
+    // A rate limit before the stream opens is retried like any request.
+    server.inject([Fault::RateLimited]);
+    let backend = OpenAiBackend::new(config(&server, "gpt-4o-mini")).unwrap();
+    let (result, texts) = streamed(&backend, &request(2)).await;
+    let group = result.unwrap();
+    assert_eq!(group.retries, 1);
+    for (completion, text) in group.completions.iter().zip(&texts) {
+        assert_eq!(&completion.text, text);
+        assert!(completion.text.ends_with("Answer: forty two"), "{text}");
+    }
+    assert_ne!(texts[0], texts[1], "each completion has its own seed");
+    assert!(group.usage.completion_tokens > 0 && group.usage.prompt_tokens > 0);
+    let bodies = server.bodies();
+    assert!(
+        bodies[1..]
+            .iter()
+            .all(|b| b["stream"] == json!(true)
+                && b["stream_options"]["include_usage"] == json!(true))
+    );
+}
+
+#[tokio::test]
+async fn a_stream_that_breaks_after_text_is_an_error_and_is_not_retried() {
+    let server = FakeOpenAi::start(true, "Answer: forty two").await;
+    server.inject([Fault::BrokenStream]);
+    let backend = OpenAiBackend::new(config(&server, "m")).unwrap();
+    let (result, texts) = streamed(&backend, &request(1)).await;
+    let error = result.unwrap_err();
+    assert!(!texts[0].is_empty(), "the first piece was sent: {error}");
+    assert!(error.to_string().contains("stream"), "{error}");
+    assert_eq!(server.requests(), 1, "text already went out: no retry");
+    assert_eq!(backend.stats().failed_requests, 1);
+}
+
+#[tokio::test]
+async fn a_stream_request_answered_without_events_is_an_error() {
+    let server = FakeOpenAi::start(true, "Answer: 42").await;
+    server.inject([Fault::Garbage]);
+    let backend = OpenAiBackend::new(config(&server, "m")).unwrap();
+    let (result, _) = streamed(&backend, &request(1)).await;
+    let error = result.unwrap_err();
+    assert!(error.to_string().contains("event stream"), "{error}");
+}

@@ -304,11 +304,17 @@ async fn n_choices_and_the_event_stream_follow_openai_shapes() {
         }
     }
     assert_eq!(finished, 2);
-    // The seed is the same as the non-streamed call's, so the texts are too.
+    // A streamed group is one streamed request per completion, the i-th seeded seed + i (the
+    // backend's parallel mode): the first draw is the non-streamed call's first.
     assert!(texts[0].starts_with("draw 7/0."), "{texts:?}");
-    assert_eq!(
-        streamed.map(|s| s.clone()),
-        [texts[0].to_owned(), texts[1].to_owned()]
+    assert_eq!(streamed[0], texts[0]);
+    assert!(streamed[1].starts_with("draw 8/0."), "{streamed:?}");
+    let bodies = f.server.bodies();
+    assert!(
+        bodies[1..]
+            .iter()
+            .all(|b| b["stream"] == json!(true) && b.get("n").is_none()),
+        "{bodies:?}"
     );
     let usage = chunks.last().unwrap();
     assert!(usage["choices"].as_array().unwrap().is_empty());

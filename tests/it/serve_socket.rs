@@ -55,6 +55,16 @@ for chunk in client.chat.completions.create(
         pieces.append(choice.delta.content or "")
         finish = choice.finish_reason or finish
 out["stream"] = {"text": "".join(pieces), "finish": finish}
+import time
+started, times = time.monotonic(), []
+for chunk in client.chat.completions.create(
+    model="gym",
+    messages=[{"role": "user", "content": "Count from one to twenty."}],
+    max_tokens=48, temperature=0, stream=True,
+):
+    if chunk.choices and chunk.choices[0].delta.content:
+        times.append(time.monotonic() - started)
+out["timing"] = {"pieces": len(times), "first": times[0], "last": times[-1]}
 try:
     client.chat.completions.create(model="gym@nosuch", messages=[{"role": "user", "content": "x"}])
 except Exception as e:
@@ -160,6 +170,14 @@ fn the_openai_python_client_gets_answers_streams_and_experience_headers() {
     // Greedy with the same seed: the stream carries the same text as the plain call.
     assert_eq!(out["stream"]["text"], plain["text"], "{out}");
     assert_eq!(out["stream"]["finish"], plain["finish"]);
+    // Token by token: many pieces, spread over the generation rather than sent at its end.
+    let timing = &out["timing"];
+    let (first, last) = (
+        timing["first"].as_f64().unwrap(),
+        timing["last"].as_f64().unwrap(),
+    );
+    assert!(timing["pieces"].as_u64().unwrap() >= 16, "{timing}");
+    assert!(last - first > 0.05, "{timing}");
     assert_eq!(out["error"]["kind"], "NotFoundError", "{out}");
     assert!(
         out["error"]["message"]

@@ -23,7 +23,7 @@ use llama_cpp_2::model::params::LlamaModelParams;
 use tokio::sync::oneshot;
 
 use self::worker::{Job, Worker};
-use super::{Backend, BackendError, BackendStats, Group, GroupRequest, check_request};
+use super::{Backend, BackendError, BackendStats, DeltaSender, Group, GroupRequest, check_request};
 
 /// llama.cpp's limit on sequences in one context.
 const MAX_SEQUENCES: usize = 256;
@@ -143,6 +143,15 @@ impl LlamaBackend {
         request: &GroupRequest,
         mode: PromptMode,
     ) -> Result<Group, BackendError> {
+        self.submit(request, mode, None).await
+    }
+
+    async fn submit(
+        &self,
+        request: &GroupRequest,
+        mode: PromptMode,
+        deltas: Option<DeltaSender>,
+    ) -> Result<Group, BackendError> {
         check_request(request)?;
         if request.n > MAX_SEQUENCES {
             return Err(BackendError::InvalidRequest {
@@ -155,6 +164,7 @@ impl LlamaBackend {
             request: request.clone(),
             mode,
             reply,
+            deltas,
         };
         {
             let jobs = self.jobs.lock().expect("jobs lock");
@@ -175,6 +185,14 @@ impl Backend for LlamaBackend {
         request: &'a GroupRequest,
     ) -> BoxFuture<'a, Result<Group, BackendError>> {
         Box::pin(self.generate_with(request, PromptMode::Shared))
+    }
+
+    fn generate_streaming<'a>(
+        &'a self,
+        request: &'a GroupRequest,
+        deltas: DeltaSender,
+    ) -> BoxFuture<'a, Result<Group, BackendError>> {
+        Box::pin(self.submit(request, PromptMode::Shared, Some(deltas)))
     }
 
     fn stats(&self) -> BackendStats {

@@ -10,6 +10,7 @@ use llama_cpp_2::vocab::LlamaVocab;
 
 use crate::backend::{
     BackendError, Completion, FinishReason, GrammarError, Sampling, StopMatcher, TokenLogprob,
+    complete_utf8_len,
 };
 
 /// A sequence's samplers: the draw (top-k, top-p, temperature and a seeded pick; greedy at
@@ -158,6 +159,11 @@ impl Sequence {
         } else if self.tokens.len() >= sampling.max_tokens as usize {
             self.finish = Some(FinishReason::Length);
         }
+    }
+
+    /// The text so far without a character whose last byte is still to come.
+    pub fn streamable_text(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.bytes[..complete_utf8_len(&self.bytes)])
     }
 
     pub fn into_completion(self, seed: u64) -> Completion {

@@ -20,8 +20,8 @@ use tokio::sync::oneshot;
 use super::sequence::{Samplers, Sequence, log_softmax_at};
 use super::{LlamaConfig, MAX_SEQUENCES, PromptMode};
 use crate::backend::{
-    BackendError, BackendStats, ChatMessage, Constraint, Group, GroupRequest, StopMatcher, Usage,
-    json_schema_to_gbnf,
+    BackendError, BackendStats, ChatMessage, Constraint, Delta, DeltaSender, FinishReason, Group,
+    GroupRequest, StopMatcher, TextRelease, Usage, json_schema_to_gbnf,
 };
 
 /// How long the thread waits for more jobs after the first one of a round arrives.
@@ -31,6 +31,8 @@ pub(super) struct Job {
     pub request: GroupRequest,
     pub mode: PromptMode,
     pub reply: oneshot::Sender<Result<Group, BackendError>>,
+    /// Where the text goes while it is sampled, for streaming requests.
+    pub deltas: Option<DeltaSender>,
 }
 
 /// A job admitted to a round.
@@ -43,6 +45,33 @@ struct Admitted {
     first_seq: usize,
     sequences: Vec<Sequence>,
     stop: StopMatcher,
+    deltas: Option<DeltaSender>,
+    /// Per sequence, how much of its text was streamed.
+    released: Vec<TextRelease>,
+}
+
+impl Admitted {
+    /// Streams the new text of every running sequence. When the listener has gone, its
+    /// sequences end now: nobody would read them.
+    fn stream(&mut self) {
+        let Some(deltas) = &self.deltas else { return };
+        if deltas.is_closed() {
+            for seq in self.sequences.iter_mut().filter(|s| s.is_active()) {
+                seq.finish = Some(FinishReason::Other);
+            }
+            return;
+        }
+        for (index, (seq, release)) in self.sequences.iter().zip(&mut self.released).enumerate() {
+            if seq.is_active()
+                && let Some(piece) = release.next(&seq.streamable_text())
+            {
+                let _ = deltas.send(Delta {
+                    index,
+                    text: piece.to_owned(),
+                });
+            }
+        }
+    }
 }
 
 pub(super) struct Worker<'m> {
@@ -184,6 +213,7 @@ impl<'m> Worker<'m> {
                 }
             };
             let stop = StopMatcher::new(&request.sampling.stop);
+            let released = vec![TextRelease::new(&request.sampling.stop); request.n];
             let first_seq = sequences;
             cells += needed;
             sequences += request.n;
@@ -198,6 +228,8 @@ impl<'m> Worker<'m> {
                 prompt,
                 first_seq,
                 stop,
+                deltas: job.deltas,
+                released,
             });
         }
         round
@@ -330,6 +362,9 @@ impl<'m> Worker<'m> {
         }
 
         loop {
+            for admitted in round.iter_mut().filter(|a| a.reply.is_some()) {
+                admitted.stream();
+            }
             self.reply_finished(round);
             batch.clear();
             let mut index = 0;
@@ -378,7 +413,7 @@ impl<'m> Worker<'m> {
                 prompt_tokens: admitted.prompt.len() as u64,
                 completion_tokens: 0,
             };
-            let completions = std::mem::take(&mut admitted.sequences)
+            let completions: Vec<_> = std::mem::take(&mut admitted.sequences)
                 .into_iter()
                 .enumerate()
                 .map(|(i, seq)| {
@@ -386,6 +421,20 @@ impl<'m> Worker<'m> {
                     seq.into_completion(sampling.seed_for(i))
                 })
                 .collect();
+            // The tails held back while a stop string could still complete; the listener's
+            // channel closes with this job.
+            if let Some(deltas) = admitted.deltas.take() {
+                for (index, (completion, release)) in
+                    completions.iter().zip(&mut admitted.released).enumerate()
+                {
+                    if let Some(rest) = release.finish(&completion.text) {
+                        let _ = deltas.send(Delta {
+                            index,
+                            text: rest.to_owned(),
+                        });
+                    }
+                }
+            }
             let group = Group {
                 completions,
                 usage,

@@ -1,0 +1,257 @@
+//! Streamed chat completions (`stream: true`): OpenAI's `chat.completion.chunk` server-sent
+//! events, sent while the model samples.
+//!
+//! The answer is generated on a task of its own that feeds the response body through a channel.
+//! The response starts (headers, status 200) when the first text arrives, so a request that
+//! fails before any text still gets a proper HTTP error; a failure after that ends the stream
+//! with an `error` event in OpenAI's shape, which the SDKs raise. A client that disconnects
+//! drops the channel, which cancels the generation (llama.cpp stops its sequences, an upstream
+//! request is closed). Θ is known only at the end, so the `x-gym-hllm` figures come in an SSE
+//! comment line before `[DONE]` (comments are ignored by SSE clients that do not look for them).
+
+use std::convert::Infallible;
+
+use axum::http::{HeaderName, HeaderValue};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+use super::AppState;
+use super::error::ApiError;
+use super::hllm;
+use super::router::{Routed, Streamed};
+use super::wire::{finish_reason, logprobs_json, usage_json};
+use crate::backend::{Group, GroupRequest};
+
+/// What a streamed answer needs besides the request itself.
+pub struct StreamPlan {
+    pub id: String,
+    pub created: u64,
+    /// The model as the client named it, echoed in every chunk.
+    pub model_label: String,
+    pub include_usage: bool,
+    pub client_logprobs: bool,
+    /// The injected experiences' summed confidence (Ψ).
+    pub psi: f64,
+    /// The library and version injected, for the per-version metrics.
+    pub library: Option<(String, String)>,
+}
+
+/// Starts generating and answers with the event stream once the first text (or the whole
+/// answer) is there; an error before that is an ordinary error response.
+pub async fn respond(
+    app: AppState,
+    model: String,
+    request: GroupRequest,
+    plan: StreamPlan,
+) -> Result<Response, ApiError> {
+    let (head, started) = oneshot::channel();
+    let (events, body) = mpsc::unbounded_channel();
+    tokio::spawn(generate(app, model, request, plan, head, events));
+    let upstream = started.await.map_err(|_| ApiError::ShuttingDown)??;
+    let body = futures::stream::unfold(body, |mut body| async move {
+        body.recv()
+            .await
+            .map(|event| (Ok::<_, Infallible>(event), body))
+    });
+    let mut response = Sse::new(body).into_response();
+    if let Ok(value) = HeaderValue::from_str(&upstream) {
+        response
+            .headers_mut()
+            .insert(HeaderName::from_static("x-gym-upstream"), value);
+    }
+    Ok(response)
+}
+
+/// The generation task: routes the request, turns deltas into chunks, and ends the stream.
+async fn generate(
+    app: AppState,
+    model: String,
+    request: GroupRequest,
+    plan: StreamPlan,
+    head: oneshot::Sender<Result<String, ApiError>>,
+    events: mpsc::UnboundedSender<Event>,
+) {
+    let mut head = Some(head);
+    let mut chunks = Chunks::new(&plan, request.n);
+    let (out, mut received) = mpsc::unbounded_channel();
+    let timeout = app.config.request_timeout;
+    let generation = tokio::time::timeout(
+        timeout,
+        app.router.generate_streaming(&model, &request, &out),
+    );
+    tokio::pin!(generation);
+    // Returns false when the client has gone.
+    let mut forward = |item: Streamed, chunks: &mut Chunks<'_>| match item {
+        Streamed::Upstream(upstream) => match head.take() {
+            Some(head) => head.send(Ok(upstream)).is_ok(),
+            None => true,
+        },
+        Streamed::Delta(delta) => chunks
+            .delta(delta.index, &delta.text)
+            .into_iter()
+            .all(|event| events.send(event).is_ok()),
+    };
+    let result = loop {
+        tokio::select! {
+            result = &mut generation => break result,
+            Some(item) = received.recv() => if !forward(item, &mut chunks) {
+                return; // dropping the generation cancels it
+            },
+        }
+    };
+    while let Ok(item) = received.try_recv() {
+        if !forward(item, &mut chunks) {
+            return;
+        }
+    }
+    let result = match result {
+        Err(_) => Err(ApiError::Timeout {
+            seconds: timeout.as_secs_f64(),
+        }),
+        Ok(routed) => routed.map_err(ApiError::from),
+    };
+    let ending = match result {
+        Err(error) => {
+            if let Some(head) = head.take() {
+                let _ = head.send(Err(error));
+                return;
+            }
+            vec![Event::default().data(json!({"error": error.body()}).to_string())]
+        }
+        Ok(Routed {
+            mut group,
+            upstream,
+            ..
+        }) => {
+            if let Some(head) = head.take()
+                && head.send(Ok(upstream)).is_err()
+            {
+                return;
+            }
+            let figures = hllm::figures(&group.completions, plan.psi);
+            if let Some(figures) = figures {
+                let (library, version) = plan.library.clone().unwrap_or_default();
+                app.metrics.hllm(&library, &version, figures);
+            }
+            app.metrics
+                .tokens(group.usage.prompt_tokens, group.usage.completion_tokens);
+            if !plan.client_logprobs {
+                for completion in &mut group.completions {
+                    completion.logprobs = None;
+                }
+            }
+            let mut ending = chunks.finish(&group);
+            if let Some(figures) = figures {
+                ending.insert(
+                    ending.len() - 1,
+                    Event::default().comment(format!("x-gym-hllm: {}", figures.header())),
+                );
+            }
+            ending
+        }
+    };
+    for event in ending {
+        if events.send(event).is_err() {
+            return;
+        }
+    }
+}
+
+/// Writes the chunks of one streamed response and remembers what each choice has been sent.
+pub struct Chunks<'p> {
+    plan_id: &'p str,
+    created: u64,
+    model: &'p str,
+    include_usage: bool,
+    /// Per choice, the text sent so far (`None` until its role chunk went out).
+    sent: Vec<Option<String>>,
+}
+
+impl<'p> Chunks<'p> {
+    pub fn new(plan: &'p StreamPlan, n: usize) -> Self {
+        Self {
+            plan_id: &plan.id,
+            created: plan.created,
+            model: &plan.model_label,
+            include_usage: plan.include_usage,
+            sent: vec![None; n],
+        }
+    }
+
+    fn chunk(&self, choices: Value, usage: Option<Value>) -> Event {
+        let mut body = json!({
+            "id": self.plan_id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            "system_fingerprint": null,
+        });
+        if self.include_usage {
+            body["usage"] = usage.unwrap_or(Value::Null);
+        }
+        Event::default().data(body.to_string())
+    }
+
+    fn choice(index: usize, delta: Value, logprobs: Value, finish: Option<&str>) -> Value {
+        json!([{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}])
+    }
+
+    /// The chunks for new text of choice `index`: its role chunk first if this is its first text.
+    pub fn delta(&mut self, index: usize, text: &str) -> Vec<Event> {
+        if index >= self.sent.len() {
+            self.sent.resize(index + 1, None);
+        }
+        let mut events = Vec::new();
+        if self.sent[index].is_none() {
+            self.sent[index] = Some(String::new());
+            events.push(self.chunk(
+                Self::choice(
+                    index,
+                    json!({"role": "assistant", "content": ""}),
+                    Value::Null,
+                    None,
+                ),
+                None,
+            ));
+        }
+        if !text.is_empty() {
+            if let Some(sent) = &mut self.sent[index] {
+                sent.push_str(text);
+            }
+            events.push(self.chunk(
+                Self::choice(index, json!({"content": text}), Value::Null, None),
+                None,
+            ));
+        }
+        events
+    }
+
+    /// The end of the stream for the finished `group`: per choice the text not streamed yet and
+    /// a finish chunk (with the choice's log-probabilities, if it has them), the usage chunk when
+    /// asked for, and `[DONE]`.
+    pub fn finish(&mut self, group: &Group) -> Vec<Event> {
+        let mut events = Vec::new();
+        for (index, completion) in group.completions.iter().enumerate() {
+            let sent = self.sent.get(index).cloned().flatten().unwrap_or_default();
+            let rest = completion.text.strip_prefix(sent.as_str()).unwrap_or("");
+            events.extend(self.delta(index, rest));
+            events.push(self.chunk(
+                Self::choice(
+                    index,
+                    json!({}),
+                    logprobs_json(completion),
+                    Some(finish_reason(completion.finish)),
+                ),
+                None,
+            ));
+        }
+        if self.include_usage {
+            events.push(self.chunk(json!([]), Some(usage_json(group.usage))));
+        }
+        events.push(Event::default().data("[DONE]"));
+        events
+    }
+}
