@@ -38,6 +38,10 @@ pub struct ServeArgs {
     #[arg(long, env = "GYM_TOP_K", default_value_t = 8)]
     top_k: usize,
 
+    /// Question embeddings kept in memory, the most recently used (0: embed every question).
+    #[arg(long, env = "GYM_QUERY_CACHE", default_value_t = gym::serve::retrieve::DEFAULT_QUERY_CACHE)]
+    query_cache: usize,
+
     /// `max_tokens` of requests that give none.
     #[arg(long, default_value_t = 512)]
     default_max_tokens: u32,
@@ -227,7 +231,13 @@ impl ServeArgs {
             None => load_embedder()?,
         };
         let index = self.vector_index(&runtime)?;
-        let retriever = embedder.map(|embedder| Arc::new(Retriever::new(embedder, index)));
+        let retriever = embedder.map(|embedder| {
+            Arc::new(Retriever::with_query_cache(
+                embedder,
+                index,
+                self.query_cache,
+            ))
+        });
         let mut keys = ApiKeys::default();
         if let Some(path) = &self.api_keys {
             keys.add_file(path)?;

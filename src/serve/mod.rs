@@ -195,6 +195,11 @@ async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        app.metrics.render() + &metrics::upstream_lines(&app.router),
+        app.metrics.render()
+            + &metrics::upstream_lines(&app.router)
+            + &app
+                .retriever
+                .as_ref()
+                .map_or_else(String::new, |r| r.metric_lines()),
     )
 }

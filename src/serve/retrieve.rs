@@ -1,6 +1,9 @@
 //! Which experiences a request gets: the `k` whose embeddings are closest to the request's
 //! last user message, searched in a [`VectorIndex`]. Experience embeddings are cached by the
-//! SHA-256 of their text, so a new library version embeds only its new or changed texts.
+//! SHA-256 of their text, so a new library version embeds only its new or changed texts. Query
+//! embeddings go through a bounded least-recently-used cache: embedding a question is most of a
+//! request's retrieval time on a CPU, and applications ask the same questions again (evals,
+//! retries, fixed prompts).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -94,7 +97,58 @@ pub struct Retriever {
     embedder: Arc<dyn Embedder>,
     index: Arc<dyn VectorIndex>,
     cache: Mutex<HashMap<[u8; 32], Arc<Vec<f32>>>>,
+    queries: Mutex<QueryCache>,
 }
+
+/// Query embeddings most recently used, at most `capacity` of them.
+#[derive(Default)]
+struct QueryCache {
+    capacity: usize,
+    clock: u64,
+    entries: HashMap<[u8; 32], (Arc<Vec<f32>>, u64)>,
+    hits: u64,
+    misses: u64,
+}
+
+impl QueryCache {
+    fn get(&mut self, key: &[u8; 32]) -> Option<Arc<Vec<f32>>> {
+        self.clock += 1;
+        let clock = self.clock;
+        match self.entries.get_mut(key) {
+            Some((vector, used)) => {
+                *used = clock;
+                self.hits += 1;
+                Some(Arc::clone(vector))
+            }
+            None => {
+                self.misses += 1;
+                None
+            }
+        }
+    }
+
+    fn insert(&mut self, key: [u8; 32], vector: Arc<Vec<f32>>) {
+        if self.capacity == 0 {
+            return;
+        }
+        if self.entries.len() >= self.capacity && !self.entries.contains_key(&key) {
+            // A scan of at most `capacity` entries, only when a new query arrives at a full cache.
+            if let Some(oldest) = self
+                .entries
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(key, _)| *key)
+            {
+                self.entries.remove(&oldest);
+            }
+        }
+        self.clock += 1;
+        self.entries.insert(key, (vector, self.clock));
+    }
+}
+
+/// Query embeddings kept by default.
+pub const DEFAULT_QUERY_CACHE: usize = 4096;
 
 fn text_key(text: &str) -> [u8; 32] {
     Sha256::digest(text.as_bytes()).into()
@@ -102,11 +156,66 @@ fn text_key(text: &str) -> [u8; 32] {
 
 impl Retriever {
     pub fn new(embedder: Arc<dyn Embedder>, index: Arc<dyn VectorIndex>) -> Self {
+        Self::with_query_cache(embedder, index, DEFAULT_QUERY_CACHE)
+    }
+
+    /// A retriever that keeps the embeddings of the last `queries` distinct questions (0: none).
+    pub fn with_query_cache(
+        embedder: Arc<dyn Embedder>,
+        index: Arc<dyn VectorIndex>,
+        queries: usize,
+    ) -> Self {
         Self {
             embedder,
             index,
             cache: Mutex::new(HashMap::new()),
+            queries: Mutex::new(QueryCache {
+                capacity: queries,
+                ..QueryCache::default()
+            }),
         }
+    }
+
+    /// Query-cache hits and misses so far.
+    pub fn query_cache_stats(&self) -> (u64, u64) {
+        let cache = self.queries.lock().unwrap_or_else(|p| p.into_inner());
+        (cache.hits, cache.misses)
+    }
+
+    /// The query cache's counters in Prometheus' text format.
+    pub fn metric_lines(&self) -> String {
+        let (hits, misses) = self.query_cache_stats();
+        format!(
+            "# HELP gym_query_cache_hits_total Questions whose embedding was cached.\n\
+             # TYPE gym_query_cache_hits_total counter\n\
+             gym_query_cache_hits_total {hits}\n\
+             # HELP gym_query_cache_misses_total Questions embedded.\n\
+             # TYPE gym_query_cache_misses_total counter\n\
+             gym_query_cache_misses_total {misses}\n"
+        )
+    }
+
+    async fn embed_query(&self, query: &str) -> Result<Arc<Vec<f32>>, EmbedError> {
+        let key = text_key(query);
+        if let Some(vector) = self
+            .queries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            return Ok(vector);
+        }
+        let vector = Arc::new(
+            self.embed(vec![query.to_owned()])
+                .await?
+                .pop()
+                .ok_or_else(|| EmbedError::Inference("no vector for the query".into()))?,
+        );
+        self.queries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, Arc::clone(&vector));
+        Ok(vector)
     }
 
     /// Embeddings cached so far.
@@ -168,11 +277,7 @@ impl Retriever {
         k: usize,
     ) -> Result<Vec<Hit>, RetrieveError> {
         self.index(snapshot).await?;
-        let vector = self
-            .embed(vec![query.to_owned()])
-            .await?
-            .pop()
-            .unwrap_or_default();
+        let vector = self.embed_query(query).await?;
         Ok(self
             .index
             .search(&snapshot.library, snapshot.version, &vector, k)
@@ -232,6 +337,26 @@ mod tests {
             let plain: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
             assert!((dot(&a, &b) - plain).abs() < 1e-4, "{len}");
         }
+    }
+
+    #[test]
+    fn the_query_cache_keeps_the_most_recently_used() {
+        let mut cache = QueryCache {
+            capacity: 2,
+            ..QueryCache::default()
+        };
+        let key = |n: u8| [n; 32];
+        cache.insert(key(1), Arc::new(vec![1.0]));
+        cache.insert(key(2), Arc::new(vec![2.0]));
+        assert!(cache.get(&key(1)).is_some()); // 1 is now newer than 2
+        cache.insert(key(3), Arc::new(vec![3.0]));
+        assert!(cache.get(&key(2)).is_none(), "the least recently used left");
+        assert_eq!(cache.get(&key(1)).as_deref(), Some(&vec![1.0]));
+        assert_eq!(cache.get(&key(3)).as_deref(), Some(&vec![3.0]));
+        assert_eq!((cache.hits, cache.misses), (3, 1));
+        let mut off = QueryCache::default();
+        off.insert(key(1), Arc::new(vec![1.0]));
+        assert!(off.get(&key(1)).is_none());
     }
 
     #[tokio::test]

@@ -241,13 +241,28 @@ async fn retrieval_can_use_an_openai_compatible_embeddings_endpoint() {
         assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
         assert_eq!(header(&headers, "x-gym-experiences"), "E0001");
     }
-    // The probe, the library's four texts in one batch (once: cached), one per question.
+    // The probe, the library's four texts in one batch (once: cached), and the question once:
+    // asked again, its embedding comes from the query cache.
     let inputs: Vec<usize> = embeddings
         .bodies()
         .iter()
         .map(|b| b["input"].as_array().map_or(1, Vec::len))
         .collect();
-    assert_eq!(inputs, [1, 4, 1, 1]);
+    assert_eq!(inputs, [1, 4, 1]);
+    let (_, _, metrics) = call(
+        &state,
+        Request::get("/metrics").body(Body::empty()).unwrap(),
+    )
+    .await;
+    let metrics = String::from_utf8(metrics).unwrap();
+    assert!(
+        metrics.contains("gym_query_cache_hits_total 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("gym_query_cache_misses_total 1\n"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
