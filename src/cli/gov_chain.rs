@@ -101,7 +101,13 @@ impl ChainArgs {
     }
 
     /// Votes on chain with the token balance of `key_file`'s account.
-    pub fn vote(&self, gov: &Path, id: u64, choice: Choice, key_file: &Path) -> anyhow::Result<ExitCode> {
+    pub fn vote(
+        &self,
+        gov: &Path,
+        id: u64,
+        choice: Choice,
+        key_file: &Path,
+    ) -> anyhow::Result<ExitCode> {
         let deployment = Deployment::read(gov)?;
         let chain = connect(&self.rpc_url, Some(key_file))?;
         let (weight, sent) = runtime()?.block_on(async {
@@ -113,7 +119,8 @@ impl ChainArgs {
         writeln!(
             std::io::stdout(),
             "Voted {choice} on chain proposal {id} with weight {weight} (gas {}, tx {}).",
-            sent.gas_used, sent.hash
+            sent.gas_used,
+            sent.hash
         )?;
         Ok(ExitCode::SUCCESS)
     }
@@ -133,7 +140,10 @@ impl ChainArgs {
         writeln!(
             std::io::stdout(),
             "Executed chain proposal {id}: accepted root {} at version {} (gas {}, tx {}).",
-            p.newRoot, p.newVersion, sent.gas_used, sent.hash
+            p.newRoot,
+            p.newVersion,
+            sent.gas_used,
+            sent.hash
         )?;
         Ok(ExitCode::SUCCESS)
     }
@@ -197,7 +207,13 @@ pub struct AnchorArgs {
 
 impl AnchorArgs {
     pub fn run(self, gov: &Path, libraries: &Path) -> anyhow::Result<ExitCode> {
-        anchor(gov, libraries, &self.library, &self.rpc.rpc_url, &self.key_file)
+        anchor(
+            gov,
+            libraries,
+            &self.library,
+            &self.rpc.rpc_url,
+            &self.key_file,
+        )
     }
 }
 

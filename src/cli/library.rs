@@ -174,7 +174,12 @@ struct VerifyChainArgs {
     #[arg(long, env = "GYM_RPC_URL", default_value = "http://127.0.0.1:8545")]
     rpc_url: String,
     /// Directory of the governance ledger and `chain.json`.
-    #[arg(long, env = "GYM_GOV_DIR", hide_env_values = true, default_value = "governance")]
+    #[arg(
+        long,
+        env = "GYM_GOV_DIR",
+        hide_env_values = true,
+        default_value = "governance"
+    )]
     gov_dir: PathBuf,
 }
 

@@ -106,7 +106,12 @@ pub struct ServeArgs {
     runs_dir: PathBuf,
 
     /// Governance directory (`gym gov --gov-dir`) whose proposals and votes /v1/gov serves.
-    #[arg(long, env = "GYM_GOV_DIR", hide_env_values = true, default_value = "governance")]
+    #[arg(
+        long,
+        env = "GYM_GOV_DIR",
+        hide_env_values = true,
+        default_value = "governance"
+    )]
     gov_dir: PathBuf,
 
     /// File of API keys for the routes that write, one `NAME:KEY` per line; NAME is recorded

@@ -19,8 +19,12 @@ struct Fixture {
 /// Three voters weighing 40, 30 and 30; quorum 50%; one hour to vote; a library at version 2.
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let mut library =
-        Library::init(&dir.path().join("experiences"), "arith", Settings::default()).unwrap();
+    let mut library = Library::init(
+        &dir.path().join("experiences"),
+        "arith",
+        Settings::default(),
+    )
+    .unwrap();
     library
         .commit(
             &[Change::add("When a problem says each, multiply first.")],
@@ -75,7 +79,13 @@ impl Fixture {
         Ballot::sign(&governance.subject(tracked, choice), &self.keys[voter]).unwrap()
     }
 
-    fn vote(&self, voter: usize, id: u64, choice: Choice, at: DateTime<Utc>) -> Result<(), GovError> {
+    fn vote(
+        &self,
+        voter: usize,
+        id: u64,
+        choice: Choice,
+        at: DateTime<Utc>,
+    ) -> Result<(), GovError> {
         Governance::vote(&self.gov, &self.ballot(voter, id, choice), at).map(drop)
     }
 
@@ -96,19 +106,28 @@ fn reason(error: GovError) -> String {
 fn votes_below_then_above_66_percent_and_execute_moves_the_governed_head() {
     let f = fixture();
     let p = f.propose(f.at(0));
-    assert_eq!((p.id, p.base_version, p.new_version, p.ops.len()), (1, 0, 2, 2));
+    assert_eq!(
+        (p.id, p.base_version, p.new_version, p.ops.len()),
+        (1, 0, 2, 2)
+    );
     f.vote(0, 1, Choice::Yes, f.at(1)).unwrap();
     f.vote(1, 1, Choice::No, f.at(2)).unwrap();
     // 40 yes / 30 no = 57%: not accepted, and voting is still open.
     let error = Governance::execute(&f.gov, 1, &f.library, f.at(3)).unwrap_err();
-    assert!(matches!(error, GovError::Execute(ExecuteRejected::VotingOpen { .. })), "{error}");
+    assert!(
+        matches!(error, GovError::Execute(ExecuteRejected::VotingOpen { .. })),
+        "{error}"
+    );
     f.vote(2, 1, Choice::Yes, f.at(4)).unwrap();
     // 70 yes of 100: decided before the deadline.
     let governance = Governance::open(&f.gov).unwrap();
     let tracked = governance.proposal(1).unwrap();
     assert_eq!(governance.state(tracked, f.at(5)), ProposalState::Succeeded);
     let execution = Governance::execute(&f.gov, 1, &f.library, f.at(5)).unwrap();
-    assert_eq!((execution.yes, execution.no, execution.version), (70, 30, 2));
+    assert_eq!(
+        (execution.yes, execution.no, execution.version),
+        (70, 30, 2)
+    );
     let governed = Governance::open(&f.gov).unwrap().governed("arith");
     assert_eq!(governed.version, 2);
     assert_eq!(governed.root, f.library.head_record().root);
@@ -124,7 +143,10 @@ fn after_the_deadline_the_cast_weight_decides() {
     f.vote(1, 1, Choice::No, f.at(2)).unwrap();
     let error = Governance::execute(&f.gov, 1, &f.library, f.at(61)).unwrap_err();
     let message = reason(error);
-    assert!(message.contains("was not accepted: yes 40, no 30"), "{message}");
+    assert!(
+        message.contains("was not accepted: yes 40, no 30"),
+        "{message}"
+    );
     // 40 yes alone: 100% of the cast weight, but below the quorum of 50.
     let f = fixture();
     f.propose(f.at(0));
@@ -166,7 +188,10 @@ fn forged_replayed_double_late_and_non_voter_votes_are_refused_with_the_reason()
 
     Governance::vote(&f.gov, &good, f.at(1)).unwrap();
     let message = reason(Governance::vote(&f.gov, &good, f.at(2)).unwrap_err());
-    assert!(message.contains("already voted yes on proposal 1"), "{message}");
+    assert!(
+        message.contains("already voted yes on proposal 1"),
+        "{message}"
+    );
     let message = reason(f.vote(0, 1, Choice::No, f.at(2)).unwrap_err());
     assert!(message.contains("already voted yes"), "{message}");
 
@@ -222,7 +247,10 @@ fn proposals_start_from_the_governed_head_and_stale_ones_cannot_execute() {
     let message = reason(
         Governance::propose(&f.gov, &f.library, &draft(Some(1), Some(2)), f.at(0)).unwrap_err(),
     );
-    assert!(message.contains("governed head of `arith` is version 0"), "{message}");
+    assert!(
+        message.contains("governed head of `arith` is version 0"),
+        "{message}"
+    );
     Governance::propose(&f.gov, &f.library, &draft(None, Some(1)), f.at(0)).unwrap();
     Governance::propose(&f.gov, &f.library, &draft(None, Some(2)), f.at(0)).unwrap();
     for voter in 0..3 {
@@ -234,10 +262,16 @@ fn proposals_start_from_the_governed_head_and_stale_ones_cannot_execute() {
     assert!(message.contains("proposal 1 is stale"), "{message}");
     // The working head runs ahead; the next proposal starts from the governed version 2.
     f.library
-        .commit(&[Change::add("When in doubt, estimate first.")], Provenance::Init)
+        .commit(
+            &[Change::add("When in doubt, estimate first.")],
+            Provenance::Init,
+        )
         .unwrap();
     let p = Governance::propose(&f.gov, &f.library, &draft(None, None), f.at(3)).unwrap();
-    assert_eq!((p.id, p.base_version, p.new_version, p.ops.len()), (3, 2, 3, 1));
+    assert_eq!(
+        (p.id, p.base_version, p.new_version, p.ops.len()),
+        (3, 2, 3, 1)
+    );
 }
 
 #[test]
@@ -298,7 +332,10 @@ fn edited_or_reordered_lines_are_named_by_line() {
         format!("{}\n{}\n{}\n", lines[0], lines[2], lines[3]),
         "ledger.jsonl:2: sequence number 2",
     );
-    check(format!("{}\nnot json\n", lines[0]), "ledger.jsonl:2: not a ledger entry");
+    check(
+        format!("{}\nnot json\n", lines[0]),
+        "ledger.jsonl:2: not a ledger entry",
+    );
 }
 
 #[test]

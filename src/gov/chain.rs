@@ -19,7 +19,8 @@ use super::voters::Voter;
 use crate::library::Digest;
 
 alloy::sol!(
-    #[allow(missing_docs)]
+    // The generated event constructors take every field (`ProposalCreated` has eight).
+    #[allow(missing_docs, clippy::too_many_arguments)]
     #[derive(Debug)]
     #[sol(rpc)]
     ExperienceRegistry,
@@ -189,7 +190,9 @@ impl std::fmt::Debug for Chain {
 }
 
 fn decode_revert(action: &'static str, url: &str, error: alloy::contract::Error) -> ChainError {
-    if let Some(reason) = error.as_decoded_interface_error::<ExperienceRegistry::ExperienceRegistryErrors>() {
+    if let Some(reason) =
+        error.as_decoded_interface_error::<ExperienceRegistry::ExperienceRegistryErrors>()
+    {
         return ChainError::Reverted {
             action,
             reason: format!("{reason:?}"),
@@ -213,10 +216,15 @@ impl Chain {
     pub fn connect(rpc_url: &str, signer: Option<PrivateKeySigner>) -> Result<Self, ChainError> {
         // reqwest is built without a default TLS provider (see Cargo.toml); https RPC URLs use ring.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let url: reqwest::Url = rpc_url.parse().map_err(|error: <reqwest::Url as std::str::FromStr>::Err| ChainError::Url {
-            url: rpc_url.to_owned(),
-            message: error.to_string(),
-        })?;
+        let url: reqwest::Url =
+            rpc_url
+                .parse()
+                .map_err(
+                    |error: <reqwest::Url as std::str::FromStr>::Err| ChainError::Url {
+                        url: rpc_url.to_owned(),
+                        message: error.to_string(),
+                    },
+                )?;
         let provider = match signer {
             Some(signer) => ProviderBuilder::new()
                 .wallet(EthereumWallet::from(signer))
@@ -230,7 +238,10 @@ impl Chain {
         })
     }
 
-    fn rpc(&self, action: &'static str) -> impl FnOnce(alloy::transports::TransportError) -> ChainError {
+    fn rpc(
+        &self,
+        action: &'static str,
+    ) -> impl FnOnce(alloy::transports::TransportError) -> ChainError {
         let url = self.url.clone();
         move |error| ChainError::Rpc {
             action,
@@ -264,14 +275,19 @@ impl Chain {
     async fn confirm(
         &self,
         action: &'static str,
-        call: alloy::contract::Result<alloy::providers::PendingTransactionBuilder<alloy::network::Ethereum>>,
+        call: alloy::contract::Result<
+            alloy::providers::PendingTransactionBuilder<alloy::network::Ethereum>,
+        >,
     ) -> Result<TransactionReceipt, ChainError> {
         let pending = call.map_err(|error| decode_revert(action, &self.url, error))?;
-        let receipt = pending.get_receipt().await.map_err(|error| ChainError::Rpc {
-            action,
-            url: self.url.clone(),
-            message: error.to_string(),
-        })?;
+        let receipt = pending
+            .get_receipt()
+            .await
+            .map_err(|error| ChainError::Rpc {
+                action,
+                url: self.url.clone(),
+                message: error.to_string(),
+            })?;
         if !receipt.status() {
             return Err(ChainError::Failed {
                 action,
@@ -302,10 +318,16 @@ impl Chain {
             let receipt = self
                 .confirm(
                     "mint a voter's weight",
-                    token.mint(voter.address, U256::from(voter.weight)).send().await,
+                    token
+                        .mint(voter.address, U256::from(voter.weight))
+                        .send()
+                        .await,
                 )
                 .await?;
-            gas.push((format!("mint {} to {}", voter.weight, voter.address), sent(&receipt)));
+            gas.push((
+                format!("mint {} to {}", voter.weight, voter.address),
+                sent(&receipt),
+            ));
         }
         let receipt = self
             .confirm(
@@ -335,12 +357,19 @@ impl Chain {
         receipt.contract_address.ok_or_else(|| ChainError::Rpc {
             action: "deploy",
             url: self.url.clone(),
-            message: format!("transaction {} created no contract", receipt.transaction_hash),
+            message: format!(
+                "transaction {} created no contract",
+                receipt.transaction_hash
+            ),
         })
     }
 
     /// The accepted root and version of `library`.
-    pub async fn accepted(&self, deployment: &Deployment, library: &str) -> Result<Accepted, ChainError> {
+    pub async fn accepted(
+        &self,
+        deployment: &Deployment,
+        library: &str,
+    ) -> Result<Accepted, ChainError> {
         let registry = ExperienceRegistry::new(deployment.registry, &self.provider);
         let accepted = registry
             .accepted(library_id(library))
@@ -391,7 +420,12 @@ impl Chain {
     }
 
     /// Votes on proposal `id` with the wallet's token weight.
-    pub async fn vote(&self, deployment: &Deployment, id: U256, support: bool) -> Result<(U256, Sent), ChainError> {
+    pub async fn vote(
+        &self,
+        deployment: &Deployment,
+        id: U256,
+        support: bool,
+    ) -> Result<(U256, Sent), ChainError> {
         let registry = ExperienceRegistry::new(deployment.registry, &self.provider);
         let receipt = self
             .confirm("vote", registry.vote(id, support).send().await)

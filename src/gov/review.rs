@@ -154,9 +154,8 @@ pub fn review(
             usage: library.usage().get(&id).copied().unwrap_or_default(),
         });
     }
-    let time = |t: chrono::DateTime<chrono::Utc>| {
-        t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-    };
+    let time =
+        |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     Ok(Review {
         id: proposal.id,
         library: proposal.library.clone(),
@@ -183,7 +182,10 @@ fn line(out: &mut String, text: std::fmt::Arguments<'_>) {
 pub fn render(review: &Review) -> String {
     let mut out = String::new();
     let count = |kind: &str| review.items.iter().filter(|i| i.change == kind).count();
-    line(&mut out, format_args!("Proposal {}: {}", review.id, review.title));
+    line(
+        &mut out,
+        format_args!("Proposal {}: {}", review.id, review.title),
+    );
     line(
         &mut out,
         format_args!(

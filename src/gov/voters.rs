@@ -71,7 +71,10 @@ pub fn parse_voters(text: &str, path: &Path) -> Result<Vec<Voter>, GovError> {
         let address: Address = raw.address.get_ref().parse().map_err(|e| {
             error(
                 line,
-                format!("field `address`: `{}` is not an address: {e}", raw.address.get_ref()),
+                format!(
+                    "field `address`: `{}` is not an address: {e}",
+                    raw.address.get_ref()
+                ),
             )
         })?;
         let weight_line = line_of(raw.weight.span().start);
@@ -98,7 +101,10 @@ pub fn parse_voters(text: &str, path: &Path) -> Result<Vec<Voter>, GovError> {
     }
     let total: u128 = voters.iter().map(|v| u128::from(v.weight)).sum();
     if total > u128::from(u64::MAX) {
-        return Err(error(0, "the weights add up to more than 2^64 - 1".to_owned()));
+        return Err(error(
+            0,
+            "the weights add up to more than 2^64 - 1".to_owned(),
+        ));
     }
     Ok(voters)
 }

@@ -93,32 +93,73 @@ fn anvil_deploy_anchor_vote_below_and_above_66_percent_execute_and_verify() {
     }
     s.ok(&["gov", "execute", "1"]);
     let head = s.ok(&["library", "verify", "arith"]);
-    let root = head.trim().rsplit(' ').next().unwrap().trim_end_matches('.').to_owned();
+    let root = head
+        .trim()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .trim_end_matches('.')
+        .to_owned();
 
     let out = s.ok(&[
-        "gov", "deploy", "--rpc-url", rpc, "--key-file", deployer, "--voters", "voters.toml",
-        "--voting-period", "1h",
+        "gov",
+        "deploy",
+        "--rpc-url",
+        rpc,
+        "--key-file",
+        deployer,
+        "--voters",
+        "voters.toml",
+        "--voting-period",
+        "1h",
     ]);
     assert!(out.contains("Deployed on chain 31337"), "{out}");
     eprintln!("{out}");
 
     // Nothing accepted on chain yet.
     let error = s.fails(&["library", "verify", "arith", "--chain", "--rpc-url", rpc]);
-    assert!(error.contains("chain 31337 accepts version 0 root 0000"), "{error}");
+    assert!(
+        error.contains("chain 31337 accepts version 0 root 0000"),
+        "{error}"
+    );
 
     let out = s.ok(&[
-        "gov", "anchor", "arith", "--rpc-url", rpc, "--key-file", g.key(0),
+        "gov",
+        "anchor",
+        "arith",
+        "--rpc-url",
+        rpc,
+        "--key-file",
+        g.key(0),
     ]);
-    assert!(out.starts_with("Chain proposal 1: `arith` version 2 root"), "{out}");
+    assert!(
+        out.starts_with("Chain proposal 1: `arith` version 2 root"),
+        "{out}"
+    );
     eprintln!("{out}");
     let chain_vote = |voter: usize, choice: &str| {
         s.gym(&[
-            "gov", "vote", "1", choice, "--chain", "--rpc-url", rpc, "--key-file", g.key(voter),
+            "gov",
+            "vote",
+            "1",
+            choice,
+            "--chain",
+            "--rpc-url",
+            rpc,
+            "--key-file",
+            g.key(voter),
         ])
     };
     let execute = || {
         s.gym(&[
-            "gov", "execute", "1", "--chain", "--rpc-url", rpc, "--sender-key-file", deployer,
+            "gov",
+            "execute",
+            "1",
+            "--chain",
+            "--rpc-url",
+            rpc,
+            "--sender-key-file",
+            deployer,
         ])
     };
     let (code, out, error) = chain_vote(0, "yes");
@@ -130,7 +171,10 @@ fn anvil_deploy_anchor_vote_below_and_above_66_percent_execute_and_verify() {
     // 40 yes, 30 no: 57% of the cast weight, voting open, not decided: refused by the contract.
     let (code, _, error) = execute();
     assert_ne!(code, 0);
-    assert!(error.contains("execute was refused by the contract: VotingOpen"), "{error}");
+    assert!(
+        error.contains("execute was refused by the contract: VotingOpen"),
+        "{error}"
+    );
     // A second vote by the same account is refused too.
     let (code, _, error) = chain_vote(1, "yes");
     assert_ne!(code, 0);
@@ -139,20 +183,40 @@ fn anvil_deploy_anchor_vote_below_and_above_66_percent_execute_and_verify() {
     assert_eq!(code, 0, "{error}");
     eprintln!("{out}");
     let show = s.ok(&["gov", "show", "1", "--chain", "--rpc-url", rpc]);
-    assert!(show.contains("(succeeded)") && show.contains("yes 70 / no 30 of 100"), "{show}");
+    assert!(
+        show.contains("(succeeded)") && show.contains("yes 70 / no 30 of 100"),
+        "{show}"
+    );
     // 70 of 100: decided; anyone may execute.
     let (code, out, error) = execute();
     assert_eq!(code, 0, "{error}");
     eprintln!("{out}");
-    assert!(out.contains(&format!("accepted root 0x{root} at version 2")), "{out}");
+    assert!(
+        out.contains(&format!("accepted root 0x{root} at version 2")),
+        "{out}"
+    );
 
     let out = s.ok(&["gov", "root", "arith", "--rpc-url", rpc]);
-    assert!(out.contains(&format!("accepted root {root} at version 2")), "{out}");
+    assert!(
+        out.contains(&format!("accepted root {root} at version 2")),
+        "{out}"
+    );
     let out = s.ok(&["library", "verify", "arith", "--chain", "--rpc-url", rpc]);
-    assert!(out.contains(&format!("version 2, root {root}) is the root accepted on chain 31337")), "{out}");
+    assert!(
+        out.contains(&format!(
+            "version 2, root {root}) is the root accepted on chain 31337"
+        )),
+        "{out}"
+    );
 
     // The working head runs ahead; the chain still pins the governed version.
-    s.ok(&["library", "add", "arith", "--text", "When in doubt, estimate first."]);
+    s.ok(&[
+        "library",
+        "add",
+        "arith",
+        "--text",
+        "When in doubt, estimate first.",
+    ]);
     s.ok(&["library", "verify", "arith", "--chain", "--rpc-url", rpc]);
     eprintln!("anvil end to end: {:.1} s", started.elapsed().as_secs_f64());
 }

@@ -99,7 +99,10 @@ fn propose_review_vote_below_and_above_66_percent_then_execute() {
         "--rationale",
         "They help on the word problems.",
     ]);
-    assert!(out.starts_with("Proposal 1: Two arithmetic habits (2 ops, v0 → v2"), "{out}");
+    assert!(
+        out.starts_with("Proposal 1: Two arithmetic habits (2 ops, v0 → v2"),
+        "{out}"
+    );
 
     let review = s.ok(&["gov", "show", "1"]);
     for expected in [
@@ -112,15 +115,22 @@ fn propose_review_vote_below_and_above_66_percent_then_execute() {
         "v1 add by manual by tester",
         "injected 0 times, helpful 0, harmful 0",
     ] {
-        assert!(review.contains(expected), "missing {expected:?} in\n{review}");
+        assert!(
+            review.contains(expected),
+            "missing {expected:?} in\n{review}"
+        );
     }
-    let json: serde_json::Value = serde_json::from_str(&s.ok(&["gov", "show", "1", "--json"])).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&s.ok(&["gov", "show", "1", "--json"])).unwrap();
     assert_eq!(json["items"][1]["id"], "E0002");
     assert_eq!(json["items"][1]["history"][0]["version"], 2);
 
     let (code, out, _) = g.vote("1", 0, "yes");
     assert_eq!(code, 0);
-    assert!(out.contains("weight 40) on proposal 1: yes 40 / no 0 of 100"), "{out}");
+    assert!(
+        out.contains("weight 40) on proposal 1: yes 40 / no 0 of 100"),
+        "{out}"
+    );
     let (code, out, _) = g.vote("1", 1, "no");
     assert_eq!(code, 0, "{out}");
     // 40 of 70 cast is 57%: below 66%, and voting is still open.
@@ -130,14 +140,27 @@ fn propose_review_vote_below_and_above_66_percent_then_execute() {
     assert_eq!(code, 0);
     assert!(out.contains("yes 70 / no 30 of 100 (70.0% yes)"), "{out}");
     let out = s.ok(&["gov", "execute", "1"]);
-    assert!(out.contains("the governed head of `arith` is now version 2"), "{out}");
+    assert!(
+        out.contains("the governed head of `arith` is now version 2"),
+        "{out}"
+    );
     let error = s.fails(&["gov", "execute", "1"]);
     assert!(error.contains("already executed"), "{error}");
 
     // The working head runs ahead; the next proposal starts from the governed version.
-    s.ok(&["library", "delete", "arith", "E0001", "--reason", "too narrow"]);
+    s.ok(&[
+        "library",
+        "delete",
+        "arith",
+        "E0001",
+        "--reason",
+        "too narrow",
+    ]);
     let out = s.ok(&["gov", "propose", "arith"]);
-    assert!(out.contains("Proposal 2: arith v2 → v3: 0 added, 0 updated, 1 deleted"), "{out}");
+    assert!(
+        out.contains("Proposal 2: arith v2 → v3: 0 added, 0 updated, 1 deleted"),
+        "{out}"
+    );
     let review = s.ok(&["gov", "show", "2"]);
     assert!(review.contains("- E0001 [general]"), "{review}");
     assert!(review.contains("reason: too narrow"), "{review}");
@@ -145,7 +168,10 @@ fn propose_review_vote_below_and_above_66_percent_then_execute() {
     assert!(list.contains("   2  active"), "{list}");
     assert!(list.contains("   1  executed"), "{list}");
     let out = s.ok(&["gov", "verify"]);
-    assert!(out.contains("verifies: 7 entries, 2 proposals (1 executed)"), "{out}");
+    assert!(
+        out.contains("verifies: 7 entries, 2 proposals (1 executed)"),
+        "{out}"
+    );
 
     // No key ever reaches the output.
     for key in &g.keys {
@@ -168,7 +194,10 @@ fn double_late_and_non_voter_votes_and_early_execution_are_refused() {
     assert!(error.contains("already voted yes on proposal 1"), "{error}");
     let (code, _, error) = g.vote("1", 3, "yes");
     assert_ne!(code, 0);
-    assert!(error.contains(&format!("{} is not a voter", g.addresses[3])), "{error}");
+    assert!(
+        error.contains(&format!("{} is not a voter", g.addresses[3])),
+        "{error}"
+    );
     let (code, _, error) = g.vote("7", 1, "yes");
     assert_ne!(code, 0);
     assert!(error.contains("no proposal 7"), "{error}");
@@ -185,8 +214,11 @@ fn double_late_and_non_voter_votes_and_early_execution_are_refused() {
 #[test]
 fn bad_voters_files_and_key_files_are_named() {
     let s = Scratch::new();
-    std::fs::write(s.dir.path().join("voters.toml"), "[[voter]]\naddress = \"0x12\"\nweight = 1\n")
-        .unwrap();
+    std::fs::write(
+        s.dir.path().join("voters.toml"),
+        "[[voter]]\naddress = \"0x12\"\nweight = 1\n",
+    )
+    .unwrap();
     let error = s.fails(&["gov", "init", "--voters", "voters.toml"]);
     assert!(error.contains("voters.toml:2: field `address`"), "{error}");
     let error = s.fails(&["gov", "list"]);
@@ -213,7 +245,13 @@ fn the_ledger_survives_writers_killed_mid_write() {
     for attempt in 0..12u32 {
         let before = size();
         let mut child = Command::new(env!("CARGO_BIN_EXE_gym"))
-            .args(["gov", "propose", "arith", "--rationale-file", "rationale.txt"])
+            .args([
+                "gov",
+                "propose",
+                "arith",
+                "--rationale-file",
+                "rationale.txt",
+            ])
             .current_dir(s.dir.path())
             .env("GYM_LIBRARY_DIR", s.libraries())
             .stdout(Stdio::null())
@@ -222,8 +260,7 @@ fn the_ledger_survives_writers_killed_mid_write() {
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(60);
         // A torn tail from the previous kill is truncated first: wait for growth past `before`.
-        while size() <= before && child.try_wait().unwrap().is_none() && Instant::now() < deadline
-        {
+        while size() <= before && child.try_wait().unwrap().is_none() && Instant::now() < deadline {
             std::hint::spin_loop();
         }
         // SIGKILL: no destructor, no flush, no chance to finish the line.
@@ -240,7 +277,10 @@ fn the_ledger_survives_writers_killed_mid_write() {
         // Every finished writer's proposal is there, and none that was there is lost (a writer
         // killed after its line landed but before it exited also counts).
         let listed = s.ok(&["gov", "list"]);
-        let proposals = listed.lines().filter(|line| line.contains("active")).count() as u64;
+        let proposals = listed
+            .lines()
+            .filter(|line| line.contains("active"))
+            .count() as u64;
         assert!(
             proposals >= completed.max(seen) && proposals <= u64::from(attempt) + 1,
             "after kill {attempt}: {proposals} proposals listed, {completed} writers finished, \
@@ -251,7 +291,9 @@ fn the_ledger_survives_writers_killed_mid_write() {
             break;
         }
     }
-    eprintln!("{kills} writers killed, {torn_seen} mid-write (torn last line), {completed} finished first");
+    eprintln!(
+        "{kills} writers killed, {torn_seen} mid-write (torn last line), {completed} finished first"
+    );
     assert!(torn_seen > 0, "no kill landed mid-write in {kills} tries");
     // The next write repairs the tail, and everything still verifies.
     s.ok(&["gov", "propose", "arith", "--title", "after the crashes"]);

@@ -78,7 +78,10 @@ impl Fixture {
         let response = router(self.state.clone()).oneshot(request).await.unwrap();
         let status = response.status();
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
     }
 
     async fn post_vote(&self, id: u64, ballot: &Ballot) -> (StatusCode, Value) {
@@ -92,7 +95,10 @@ impl Fixture {
 }
 
 fn message(body: &Value) -> String {
-    body["error"]["message"].as_str().unwrap_or_default().to_owned()
+    body["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 #[tokio::test]
@@ -105,7 +111,10 @@ async fn proposals_and_reviews_read_back() {
     let (status, body) = f.call("GET", "/v1/gov/proposals/1", None).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["items"][0]["change"], "add");
-    assert_eq!(body["items"][0]["new"]["text"], "When a problem says each, multiply first.");
+    assert_eq!(
+        body["items"][0]["new"]["text"],
+        "When a problem says each, multiply first."
+    );
     assert_eq!(body["items"][0]["history"][0]["source"], "init");
     let (status, body) = f.call("GET", "/v1/gov", None).await;
     assert_eq!(status, StatusCode::OK);
@@ -154,7 +163,11 @@ async fn signed_votes_are_verified_and_refusals_name_the_reason() {
     assert!(message(&body).contains("is not a voter"), "{body}");
 
     let (status, body) = f
-        .call("POST", "/v1/gov/proposals/1/votes", Some(json!({"proposal": 1})))
+        .call(
+            "POST",
+            "/v1/gov/proposals/1/votes",
+            Some(json!({"proposal": 1})),
+        )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(message(&body).contains("not a signed ballot"), "{body}");
@@ -162,7 +175,10 @@ async fn signed_votes_are_verified_and_refusals_name_the_reason() {
     let (status, body) = f.call("GET", "/v1/gov/proposals/1/votes", None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["votes"].as_array().unwrap().len(), 1);
-    assert_eq!(body["votes"][0]["ballot"]["voter"], json!(f.keys[0].address()));
+    assert_eq!(
+        body["votes"][0]["ballot"]["voter"],
+        json!(f.keys[0].address())
+    );
 
     // Yes from all three: 100 of 100, decided before the deadline.
     for voter in [1, 2] {
