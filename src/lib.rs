@@ -35,6 +35,7 @@ pub mod backend;
 pub mod data;
 pub mod distill;
 pub mod embed;
+pub mod gov;
 pub mod library;
 pub mod reward;
 pub mod rollout;

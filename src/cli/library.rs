@@ -114,6 +114,10 @@ enum LibraryCommand {
     Verify {
         /// Library name.
         name: String,
+        /// Also check that the governed head's root is the root accepted on chain.
+        #[cfg(feature = "chain")]
+        #[command(flatten)]
+        chain: VerifyChainArgs,
     },
     /// Print a JSON inclusion proof of one experience in a version.
     Proof {
@@ -157,6 +161,26 @@ enum LibraryCommand {
         #[arg(long)]
         domain: Option<String>,
     },
+}
+
+/// `gym library verify --chain`.
+#[cfg(feature = "chain")]
+#[derive(Debug, Args)]
+struct VerifyChainArgs {
+    /// Compare the governed head (from the governance ledger) with the chain's accepted root.
+    #[arg(long)]
+    chain: bool,
+    /// JSON-RPC URL of the EVM node.
+    #[arg(long, env = "GYM_RPC_URL", default_value = "http://127.0.0.1:8545")]
+    rpc_url: String,
+    /// Directory of the governance ledger and `chain.json`.
+    #[arg(
+        long,
+        env = "GYM_GOV_DIR",
+        hide_env_values = true,
+        default_value = "governance"
+    )]
+    gov_dir: PathBuf,
 }
 
 impl LibraryArgs {
@@ -247,7 +271,11 @@ impl LibraryArgs {
                 let ops = library.diff(a, b)?;
                 write!(out, "{}", render_diff(&name, a, b, &from, &ops))?;
             }
-            LibraryCommand::Verify { name } => {
+            LibraryCommand::Verify {
+                name,
+                #[cfg(feature = "chain")]
+                chain,
+            } => {
                 let report = verify(root, &name)?;
                 if report.is_ok() {
                     let root_hex = report
@@ -259,6 +287,14 @@ impl LibraryArgs {
                         "Library `{name}` verifies: {} versions, every root recomputed, {} active experiences, head root {root_hex}.",
                         report.versions, report.active
                     )?;
+                    #[cfg(feature = "chain")]
+                    if chain.chain {
+                        return super::gov_chain::verify_on_chain(
+                            &chain.gov_dir,
+                            &name,
+                            &chain.rpc_url,
+                        );
+                    }
                 } else {
                     let mut message = format!(
                         "library `{name}` does not verify ({} problem(s)):",

@@ -4,6 +4,9 @@ mod backend_args;
 mod bench;
 mod config;
 mod eval;
+mod gov;
+#[cfg(feature = "chain")]
+mod gov_chain;
 mod grpo;
 mod library;
 mod serve;
@@ -36,6 +39,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Watch a run served by `gym serve` (e.g. on a GPU box) in the terminal dashboard.
     Watch(watch::WatchArgs),
+    /// Govern libraries: proposals over diffs, signed votes, execution, on-chain anchoring.
+    #[command(subcommand_required = true)]
+    Gov(gov::GovArgs),
 }
 
 impl Cli {
@@ -54,6 +60,7 @@ impl Cli {
             Command::Serve(args) => args.run(),
             Command::Bench(args) => args.run(),
             Command::Watch(args) => args.run(),
+            Command::Gov(args) => args.run(),
         }
     }
 }

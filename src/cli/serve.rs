@@ -109,6 +109,15 @@ pub struct ServeArgs {
     #[arg(long, env = "GYM_RUNS_DIR", default_value = "runs")]
     runs_dir: PathBuf,
 
+    /// Governance directory (`gym gov --gov-dir`) whose proposals and votes /v1/gov serves.
+    #[arg(
+        long,
+        env = "GYM_GOV_DIR",
+        hide_env_values = true,
+        default_value = "governance"
+    )]
+    gov_dir: PathBuf,
+
     /// File of API keys for the routes that write, one `NAME:KEY` per line; NAME is recorded
     /// as the author. More keys can come from GYM_API_KEYS="NAME:KEY,NAME:KEY".
     #[arg(long, env = "GYM_API_KEYS_FILE")]
@@ -278,7 +287,11 @@ impl ServeArgs {
                 self.library.as_deref().unwrap_or("(none by default)"),
                 self.top_k
             );
-            axum::serve(listener, app(state))
+            let gov = gym::gov::http::router(gym::gov::http::GovState {
+                gov_dir: self.gov_dir.clone(),
+                library_dir: self.library_dir.clone(),
+            });
+            axum::serve(listener, app(state).merge(gov))
                 .with_graceful_shutdown(shutdown_signal())
                 .await
                 .context("the server failed")?;

@@ -52,3 +52,4 @@ pub use state::{State, Undo, diff};
 pub use store::{DEFAULT_MAX_WORDS, Library, Settings, library_dir, list_libraries, stored_head};
 pub use verify::{Problem, Report, verify};
 pub use version::Version;
+pub(crate) use version::millis;

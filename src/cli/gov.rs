@@ -1,0 +1,368 @@
+//! `gym gov …`: proposals over library diffs, signed votes, execution; on an EVM chain with
+//! `--chain` (feature `chain`, see `gov_chain.rs`).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use chrono::Utc;
+use clap::{Args, Subcommand};
+use gym::gov::review::{render, review};
+use gym::gov::{
+    Ballot, Choice, Draft, Governance, Rules, parse_duration_secs, read_key_file, read_voters,
+};
+use gym::library::Library;
+
+#[cfg(feature = "chain")]
+use super::gov_chain::ChainArgs;
+
+/// Arguments shared by every `gym gov` command.
+#[derive(Debug, Args)]
+pub struct GovArgs {
+    /// Directory of the governance ledger (`ledger.jsonl`) and chain settings (`chain.json`).
+    #[arg(
+        long,
+        env = "GYM_GOV_DIR",
+        hide_env_values = true,
+        default_value = "governance",
+        global = true
+    )]
+    gov_dir: PathBuf,
+
+    /// Directory holding the libraries.
+    #[arg(
+        long,
+        env = "GYM_LIBRARY_DIR",
+        hide_env_values = true,
+        default_value = "experiences",
+        global = true
+    )]
+    library_dir: PathBuf,
+
+    #[command(subcommand)]
+    command: GovCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum GovCommand {
+    /// Create the ledger: its voters (a TOML voters file), quorum and voting period.
+    Init {
+        /// Voters file: `[[voter]]` tables with `address`, `weight` and an optional `name`.
+        #[arg(long)]
+        voters: PathBuf,
+        /// Quorum: the cast weight must reach this share of all voters' weight, in basis points.
+        #[arg(long, default_value_t = 5_000)]
+        quorum_bps: u16,
+        /// How long a proposal is open for votes (90s, 30m, 12h, 3d).
+        #[arg(long, default_value = "3d")]
+        voting_period: String,
+    },
+    /// Write a new random private key to a file (mode 600) and print its address.
+    Keygen {
+        /// The key file to create (never overwritten).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Propose moving a library's governed head to a later version.
+    Propose {
+        /// Library name.
+        library: String,
+        /// Base version (default: the governed head; a proposal must start from it).
+        #[arg(long)]
+        from: Option<u64>,
+        /// Proposed version (default: the library's working head).
+        #[arg(long)]
+        to: Option<u64>,
+        /// One-line title (default: a count of the changes).
+        #[arg(long)]
+        title: Option<String>,
+        /// Why the change is good.
+        #[arg(long, conflicts_with = "rationale_file")]
+        rationale: Option<String>,
+        /// Read the rationale from a file.
+        #[arg(long)]
+        rationale_file: Option<PathBuf>,
+        /// Who proposes it.
+        #[arg(long, env = "USER", hide_env_values = true, default_value = "unknown")]
+        author: String,
+        #[cfg(feature = "chain")]
+        #[command(flatten)]
+        chain: ChainArgs,
+    },
+    /// List the proposals with their state and votes.
+    List,
+    /// Show a proposal for review: each experience it adds, updates or deletes, with provenance.
+    Show {
+        /// Proposal id.
+        id: u64,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[cfg(feature = "chain")]
+        #[command(flatten)]
+        chain: ChainArgs,
+    },
+    /// Sign a vote with a key file and record it (the key is never printed).
+    Vote {
+        /// Proposal id.
+        id: u64,
+        /// yes or no.
+        choice: Choice,
+        /// File holding the voter's private key (64 hex digits).
+        #[arg(long, env = "GYM_GOV_KEY_FILE")]
+        key_file: PathBuf,
+        /// Only print the signed ballot as JSON (for `POST /v1/gov/proposals/{id}/votes`).
+        #[arg(long)]
+        sign_only: bool,
+        #[cfg(feature = "chain")]
+        #[command(flatten)]
+        chain: ChainArgs,
+    },
+    /// Execute an accepted proposal: the library's governed head moves to its version.
+    Execute {
+        /// Proposal id.
+        id: u64,
+        #[cfg(feature = "chain")]
+        #[command(flatten)]
+        chain: ChainArgs,
+    },
+    /// Re-check the whole ledger: hash chain, every signature, weight, deadline and execution.
+    Verify,
+    /// Deploy the KEEPER token and the registry on a chain, minting each voter's weight.
+    #[cfg(feature = "chain")]
+    Deploy(super::gov_chain::DeployArgs),
+    /// Propose a library's governed head on the chain (the chain's accepted root is the base).
+    #[cfg(feature = "chain")]
+    Anchor(super::gov_chain::AnchorArgs),
+    /// Read a library's accepted root and version on the chain.
+    #[cfg(feature = "chain")]
+    Root(super::gov_chain::RootArgs),
+}
+
+impl GovArgs {
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        let gov = self.gov_dir.as_path();
+        let libraries = self.library_dir.as_path();
+        let mut out = std::io::stdout().lock();
+        match self.command {
+            GovCommand::Init {
+                voters,
+                quorum_bps,
+                voting_period,
+            } => {
+                let voters = read_voters(&voters)?;
+                let rules = Rules {
+                    quorum_bps,
+                    voting_period_secs: parse_duration_secs(&voting_period)?,
+                };
+                let count = voters.len();
+                let governance = Governance::init(gov, voters, rules, Utc::now())?;
+                writeln!(
+                    out,
+                    "Created ledger {} ({}): {count} voters, total weight {}, quorum {} bps, \
+                     voting period {} s.",
+                    governance.path().display(),
+                    governance.genesis().ledger_id,
+                    governance.total_weight(),
+                    rules.quorum_bps,
+                    rules.voting_period_secs
+                )?;
+            }
+            GovCommand::Keygen { out: path } => {
+                let (signer, text) = gym::gov::new_key();
+                write_key(&path, &text)?;
+                writeln!(out, "{}", signer.address())?;
+            }
+            GovCommand::Propose {
+                library,
+                from,
+                to,
+                title,
+                rationale,
+                rationale_file,
+                author,
+                #[cfg(feature = "chain")]
+                chain,
+            } => {
+                #[cfg(feature = "chain")]
+                if chain.chain {
+                    return chain.propose(gov, libraries, &library, from, to);
+                }
+                let rationale = match rationale_file {
+                    Some(path) => std::fs::read_to_string(&path)
+                        .with_context(|| format!("cannot read {}", path.display()))?,
+                    None => rationale.unwrap_or_default(),
+                };
+                let opened = Library::open(libraries, &library)?;
+                let draft = Draft {
+                    library,
+                    from,
+                    to,
+                    title,
+                    rationale,
+                    author,
+                };
+                let proposal = Governance::propose(gov, &opened, &draft, Utc::now())?;
+                writeln!(
+                    out,
+                    "Proposal {}: {} ({} ops, v{} → v{}, root {}), open until {}.",
+                    proposal.id,
+                    proposal.title,
+                    proposal.ops.len(),
+                    proposal.base_version,
+                    proposal.new_version,
+                    proposal.new_root,
+                    proposal.deadline.to_rfc3339()
+                )?;
+            }
+            GovCommand::List => {
+                let governance = Governance::open(gov)?;
+                let now = Utc::now();
+                let mut any = false;
+                for tracked in governance.proposals().rev() {
+                    any = true;
+                    let p = &tracked.proposal;
+                    let t = Governance::tally(tracked);
+                    writeln!(
+                        out,
+                        "{:>4}  {:<9}  {}  v{}→v{}  yes {} no {} of {}  {}",
+                        p.id,
+                        governance.state(tracked, now).as_str(),
+                        p.library,
+                        p.base_version,
+                        p.new_version,
+                        t.yes,
+                        t.no,
+                        t.total,
+                        p.title
+                    )?;
+                }
+                if !any {
+                    writeln!(out, "No proposals yet.")?;
+                }
+            }
+            GovCommand::Show {
+                id,
+                json,
+                #[cfg(feature = "chain")]
+                chain,
+            } => {
+                #[cfg(feature = "chain")]
+                if chain.chain {
+                    return chain.show(gov, id);
+                }
+                let governance = Governance::open(gov)?;
+                let tracked = governance.proposal(id)?;
+                let library = Library::open(libraries, &tracked.proposal.library)?;
+                let review = review(&governance, tracked, &library, Utc::now())?;
+                if json {
+                    writeln!(out, "{}", serde_json::to_string_pretty(&review)?)?;
+                } else {
+                    write!(out, "{}", render(&review))?;
+                }
+            }
+            GovCommand::Vote {
+                id,
+                choice,
+                key_file,
+                sign_only,
+                #[cfg(feature = "chain")]
+                chain,
+            } => {
+                #[cfg(feature = "chain")]
+                if chain.chain {
+                    return chain.vote(gov, id, choice, &key_file);
+                }
+                let signer = read_key_file(&key_file)?;
+                let governance = Governance::open(gov)?;
+                let tracked = governance.proposal(id)?;
+                let ballot = Ballot::sign(&governance.subject(tracked, choice), &signer)?;
+                if sign_only {
+                    writeln!(out, "{}", serde_json::to_string(&ballot)?)?;
+                    return Ok(ExitCode::SUCCESS);
+                }
+                let cast = Governance::vote(gov, &ballot, Utc::now())?;
+                let governance = Governance::open(gov)?;
+                let t = Governance::tally(governance.proposal(id)?);
+                writeln!(
+                    out,
+                    "Recorded {choice} from {} (weight {}) on proposal {id}: yes {} / no {} of {} \
+                     ({:.1}% yes).",
+                    cast.ballot.voter,
+                    cast.weight,
+                    t.yes,
+                    t.no,
+                    t.total,
+                    t.yes_percent()
+                )?;
+            }
+            GovCommand::Execute {
+                id,
+                #[cfg(feature = "chain")]
+                chain,
+            } => {
+                #[cfg(feature = "chain")]
+                if chain.chain {
+                    return chain.execute(gov, id);
+                }
+                let governance = Governance::open(gov)?;
+                let library = Library::open(libraries, &governance.proposal(id)?.proposal.library)?;
+                let execution = Governance::execute(gov, id, &library, Utc::now())?;
+                writeln!(
+                    out,
+                    "Executed proposal {id}: the governed head of `{}` is now version {} (root \
+                     {}); the working head is version {}.",
+                    execution.library,
+                    execution.version,
+                    execution.root,
+                    library.head_version()
+                )?;
+            }
+            GovCommand::Verify => {
+                let governance = Governance::open(gov)?;
+                let executed = governance
+                    .proposals()
+                    .filter(|t| t.execution.is_some())
+                    .count();
+                writeln!(
+                    out,
+                    "Ledger {} verifies: {} entries, {} proposals ({executed} executed), head {}.",
+                    governance.path().display(),
+                    governance.entries(),
+                    governance.proposals().count(),
+                    governance.head_hash()
+                )?;
+                if let Some(torn) = governance.torn() {
+                    writeln!(
+                        out,
+                        "An incomplete last line ({} bytes at offset {}) from an interrupted \
+                         write is ignored; the next write removes it.",
+                        torn.len, torn.offset
+                    )?;
+                }
+            }
+            #[cfg(feature = "chain")]
+            GovCommand::Deploy(args) => return args.run(gov),
+            #[cfg(feature = "chain")]
+            GovCommand::Anchor(args) => return args.run(gov, libraries),
+            #[cfg(feature = "chain")]
+            GovCommand::Root(args) => return args.run(gov),
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Creates a key file readable only by its owner, refusing to overwrite one.
+fn write_key(path: &Path, text: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot create the key file {}", path.display()))?;
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("cannot write the key file {}", path.display()))
+}

@@ -1,0 +1,205 @@
+//! Governance over HTTP (merged into `gym serve` with `--gov-dir`): proposals, their review
+//! diffs and votes are readable; signed votes are submitted and verified by the server.
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /v1/gov` | ledger id, rules, voters, governed heads |
+//! | `GET /v1/gov/proposals` | every proposal with its state and tally |
+//! | `GET /v1/gov/proposals/{id}` | the review: each changed experience with provenance |
+//! | `GET /v1/gov/proposals/{id}/votes` | the votes, with signatures |
+//! | `POST /v1/gov/proposals/{id}/votes` | a signed [`Ballot`] (from `gym gov vote --sign-only`) |
+//!
+//! A vote needs no API key: its EIP-191 signature by a voter is the credential, checked like
+//! every other vote (forged, replayed, double, late and non-voter votes get 4xx with the
+//! reason, and nothing is written).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{Json, Router};
+use chrono::Utc;
+use serde_json::{Value, json};
+
+use super::book::Governance;
+use super::error::{GovError, VoteRejected};
+use super::review::review;
+use super::vote::Ballot;
+use crate::library::Library;
+use crate::serve::ApiError;
+
+/// Where the ledger and the libraries are.
+#[derive(Debug, Clone)]
+pub struct GovState {
+    /// The governance directory (holding `ledger.jsonl`).
+    pub gov_dir: PathBuf,
+    /// The libraries' directory.
+    pub library_dir: PathBuf,
+}
+
+/// The governance routes, to merge into the server's router.
+pub fn router(state: GovState) -> Router {
+    Router::new()
+        .route("/v1/gov", get(summary))
+        .route("/v1/gov/proposals", get(list))
+        .route("/v1/gov/proposals/{id}", get(show))
+        .route("/v1/gov/proposals/{id}/votes", get(votes).post(submit))
+        .with_state(Arc::new(state))
+}
+
+fn api_error(error: GovError) -> ApiError {
+    match error {
+        GovError::NoLedger { .. } => ApiError::NotFound {
+            message: error.to_string(),
+            code: "no_ledger",
+        },
+        GovError::UnknownProposal { .. } | GovError::Vote(VoteRejected::UnknownProposal { .. }) => {
+            ApiError::NotFound {
+                message: error.to_string(),
+                code: "proposal_not_found",
+            }
+        }
+        GovError::Vote(
+            VoteRejected::AlreadyVoted { .. }
+            | VoteRejected::VotingClosed { .. }
+            | VoteRejected::Executed { .. },
+        ) => ApiError::Conflict(error.to_string()),
+        GovError::Vote(_) => ApiError::bad("signature", error.to_string()),
+        GovError::Library(error) => ApiError::Library(error),
+        other => ApiError::Conflict(other.to_string()),
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, GovError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|_| ApiError::ShuttingDown)?
+        .map_err(api_error)
+}
+
+async fn summary(State(state): State<Arc<GovState>>) -> Result<Json<Value>, ApiError> {
+    blocking(move || {
+        let governance = Governance::open(&state.gov_dir)?;
+        let mut governed = serde_json::Map::new();
+        for tracked in governance.proposals() {
+            let library = &tracked.proposal.library;
+            let head = governance.governed(library);
+            governed.insert(
+                library.clone(),
+                json!({"version": head.version, "root": head.root, "proposal": head.proposal}),
+            );
+        }
+        let genesis = governance.genesis();
+        Ok(Json(json!({
+            "ledger_id": genesis.ledger_id,
+            "rules": genesis.rules,
+            "voters": genesis.voters,
+            "total_weight": governance.total_weight(),
+            "entries": governance.entries(),
+            "head": governance.head_hash(),
+            "governed": governed,
+        })))
+    })
+    .await
+}
+
+async fn list(State(state): State<Arc<GovState>>) -> Result<Json<Value>, ApiError> {
+    blocking(move || {
+        let governance = Governance::open(&state.gov_dir)?;
+        let now = Utc::now();
+        let data: Vec<Value> = governance
+            .proposals()
+            .map(|tracked| {
+                let p = &tracked.proposal;
+                json!({
+                    "id": p.id,
+                    "library": p.library,
+                    "title": p.title,
+                    "author": p.author,
+                    "base_version": p.base_version,
+                    "new_version": p.new_version,
+                    "new_root": p.new_root,
+                    "deadline": p.deadline,
+                    "state": governance.state(tracked, now),
+                    "tally": Governance::tally(tracked),
+                })
+            })
+            .collect();
+        Ok(Json(json!({"object": "list", "data": data})))
+    })
+    .await
+}
+
+async fn show(
+    State(state): State<Arc<GovState>>,
+    Path(id): Path<u64>,
+) -> Result<Json<Value>, ApiError> {
+    blocking(move || {
+        let governance = Governance::open(&state.gov_dir)?;
+        let tracked = governance.proposal(id)?;
+        let library = Library::open(&state.library_dir, &tracked.proposal.library)?;
+        let review = review(&governance, tracked, &library, Utc::now())?;
+        Ok(Json(
+            serde_json::to_value(review).expect("a review serializes"),
+        ))
+    })
+    .await
+}
+
+async fn votes(
+    State(state): State<Arc<GovState>>,
+    Path(id): Path<u64>,
+) -> Result<Json<Value>, ApiError> {
+    blocking(move || {
+        let governance = Governance::open(&state.gov_dir)?;
+        let tracked = governance.proposal(id)?;
+        Ok(Json(json!({
+            "proposal": id,
+            "tally": Governance::tally(tracked),
+            "votes": tracked.votes,
+        })))
+    })
+    .await
+}
+
+async fn submit(
+    State(state): State<Arc<GovState>>,
+    Path(id): Path<u64>,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let ballot: Ballot = serde_json::from_slice(&body).map_err(|error| {
+        ApiError::bad(
+            None,
+            format!(
+                "the body is not a signed ballot (proposal, voter, choice, signature): {error}"
+            ),
+        )
+    })?;
+    if ballot.proposal != id {
+        return Err(ApiError::bad(
+            "proposal",
+            format!(
+                "the ballot is for proposal {}, posted to proposal {id}",
+                ballot.proposal
+            ),
+        ));
+    }
+    blocking(move || {
+        let cast = Governance::vote(&state.gov_dir, &ballot, Utc::now())?;
+        let governance = Governance::open(&state.gov_dir)?;
+        let tracked = governance.proposal(id)?;
+        Ok((
+            StatusCode::CREATED,
+            Json(json!({
+                "vote": cast,
+                "tally": Governance::tally(tracked),
+                "state": governance.state(tracked, Utc::now()),
+            })),
+        ))
+    })
+    .await
+}

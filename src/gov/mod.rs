@@ -1,0 +1,104 @@
+//! Governance: a library changes its governed version only by an accountable decision.
+//!
+//! A **proposal** is the diff between a library's governed head and a later version (the ops,
+//! both Merkle roots, author, deadline). **Voters** are addresses with weights; a **vote** is an
+//! EIP-191 signature over (ledger id, proposal id, library, proposed root, choice). A proposal
+//! is accepted when yes ≥ 66% of the cast weight and the cast weight reaches the quorum;
+//! **executing** it moves the library's governed head (the working head can run ahead).
+//!
+//! | module | what |
+//! |---|---|
+//! | [`vote`] | the signed message, signing with a key file, recovery |
+//! | [`voters`] | the voters file |
+//! | [`record`] | ledger records: genesis (rules, voters), proposal, vote, execution |
+//! | [`ledger`] | the append-only, hash-chained, fsynced JSONL file; torn tails |
+//! | [`tally`] | supermajority, quorum, early decision |
+//! | [`book`] | the state a ledger folds to and the checks for each new record |
+//! | [`review`] | a proposal rendered for reviewers, experience by experience, with provenance |
+//! | `chain` | the same on an EVM chain with `contracts/` (feature `chain`) |
+//! | `http` | proposals, diffs and votes over `gym serve` |
+//!
+//! Everything but `chain` and `http` is synchronous and pure over files.
+//!
+//! ```
+//! use chrono::Utc;
+//! use gym::gov::{Ballot, Choice, Draft, Governance, Rules, Voter, new_key};
+//! use gym::library::{Change, Library, Provenance, Settings};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let mut library = Library::init(&dir.path().join("experiences"), "arith", Settings::default())?;
+//! library.commit(&[Change::add("When a problem says each, multiply first.")], Provenance::Init)?;
+//! let (alice, _) = new_key();
+//! let voters = vec![Voter { address: alice.address(), weight: 1, name: None }];
+//! let rules = Rules { quorum_bps: 5_000, voting_period_secs: 3_600 };
+//! let gov_dir = dir.path().join("governance");
+//! let governance = Governance::init(&gov_dir, voters, rules, Utc::now())?;
+//! let draft = Draft { library: "arith".into(), author: "alice".into(), ..Draft::default() };
+//! let proposal = Governance::propose(&gov_dir, &library, &draft, Utc::now())?;
+//! let governance = Governance::open(&gov_dir)?;
+//! let tracked = governance.proposal(proposal.id)?;
+//! let ballot = Ballot::sign(&governance.subject(tracked, Choice::Yes), &alice)?;
+//! Governance::vote(&gov_dir, &ballot, Utc::now())?;
+//! Governance::execute(&gov_dir, proposal.id, &library, Utc::now())?;
+//! assert_eq!(Governance::open(&gov_dir)?.governed("arith").version, 1);
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod book;
+#[cfg(test)]
+mod book_tests;
+#[cfg(feature = "chain")]
+pub mod chain;
+mod error;
+pub mod http;
+pub mod ledger;
+pub mod record;
+pub mod review;
+pub mod tally;
+pub mod vote;
+pub mod voters;
+
+pub use book::{Draft, Governance, Governed, LEDGER_FILE, Tracked};
+pub use error::{ExecuteRejected, GovError, VoteRejected};
+pub use record::{CastVote, Execution, Genesis, Proposal, Record, Rules, SUPERMAJORITY_PERCENT};
+pub use tally::{ProposalState, Tally};
+pub use vote::{Ballot, Choice, VoteSubject, new_key, read_key_file};
+pub use voters::{Voter, read_voters};
+
+/// Parses a duration like `90s`, `30m`, `12h`, `3d` or a plain number of seconds.
+pub fn parse_duration_secs(text: &str) -> Result<u64, GovError> {
+    let invalid = || GovError::Invalid {
+        field: "duration",
+        message: format!("`{text}` is not a duration like 90s, 30m, 12h, 3d or 3600"),
+    };
+    let text = text.trim();
+    let (digits, unit) = match text.char_indices().last() {
+        Some((index, c)) if c.is_ascii_alphabetic() => (&text[..index], c),
+        _ => (text, 's'),
+    };
+    let value: u64 = digits.parse().map_err(|_| invalid())?;
+    let scale = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3_600,
+        'd' => 86_400,
+        _ => return Err(invalid()),
+    };
+    value.checked_mul(scale).ok_or_else(invalid)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn durations_parse() {
+        assert_eq!(super::parse_duration_secs("90s").unwrap(), 90);
+        assert_eq!(super::parse_duration_secs("3d").unwrap(), 259_200);
+        assert_eq!(super::parse_duration_secs("42").unwrap(), 42);
+        assert_eq!(super::parse_duration_secs("2h").unwrap(), 7_200);
+        for bad in ["", "h", "3w", "-1s", "1.5h"] {
+            assert!(super::parse_duration_secs(bad).is_err(), "{bad}");
+        }
+    }
+}

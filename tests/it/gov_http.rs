@@ -1,0 +1,190 @@
+//! Governance over HTTP: proposals, reviews and votes read back; signed votes submitted and
+//! verified by the server, forged, replayed, double and non-voter votes refused with the reason.
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use chrono::Utc;
+use gym::gov::http::{GovState, router};
+use gym::gov::{Ballot, Choice, Draft, Governance, Rules, Voter, new_key};
+use gym::library::{Change, Library, Provenance, Settings};
+use http_body_util::BodyExt as _;
+use serde_json::{Value, json};
+use tower::ServiceExt as _;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    state: GovState,
+    keys: Vec<alloy::signers::local::PrivateKeySigner>,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let libraries = dir.path().join("experiences");
+    let mut library = Library::init(&libraries, "arith", Settings::default()).unwrap();
+    library
+        .commit(
+            &[Change::add("When a problem says each, multiply first.")],
+            Provenance::Init,
+        )
+        .unwrap();
+    let keys: Vec<_> = (0..3).map(|_| new_key().0).collect();
+    let voters = keys
+        .iter()
+        .zip([40, 30, 30])
+        .map(|(key, weight)| Voter {
+            address: key.address(),
+            weight,
+            name: None,
+        })
+        .collect();
+    let gov_dir = dir.path().join("governance");
+    let rules = Rules {
+        quorum_bps: 5_000,
+        voting_period_secs: 3_600,
+    };
+    Governance::init(&gov_dir, voters, rules, Utc::now()).unwrap();
+    let draft = Draft {
+        library: "arith".into(),
+        author: "tester".into(),
+        ..Draft::default()
+    };
+    for _ in 0..2 {
+        Governance::propose(&gov_dir, &library, &draft, Utc::now()).unwrap();
+    }
+    Fixture {
+        _dir: dir,
+        state: GovState {
+            gov_dir,
+            library_dir: libraries,
+        },
+        keys,
+    }
+}
+
+impl Fixture {
+    fn ballot(&self, voter: usize, id: u64, choice: Choice) -> Ballot {
+        let governance = Governance::open(&self.state.gov_dir).unwrap();
+        let tracked = governance.proposal(id).unwrap();
+        Ballot::sign(&governance.subject(tracked, choice), &self.keys[voter]).unwrap()
+    }
+
+    async fn call(&self, method: &str, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("content-type", "application/json")
+            .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
+            .unwrap();
+        let response = router(self.state.clone()).oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    async fn post_vote(&self, id: u64, ballot: &Ballot) -> (StatusCode, Value) {
+        self.call(
+            "POST",
+            &format!("/v1/gov/proposals/{id}/votes"),
+            Some(serde_json::to_value(ballot).unwrap()),
+        )
+        .await
+    }
+}
+
+fn message(body: &Value) -> String {
+    body["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn proposals_and_reviews_read_back() {
+    let f = fixture();
+    let (status, body) = f.call("GET", "/v1/gov/proposals", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["data"].as_array().unwrap().len(), 2);
+    assert_eq!(body["data"][0]["state"], "active");
+    let (status, body) = f.call("GET", "/v1/gov/proposals/1", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["items"][0]["change"], "add");
+    assert_eq!(
+        body["items"][0]["new"]["text"],
+        "When a problem says each, multiply first."
+    );
+    assert_eq!(body["items"][0]["history"][0]["source"], "init");
+    let (status, body) = f.call("GET", "/v1/gov", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["total_weight"], 100);
+    let (status, body) = f.call("GET", "/v1/gov/proposals/9", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(message(&body).contains("no proposal 9"), "{body}");
+}
+
+#[tokio::test]
+async fn signed_votes_are_verified_and_refusals_name_the_reason() {
+    let f = fixture();
+    let good = f.ballot(0, 1, Choice::Yes);
+
+    let mut forged = good.clone();
+    forged.voter = f.keys[1].address();
+    let (status, body) = f.post_vote(1, &forged).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(message(&body).contains("does not sign this vote"), "{body}");
+
+    let mut replayed = good.clone();
+    replayed.proposal = 2;
+    let (status, body) = f.post_vote(2, &replayed).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(message(&body).contains("does not sign this vote"), "{body}");
+
+    let (status, body) = f.post_vote(2, &good).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(message(&body).contains("posted to proposal 2"), "{body}");
+
+    let (status, body) = f.post_vote(1, &good).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["tally"]["yes"], 40);
+    assert_eq!(body["vote"]["weight"], 40);
+
+    let (status, body) = f.post_vote(1, &good).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(message(&body).contains("already voted yes"), "{body}");
+
+    let (stranger, _) = new_key();
+    let governance = Governance::open(&f.state.gov_dir).unwrap();
+    let subject = governance.subject(governance.proposal(1).unwrap(), Choice::Yes);
+    let outsider = Ballot::sign(&subject, &stranger).unwrap();
+    let (status, body) = f.post_vote(1, &outsider).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(message(&body).contains("is not a voter"), "{body}");
+
+    let (status, body) = f
+        .call(
+            "POST",
+            "/v1/gov/proposals/1/votes",
+            Some(json!({"proposal": 1})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(message(&body).contains("not a signed ballot"), "{body}");
+
+    let (status, body) = f.call("GET", "/v1/gov/proposals/1/votes", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["votes"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        body["votes"][0]["ballot"]["voter"],
+        json!(f.keys[0].address())
+    );
+
+    // Yes from all three: 100 of 100, decided before the deadline.
+    for voter in [1, 2] {
+        let (status, _) = f.post_vote(1, &f.ballot(voter, 1, Choice::Yes)).await;
+        assert_eq!(status, StatusCode::CREATED);
+    }
+    let (_, body) = f.call("GET", "/v1/gov/proposals", None).await;
+    assert_eq!(body["data"][0]["state"], "succeeded");
+}
