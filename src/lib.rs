@@ -33,8 +33,11 @@
 
 pub mod backend;
 pub mod data;
+pub mod delta;
 pub mod distill;
 pub mod embed;
+#[cfg(feature = "finetune")]
+pub mod finetune;
 pub mod library;
 pub mod reward;
 pub mod rollout;

@@ -5,8 +5,11 @@
 //! | implementation | feature | where it runs |
 //! |---|---|---|
 //! | [`llama::LlamaBackend`] | `llama` (default) | in process, llama.cpp on an owned thread; one prompt evaluation shared by the whole group |
+//! | `candle::CandleBackend` | `finetune` | in process, candle (f32), base model plus a LoRA adapter or weight delta |
 //! | [`openai::OpenAiBackend`] | always | any OpenAI-compatible server (vLLM, SGLang, TGI, llama-server, hosted APIs) |
 
+#[cfg(feature = "finetune")]
+pub mod candle;
 mod error;
 mod grammar;
 #[cfg(feature = "llama")]

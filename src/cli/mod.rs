@@ -3,7 +3,12 @@
 mod backend_args;
 mod bench;
 mod config;
+#[cfg(feature = "finetune")]
+mod delta;
 mod eval;
+mod fallback;
+#[cfg(feature = "finetune")]
+mod finetune;
 mod grpo;
 mod library;
 mod serve;
@@ -36,6 +41,12 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Watch a run served by `gym serve` (e.g. on a GPU box) in the terminal dashboard.
     Watch(watch::WatchArgs),
+    /// Fine-tune LoRA adapters on a run's successful rollouts (candle).
+    #[cfg(feature = "finetune")]
+    Finetune(Box<finetune::FinetuneArgs>),
+    /// Weight deltas: BitDelta compression and reconstruction, DeltaSoup combination.
+    #[cfg(feature = "finetune")]
+    Delta(delta::DeltaArgs),
 }
 
 impl Cli {
@@ -54,6 +65,10 @@ impl Cli {
             Command::Serve(args) => args.run(),
             Command::Bench(args) => args.run(),
             Command::Watch(args) => args.run(),
+            #[cfg(feature = "finetune")]
+            Command::Finetune(args) => args.run(),
+            #[cfg(feature = "finetune")]
+            Command::Delta(args) => args.run(),
         }
     }
 }

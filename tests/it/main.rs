@@ -8,6 +8,8 @@ mod eval_cli;
 mod fake_openai;
 #[cfg(feature = "qdrant")]
 mod fake_qdrant;
+#[cfg(feature = "finetune")]
+mod finetune;
 #[cfg(feature = "llama")]
 mod grpo_cli;
 mod judge;
