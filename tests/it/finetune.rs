@@ -36,14 +36,6 @@ fn greedy_decoding_agrees_with_llama_cpp() {
     );
 }
 
-fn arithmetic(id: &str, question: &str, answer: &str) -> gym::data::Sample {
-    gym::data::Sample {
-        id: id.into(),
-        question: question.into(),
-        answer: answer.into(),
-    }
-}
-
 /// A handful of LoRA steps on a tiny set lower the answer loss; the saved adapter reloads
 /// (manifest checked), equals what was trained, and changes what the model says.
 #[test]
@@ -51,34 +43,21 @@ fn lora_steps_lower_the_loss_and_the_saved_adapter_changes_outputs() {
     use gym::finetune::lora::{LoraConfig, load_adapters};
     use gym::finetune::sft::SftExample;
     use gym::finetune::train::{self, TrainConfig};
-    use gym::rollout::prompt::solve_messages;
 
     let base = base();
-    let samples = [
-        arithmetic(
-            "a",
-            "Ana has 4 apples and buys 3 more. How many apples does she have?",
-            "7",
-        ),
-        arithmetic(
-            "b",
-            "Ben has 10 pens and gives away 6. How many pens does he have?",
-            "4",
-        ),
-    ];
-    let answers = [
-        "4 + 3 = 7 apples.\nAnswer: 7",
-        "10 - 6 = 4 pens.\nAnswer: 4",
-    ];
-    let examples: Vec<SftExample> = samples
-        .iter()
-        .zip(answers)
-        .map(|(s, a)| SftExample {
-            sample_id: s.id.clone(),
-            messages: solve_messages(s, None, &[]),
-            answer: a.into(),
-        })
-        .collect();
+    // Short prompts keep the test quick: the cost of a step grows with its tokens.
+    let examples: Vec<SftExample> = [
+        ("4 + 3?", "4 + 3 = 7.\nAnswer: 7"),
+        ("10 - 6?", "10 - 6 = 4.\nAnswer: 4"),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, (q, a))| SftExample {
+        sample_id: i.to_string(),
+        messages: vec![ChatMessage::system("Solve."), ChatMessage::user(*q)],
+        answer: (*a).into(),
+    })
+    .collect();
     let tokens = train::tokenize(&base.tokenizer, &examples, 64).unwrap();
     let config = TrainConfig {
         lora: LoraConfig {
@@ -132,7 +111,10 @@ fn lora_steps_lower_the_loss_and_the_saved_adapter_changes_outputs() {
     };
     train::save(dir.path(), &trained.lora, &mut manifest).unwrap();
     let read = train::read_manifest(dir.path()).unwrap();
-    assert_eq!(read, manifest);
+    assert_eq!(read.base_model, manifest.base_model);
+    assert_eq!(read.data, manifest.data);
+    assert_eq!(read.hyper_parameters, config);
+    assert_eq!(read.loss_curve.len(), config.steps);
     let loaded = load_adapters(
         &dir.path().join(train::ADAPTER_FILE),
         &base.model.config,
