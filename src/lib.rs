@@ -33,9 +33,12 @@
 
 pub mod backend;
 pub mod data;
+pub mod delta;
 pub mod distill;
 pub mod embed;
 pub mod gov;
+#[cfg(feature = "finetune")]
+pub mod finetune;
 pub mod library;
 pub mod reward;
 pub mod rollout;

@@ -35,6 +35,9 @@ pub enum BackendError {
     #[error("llama.cpp failed: {0}")]
     Llama(String),
 
+    #[error("candle model: {0}")]
+    Candle(String),
+
     #[error(transparent)]
     Grammar(#[from] GrammarError),
 

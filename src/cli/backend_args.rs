@@ -16,6 +16,9 @@ pub enum BackendKind {
     Llama,
     /// Any OpenAI-compatible chat-completions server.
     Openai,
+    /// candle in process (the GGUF dequantized to f32), with an optional LoRA adapter or weight
+    /// delta (needs the `finetune` feature).
+    Candle,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -69,12 +72,21 @@ pub struct BackendArgs {
     /// llama: layers to offload to a GPU (needs a GPU-enabled build).
     #[arg(long, default_value_t = 0)]
     pub gpu_layers: u32,
+
+    /// candle: a LoRA adapter to merge (a `gym finetune` output directory or adapter file).
+    #[arg(long, env = "GYM_ADAPTER")]
+    pub adapter: Option<PathBuf>,
+
+    /// candle: a weight delta to add (dense or BitDelta file from `gym delta`).
+    #[arg(long, env = "GYM_DELTA")]
+    pub delta: Option<PathBuf>,
 }
 
 impl BackendArgs {
     pub fn build(&self) -> anyhow::Result<Arc<dyn Backend>> {
         match self.backend {
             BackendKind::Llama => self.llama(),
+            BackendKind::Candle => self.candle(),
             BackendKind::Openai => {
                 let base_url = self
                     .base_url
@@ -122,6 +134,26 @@ impl BackendArgs {
             anyhow::anyhow!("{e}{hint}")
         })?;
         Ok(Arc::new(backend))
+    }
+
+    #[cfg(feature = "finetune")]
+    fn candle(&self) -> anyhow::Result<Arc<dyn Backend>> {
+        use gym::backend::candle::{CandleBackend, CandleConfig};
+        let model_path = self
+            .model
+            .as_ref()
+            .map_or_else(gym::finetune::default_model_path, PathBuf::from);
+        let backend = CandleBackend::load(CandleConfig {
+            model_path,
+            adapter: self.adapter.clone(),
+            delta: self.delta.clone(),
+        })?;
+        Ok(Arc::new(backend))
+    }
+
+    #[cfg(not(feature = "finetune"))]
+    fn candle(&self) -> anyhow::Result<Arc<dyn Backend>> {
+        anyhow::bail!("this gym was built without the `finetune` feature; use --backend llama")
     }
 
     #[cfg(not(feature = "llama"))]

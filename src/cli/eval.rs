@@ -145,6 +145,13 @@ pub struct EvalArgs {
     #[arg(long)]
     output: Option<PathBuf>,
 
+    /// Also evaluate the base model (candle) with this fine-tune and no library: a `gym
+    /// finetune` output directory, an adapter file, or a weight delta from `gym delta` (needs
+    /// the `finetune` feature). Its column comes last; the paired difference is then
+    /// fine-tune minus base.
+    #[arg(long)]
+    compare_adapter: Option<PathBuf>,
+
     #[command(flatten)]
     reward: RewardArgs,
 
@@ -218,7 +225,7 @@ impl EvalArgs {
                 eprintln!("eval: {done}/{total} groups");
             }
         };
-        let report = runtime()?.block_on(evaluate(
+        let mut report = runtime()?.block_on(evaluate(
             backend.as_ref(),
             verifier.as_ref(),
             &dataset.samples,
@@ -226,6 +233,11 @@ impl EvalArgs {
             &settings,
             &progress,
         ))?;
+        if let Some(fine_tune) = &self.compare_adapter {
+            let tuned =
+                self.fine_tuned_report(fine_tune, &dataset, verifier.as_ref(), &settings)?;
+            append_condition(&mut report, tuned);
+        }
         if let Some(out) = output.as_mut() {
             for row in &report.results {
                 serde_json::to_writer(&mut *out, row)?;
@@ -261,6 +273,77 @@ impl EvalArgs {
         }
         Ok(ExitCode::SUCCESS)
     }
+}
+
+impl EvalArgs {
+    #[cfg(feature = "finetune")]
+    fn fine_tuned_report(
+        &self,
+        fine_tune: &Path,
+        dataset: &Dataset,
+        verifier: &dyn Verifier,
+        settings: &EvalSettings,
+    ) -> anyhow::Result<EvalReport> {
+        use gym::backend::candle::{CandleBackend, CandleConfig};
+        let model = self
+            .backend
+            .model
+            .as_ref()
+            .map_or_else(gym::finetune::default_model_path, PathBuf::from);
+        let backend = CandleBackend::load(CandleConfig::with_fine_tune(model, fine_tune))?;
+        let name = fine_tune
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let condition = Condition {
+            label: format!("with fine-tune {name}"),
+            experiences: Vec::new(),
+        };
+        Ok(runtime()?.block_on(evaluate(
+            &backend,
+            verifier,
+            &dataset.samples,
+            &[condition],
+            settings,
+            &|_, _| {},
+        ))?)
+    }
+
+    #[cfg(not(feature = "finetune"))]
+    fn fine_tuned_report(
+        &self,
+        _: &Path,
+        _: &Dataset,
+        _: &dyn Verifier,
+        _: &EvalSettings,
+    ) -> anyhow::Result<EvalReport> {
+        anyhow::bail!("--compare-adapter needs a gym built with the `finetune` feature")
+    }
+}
+
+/// Appends a one-condition report as the last column; the paired difference becomes that
+/// condition minus the first.
+fn append_condition(report: &mut EvalReport, extra: EvalReport) {
+    use gym::rollout::stats::Estimate;
+    let n = report.conditions.first().map_or(0, |c| c.queries);
+    let first = &report.results[..n.min(report.results.len())];
+    let means = |rows: &[gym::rollout::eval::QueryResult]| {
+        rows.iter().map(|r| r.mean_reward).collect::<Vec<_>>()
+    };
+    let solved = |rows: &[gym::rollout::eval::QueryResult]| {
+        rows.iter()
+            .map(|r| f64::from(u8::from(r.solved)))
+            .collect::<Vec<_>>()
+    };
+    report.delta_mean_at_k = Some(Estimate::paired_difference(
+        &means(first),
+        &means(&extra.results),
+    ));
+    report.delta_pass_at_k = Some(Estimate::paired_difference(
+        &solved(first),
+        &solved(&extra.results),
+    ));
+    report.conditions.extend(extra.conditions);
+    report.results.extend(extra.results);
 }
 
 /// The side-by-side table `gym eval` prints.

@@ -18,6 +18,7 @@ use gym::run::{
 
 use super::backend_args::{BackendArgs, BackendKind, SamplingArgs, load_embedder, runtime};
 use super::eval::{DatasetArgs, RewardArgs, render_report};
+use super::fallback::{Checker, FallbackArgs, FallbackKind};
 
 /// Flags a resumed run may change; everything else is fixed by the run's first start.
 const RESUMABLE_FLAGS: &[&str] = &[
@@ -166,6 +167,9 @@ pub struct GrpoArgs {
 
     #[command(flatten)]
     sampling: SamplingArgs,
+
+    #[command(flatten)]
+    fallback: FallbackArgs,
 }
 
 const ARGS_FILE: &str = "args.json";
@@ -293,8 +297,37 @@ impl GrpoArgs {
             budget_tokens: self.budget_tokens,
             budget_usd: self.budget_usd,
         };
-        let events = Arc::new(events);
         let control = RunControl::default();
+        let rt = runtime()?;
+        let fallback = match self.fallback.fallback {
+            None => None,
+            Some(FallbackKind::Finetune) => {
+                let mut dataset = self.dataset.clone();
+                dataset.limit = Some(self.fallback.fallback_eval_limit.max(1));
+                let heldout = dataset.load(Split::Heldout, self.sampling.seed)?;
+                let checker = Checker {
+                    backend: Arc::clone(&rollout_backend),
+                    verifier: Arc::clone(&verifier),
+                    settings: EvalSettings {
+                        k: self.eval_k,
+                        sampling: self.sampling.sampling(),
+                        concurrency: self.parallel,
+                        instruction: heldout.instruction.clone(),
+                    },
+                    heldout: heldout.samples,
+                    library_dir: self.library_dir.clone(),
+                    library: self.library.clone(),
+                    patience: self.fallback.fallback_patience,
+                    min_delta: self.fallback.fallback_min_delta,
+                };
+                Some(super::fallback::watch(
+                    checker,
+                    &mut events,
+                    control.clone(),
+                )?)
+            }
+        };
+        let events = Arc::new(events);
         let runner = Runner {
             config,
             dir: dir.clone(),
@@ -309,7 +342,6 @@ impl GrpoArgs {
             control: control.clone(),
             backend_label: format!("{:?}", self.backend.backend).to_lowercase(),
         };
-        let rt = runtime()?;
         let (quit_tx, quit_rx) = tokio::sync::oneshot::channel::<()>();
         let mut screen = Screen {
             shared: shared.clone(),
@@ -362,6 +394,18 @@ impl GrpoArgs {
             dir.join("summary.json"),
             serde_json::to_vec_pretty(&summary)?,
         )?;
+        let plateaued = fallback.is_some_and(|f| f.load(std::sync::atomic::Ordering::SeqCst));
+        if plateaued && summary.stopped_at.is_some() {
+            screen.close();
+            print!("{}", render_summary(&summary, &self.library));
+            write_run_report(&dir, &summary, &self.library, None);
+            println!(
+                "the held-out score has not improved for {} step(s): fine-tuning on the run's rollouts (the run itself continues with `gym grpo --resume {run_id}`)",
+                self.fallback.fallback_patience
+            );
+            super::fallback::start_finetune(&run_id, &self.runs_dir, self.fallback.fallback_steps)?;
+            return Ok(ExitCode::SUCCESS);
+        }
         if let Some(step) = summary.stopped_at {
             screen.close();
             print!("{}", render_summary(&summary, &self.library));
@@ -605,6 +649,46 @@ fn resume(run_id: &str, runs_dir: &Path) -> anyhow::Result<ExitCode> {
     };
     eprintln!("resuming run {run_id} from {}", dir.display());
     args.execute(run_id.to_string(), dir)
+}
+
+/// What a run was started with, as other subcommands need it (`gym finetune --run`).
+#[cfg_attr(not(feature = "finetune"), allow(dead_code))]
+pub(super) struct RunOrigin {
+    pub dataset: DatasetArgs,
+    pub reward: RewardArgs,
+    pub sampling: gym::backend::Sampling,
+    pub library: String,
+    pub library_dir: PathBuf,
+}
+
+/// Reads the flags a run was started with from its `args.json`.
+#[cfg_attr(not(feature = "finetune"), allow(dead_code))]
+pub(super) fn run_origin(runs_dir: &Path, run_id: &str) -> anyhow::Result<RunOrigin> {
+    use clap::Parser as _;
+    let path = runs_dir.join(run_id).join(ARGS_FILE);
+    let saved: Vec<String> = serde_json::from_slice(&std::fs::read(&path).with_context(|| {
+        format!(
+            "no run `{run_id}` in {} (cannot read {})",
+            runs_dir.display(),
+            path.display()
+        )
+    })?)
+    .with_context(|| format!("{} is not a JSON list of arguments", path.display()))?;
+    let argv = ["gym".to_string(), "grpo".to_string()]
+        .into_iter()
+        .chain(saved);
+    let cli = super::Cli::try_parse_from(argv)
+        .with_context(|| format!("the saved flags in {}", path.display()))?;
+    let super::Command::Grpo(args) = cli.command else {
+        anyhow::bail!("{} does not hold `gym grpo` flags", path.display());
+    };
+    Ok(RunOrigin {
+        sampling: args.sampling.sampling(),
+        dataset: args.dataset,
+        reward: args.reward,
+        library: args.library,
+        library_dir: args.library_dir,
+    })
 }
 
 fn open_or_init(dir: &Path, name: &str) -> anyhow::Result<Library> {

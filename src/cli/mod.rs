@@ -3,10 +3,15 @@
 mod backend_args;
 mod bench;
 mod config;
+#[cfg(feature = "finetune")]
+mod delta;
 mod eval;
 mod gov;
 #[cfg(feature = "chain")]
 mod gov_chain;
+mod fallback;
+#[cfg(feature = "finetune")]
+mod finetune;
 mod grpo;
 mod library;
 mod serve;
@@ -42,6 +47,12 @@ enum Command {
     /// Govern libraries: proposals over diffs, signed votes, execution, on-chain anchoring.
     #[command(subcommand_required = true)]
     Gov(gov::GovArgs),
+    /// Fine-tune LoRA adapters on a run's successful rollouts (candle).
+    #[cfg(feature = "finetune")]
+    Finetune(Box<finetune::FinetuneArgs>),
+    /// Weight deltas: BitDelta compression and reconstruction, DeltaSoup combination.
+    #[cfg(feature = "finetune")]
+    Delta(delta::DeltaArgs),
 }
 
 impl Cli {
@@ -61,6 +72,10 @@ impl Cli {
             Command::Bench(args) => args.run(),
             Command::Watch(args) => args.run(),
             Command::Gov(args) => args.run(),
+            #[cfg(feature = "finetune")]
+            Command::Finetune(args) => args.run(),
+            #[cfg(feature = "finetune")]
+            Command::Delta(args) => args.run(),
         }
     }
 }

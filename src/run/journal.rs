@@ -155,6 +155,12 @@ impl Journal {
     }
 }
 
+/// Reads the journal in `dir` without opening it for writing (a torn last line is reported in
+/// [`Replay::torn_tail`], not cut), for tools that consume a finished or running run.
+pub fn read_only(dir: &Path) -> Result<Replay, JournalError> {
+    read(&dir.join(JOURNAL_FILE))
+}
+
 fn read(path: &Path) -> Result<Replay, JournalError> {
     let file = File::open(path).map_err(|source| JournalError::Io {
         path: path.to_owned(),

@@ -11,6 +11,7 @@ pub mod control;
 pub mod dashboard;
 pub mod events;
 pub mod journal;
+pub mod plateau;
 pub mod report;
 mod step;
 mod summary;

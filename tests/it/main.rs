@@ -12,6 +12,8 @@ mod fake_qdrant;
 mod gov_chain;
 mod gov_cli;
 mod gov_http;
+#[cfg(feature = "finetune")]
+mod finetune;
 #[cfg(feature = "llama")]
 mod grpo_cli;
 mod judge;

@@ -1,0 +1,284 @@
+//! `gym delta`: BitDelta compression of a fine-tune's weight delta, its reconstruction, and
+//! DeltaSoup, the Byzantine-robust combination of many contributors' deltas.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand, ValueEnum};
+use gym::delta::bitdelta::{self, Matrix};
+use gym::delta::file::{self, Bits, DeltaFile, Dense};
+use gym::delta::privacy;
+use gym::delta::soup::{self, Rule};
+use gym::finetune::{default_model_path, gguf, train};
+
+#[derive(Debug, Args)]
+pub struct DeltaArgs {
+    #[command(subcommand)]
+    command: DeltaCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum DeltaCommand {
+    /// Compress a fine-tune's delta (fine-tuned − base, per weight matrix) to sign bits plus
+    /// one scale per row (BitDelta).
+    Compress(CompressArgs),
+    /// Reconstruct the dense f32 delta of a BitDelta file.
+    Apply(ApplyArgs),
+    /// Combine N contributors' deltas with a Byzantine-robust rule (DeltaSoup).
+    Soup(SoupArgs),
+}
+
+#[derive(Debug, Args)]
+struct CompressArgs {
+    /// The fine-tune: a `gym finetune` output directory, an adapter file or a dense delta file.
+    #[arg(long)]
+    input: PathBuf,
+
+    /// The base GGUF model the fine-tune belongs to (default: the SmolLM2 model).
+    #[arg(long, env = "GYM_MODEL")]
+    model: Option<PathBuf>,
+
+    /// Where to write the BitDelta file (safetensors).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+struct ApplyArgs {
+    /// A BitDelta file from `gym delta compress`.
+    #[arg(long)]
+    input: PathBuf,
+
+    /// Where to write the dense delta (serve it with `--backend candle --delta FILE`).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum RuleName {
+    Mean,
+    Median,
+    Trimmed,
+    Krum,
+    MultiKrum,
+}
+
+#[derive(Debug, Args)]
+struct SoupArgs {
+    /// A contributor's delta: a `gym finetune` directory, an adapter, a dense or BitDelta file
+    /// (repeat the flag once per contributor).
+    #[arg(long = "input", required = true)]
+    inputs: Vec<PathBuf>,
+
+    /// How to combine.
+    #[arg(long, value_enum, default_value = "median")]
+    rule: RuleName,
+
+    /// trimmed: fraction of values dropped at each end of every coordinate.
+    #[arg(long, default_value_t = 0.2)]
+    trim: f64,
+
+    /// krum, multi-krum: the most Byzantine contributors tolerated (default: ⌊(n − 3) / 2⌋).
+    #[arg(long)]
+    byzantine: Option<usize>,
+
+    /// multi-krum: contributors averaged (default: n − f).
+    #[arg(long)]
+    select: Option<usize>,
+
+    /// Differential privacy: ε of the Gaussian mechanism (0 < ε < 1); needs --dp-delta.
+    #[arg(long, requires = "dp_delta")]
+    dp_epsilon: Option<f64>,
+
+    /// Differential privacy: δ of the Gaussian mechanism.
+    #[arg(long, requires = "dp_epsilon")]
+    dp_delta: Option<f64>,
+
+    /// Differential privacy: every contribution is clipped to this L2 norm.
+    #[arg(long, default_value_t = 1.0)]
+    clip: f64,
+
+    /// Seed of the privacy noise.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+
+    /// The base GGUF model (to read adapters; default: the SmolLM2 model).
+    #[arg(long, env = "GYM_MODEL")]
+    model: Option<PathBuf>,
+
+    /// Where to write the combined dense delta.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+impl DeltaArgs {
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        match self.command {
+            DeltaCommand::Compress(args) => compress(&args),
+            DeltaCommand::Apply(args) => apply(&args),
+            DeltaCommand::Soup(args) => soup_cmd(&args),
+        }
+    }
+}
+
+/// Reads any delta source as dense deltas; also returns the LoRA adapter file when it was one.
+fn read_any(path: &Path, model: &Path) -> anyhow::Result<(Dense, Option<PathBuf>)> {
+    let adapter = if path.is_dir() {
+        let manifest = train::read_manifest(path)?;
+        Some(path.join(manifest.adapter_file))
+    } else {
+        let names = candle_core::safetensors::load(path, &candle_core::Device::Cpu)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        names
+            .keys()
+            .any(|k| k.ends_with(".lora_a"))
+            .then(|| path.to_owned())
+    };
+    match adapter {
+        Some(adapter) => {
+            let config = gguf::read_config(model)?;
+            Ok((file::from_adapter(&adapter, &config)?, Some(adapter)))
+        }
+        None => Ok((file::read(path)?.into_dense(), None)),
+    }
+}
+
+fn compress(args: &CompressArgs) -> anyhow::Result<ExitCode> {
+    let model = args.model.clone().unwrap_or_else(default_model_path);
+    let (dense, adapter) = read_any(&args.input, &model)?;
+    let bits: Bits = dense
+        .iter()
+        .map(|(name, m)| (name.clone(), bitdelta::compress(m)))
+        .collect();
+    file::write_bits(&args.out, &bits)?;
+    let f32_bytes: usize = dense.values().map(Matrix::f32_bytes).sum();
+    let packed: usize = bits.values().map(|b| b.packed_bytes()).sum();
+    let (original, _) = file::flatten(&dense);
+    let (recon, _) = file::flatten(&DeltaFile::Bits(bits).into_dense());
+    let error = bitdelta::error(&original, &recon);
+    let on_disk = std::fs::metadata(&args.out)?.len();
+    println!(
+        "{} matrices, {} values: f32 delta {} bytes, BitDelta {} bytes ({} on disk)",
+        dense.len(),
+        original.len(),
+        f32_bytes,
+        packed,
+        on_disk
+    );
+    println!(
+        "compression vs f32 delta: {:.1}× (1/{:.1})",
+        f32_bytes as f64 / packed as f64,
+        f32_bytes as f64 / packed as f64
+    );
+    if let Some(adapter) = adapter {
+        let lora = std::fs::metadata(&adapter)?.len();
+        println!(
+            "vs the LoRA adapter ({} bytes): {:.2}× its size",
+            lora,
+            packed as f64 / lora as f64
+        );
+    }
+    println!(
+        "reconstruction: relative L2 error {:.4}, cosine {:.4}, max |error| {:.3e}",
+        error.relative_l2, error.cosine, error.max_abs
+    );
+    println!("wrote {}", args.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn apply(args: &ApplyArgs) -> anyhow::Result<ExitCode> {
+    let DeltaFile::Bits(bits) = file::read(&args.input)? else {
+        anyhow::bail!("{} is not a BitDelta file", args.input.display());
+    };
+    let dense: Dense = bits
+        .iter()
+        .map(|(name, b)| (name.clone(), bitdelta::decompress(b)))
+        .collect();
+    file::write_dense(&args.out, &dense)?;
+    println!(
+        "reconstructed {} matrices into {}",
+        dense.len(),
+        args.out.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn soup_cmd(args: &SoupArgs) -> anyhow::Result<ExitCode> {
+    let model = args.model.clone().unwrap_or_else(default_model_path);
+    let n = args.inputs.len();
+    let mut vectors = Vec::with_capacity(n);
+    let mut layout = None;
+    for path in &args.inputs {
+        let (dense, _) = read_any(path, &model)?;
+        let (values, this) = file::flatten(&dense);
+        match &layout {
+            None => layout = Some(this),
+            Some(first) => anyhow::ensure!(
+                *first == this,
+                "{} adapts other weights (or other shapes) than {}",
+                path.display(),
+                args.inputs[0].display()
+            ),
+        }
+        vectors.push(values);
+    }
+    let layout = layout.expect("at least one input");
+    let f = args.byzantine.unwrap_or(n.saturating_sub(3) / 2);
+    let rule = match args.rule {
+        RuleName::Mean => Rule::Mean,
+        RuleName::Median => Rule::Median,
+        RuleName::Trimmed => Rule::TrimmedMean { trim: args.trim },
+        RuleName::Krum => Rule::Krum { f },
+        RuleName::MultiKrum => Rule::MultiKrum {
+            f,
+            m: args.select.unwrap_or(n.saturating_sub(f)),
+        },
+    };
+    let privacy = match (args.dp_epsilon, args.dp_delta) {
+        (Some(epsilon), Some(delta)) => {
+            let p = privacy::calibrate(rule, n, epsilon, delta, args.clip)?;
+            for v in &mut vectors {
+                privacy::clip(v, args.clip);
+            }
+            Some(p)
+        }
+        _ => None,
+    };
+    let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
+    let mut combined = soup::combine(&refs, rule)?;
+    if let Some(p) = &privacy {
+        privacy::add_noise(&mut combined.values, p.sigma, args.seed)?;
+    }
+    file::write_dense(&args.out, &file::unflatten(&combined.values, &layout))?;
+    println!("{n} contributors combined with {rule}");
+    let quality: Vec<f64> = vectors
+        .iter()
+        .map(|v| soup::cosine(v, &combined.values))
+        .collect();
+    let shares = soup::reward_shares(&quality, &combined.selected);
+    println!("contributor  selected  agreement  distance to soup  reward share  input");
+    for (i, path) in args.inputs.iter().enumerate() {
+        println!(
+            "{:>11}  {:>8}  {:>9.4}  {:>16.4e}  {:>12.3}  {}",
+            i,
+            if combined.selected.contains(&i) {
+                "yes"
+            } else {
+                "no"
+            },
+            quality[i],
+            soup::distance2(&vectors[i], &combined.values).sqrt(),
+            shares[i],
+            path.display()
+        );
+    }
+    if let Some(p) = privacy {
+        println!(
+            "differential privacy: (ε = {}, δ = {}) Gaussian mechanism, clip {}, sensitivity {:.4e}, σ = {:.4e}",
+            p.epsilon, p.delta, p.clip, p.sensitivity, p.sigma
+        );
+    }
+    println!("wrote {}", args.out.display());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,168 @@
+//! The SFT set: the successful answers (reward 1) a run journaled, each paired with its query's
+//! prompt *without* the library, so fine-tuning teaches the weights what the experiences taught
+//! the prompt. The set is hashed (SHA-256 over its canonical JSON) for the adapter's manifest.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::FinetuneError;
+use crate::backend::{ChatMessage, FinishReason};
+use crate::data::Sample;
+use crate::rollout::eval::SOLVED;
+use crate::rollout::prompt::solve_messages;
+use crate::run::Replay;
+
+/// One training example: a prompt and the answer to learn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SftExample {
+    pub sample_id: String,
+    pub messages: Vec<ChatMessage>,
+    pub answer: String,
+}
+
+/// The examples and what was left out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SftSet {
+    pub examples: Vec<SftExample>,
+    pub sha256: String,
+    /// Solved answers whose query is not in the dataset (a different `--dataset`?).
+    pub unknown_queries: usize,
+    /// Solved answers dropped as duplicates or over the per-query cap.
+    pub dropped: usize,
+}
+
+/// Builds the set from a run's replayed journal: answers with reward 1 that ended on their own
+/// (not cut at `max_tokens`), at most `per_query` distinct ones per query, in (step, query)
+/// order.
+pub fn from_replay(
+    replay: &Replay,
+    samples: &[Sample],
+    instruction: Option<&str>,
+    per_query: usize,
+) -> Result<SftSet, FinetuneError> {
+    let by_id: HashMap<&str, &Sample> = samples.iter().map(|s| (s.id.as_str(), s)).collect();
+    let ordered: BTreeMap<(u32, &str), _> = replay
+        .rollouts
+        .iter()
+        .map(|((step, id), group)| ((*step, id.as_str()), group))
+        .collect();
+    let mut seen = BTreeSet::new();
+    let mut count: HashMap<&str, usize> = HashMap::new();
+    let (mut examples, mut unknown, mut dropped) = (Vec::new(), 0, 0);
+    for ((_, id), group) in ordered {
+        for answer in &group.answers {
+            if answer.reward < SOLVED || answer.finish != FinishReason::Stop {
+                continue;
+            }
+            let Some(sample) = by_id.get(id) else {
+                unknown += 1;
+                continue;
+            };
+            let text = answer.text.trim();
+            let taken = count.entry(id).or_default();
+            if *taken >= per_query || !seen.insert((id, text)) {
+                dropped += 1;
+                continue;
+            }
+            *taken += 1;
+            examples.push(SftExample {
+                sample_id: id.to_string(),
+                messages: solve_messages(sample, instruction, &[]),
+                answer: text.to_string(),
+            });
+        }
+    }
+    if examples.is_empty() {
+        return Err(FinetuneError::Data(format!(
+            "the journal holds no solved answer to learn from ({} rollout groups, {unknown} solved answers to queries not in the dataset)",
+            replay.rollouts.len()
+        )));
+    }
+    Ok(SftSet {
+        sha256: hash(&examples),
+        examples,
+        unknown_queries: unknown,
+        dropped,
+    })
+}
+
+/// SHA-256 over the examples' canonical JSON.
+pub fn hash(examples: &[SftExample]) -> String {
+    let mut hasher = Sha256::new();
+    for example in examples {
+        let line = serde_json::to_vec(example).expect("examples always serialize");
+        hasher.update((line.len() as u64).to_le_bytes());
+        hasher.update(&line);
+    }
+    hex::encode(hasher.finalize())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Usage;
+    use crate::rollout::{RolloutGroup, ScoredAnswer};
+
+    fn answer(text: &str, reward: f64, finish: FinishReason) -> ScoredAnswer {
+        ScoredAnswer {
+            text: text.into(),
+            reward,
+            reason: String::new(),
+            seed: 0,
+            tokens: 3,
+            finish,
+            verifier_failed: false,
+        }
+    }
+
+    fn sample(id: &str) -> Sample {
+        Sample {
+            id: id.into(),
+            question: format!("question {id}"),
+            answer: "1".into(),
+        }
+    }
+
+    #[test]
+    fn only_solved_complete_distinct_answers_of_known_queries_are_kept() {
+        let mut replay = Replay::default();
+        let group = |id: &str, answers| RolloutGroup {
+            sample_id: id.into(),
+            answers,
+            usage: Usage::default(),
+            cost_usd: None,
+            retries: 0,
+        };
+        replay.rollouts.insert(
+            (1, "a".into()),
+            group(
+                "a",
+                vec![
+                    answer("Answer: 1", 1.0, FinishReason::Stop),
+                    answer("Answer: 1 ", 1.0, FinishReason::Stop),
+                    answer("Answer: 2", 0.0, FinishReason::Stop),
+                    answer("Answer: 1 and more", 1.0, FinishReason::Length),
+                ],
+            ),
+        );
+        replay.rollouts.insert(
+            (2, "zzz".into()),
+            group("zzz", vec![answer("x", 1.0, FinishReason::Stop)]),
+        );
+        let set = from_replay(&replay, &[sample("a")], None, 4).unwrap();
+        assert_eq!(set.examples.len(), 1);
+        assert_eq!(set.examples[0].answer, "Answer: 1");
+        assert!(set.examples[0].messages[1].content.contains("question a"));
+        assert_eq!((set.unknown_queries, set.dropped), (1, 1));
+        assert_eq!(set.sha256, hash(&set.examples));
+        assert_eq!(set.sha256.len(), 64);
+    }
+
+    #[test]
+    fn a_journal_without_solved_answers_is_an_error_saying_so() {
+        let error = from_replay(&Replay::default(), &[], None, 4).unwrap_err();
+        assert!(error.to_string().contains("no solved answer"), "{error}");
+    }
+}

@@ -1,0 +1,159 @@
+//! The candle fine-tuning stack on the real default model (SmolLM2-135M GGUF).
+
+use candle_core::Device;
+use gym::backend::ChatMessage;
+use gym::finetune::{BaseModel, default_model_path, generate};
+
+fn base() -> BaseModel {
+    BaseModel::load(&default_model_path(), &Device::Cpu).expect("the default model (make setup)")
+}
+
+/// The greedy answer of llama.cpp (the Q4_1 model, `gym eval --temperature 0`) to the built-in
+/// arithmetic prompt starts with these words; the dequantized candle forward pass must agree.
+#[test]
+fn greedy_decoding_agrees_with_llama_cpp() {
+    let base = base();
+    let sample = gym::data::Sample {
+        id: "x".into(),
+        question: "Kenji had 37 marbles. He gave 7 to each of 2 friends and then bought 5 more. How many marbles does Kenji have now?".into(),
+        answer: "28".into(),
+    };
+    let messages: Vec<ChatMessage> = gym::rollout::prompt::solve_messages(&sample, None, &[]);
+    let prompt = base.tokenizer.chat_prompt(&messages).unwrap();
+    let (cache, logits) = generate::prefill(&base, &prompt).unwrap();
+    let sampling = gym::backend::Sampling {
+        temperature: 0.0,
+        max_tokens: 24,
+        ..Default::default()
+    };
+    let out = generate::complete(&base, cache, logits, &sampling, 0).unwrap();
+    eprintln!("prompt tokens {}: {:?}", prompt.len(), out.text);
+    assert!(
+        out.text
+            .starts_with("Kenji had 37 marbles, and he gave 7 to each of 2 friends"),
+        "{:?}",
+        out.text
+    );
+}
+
+/// A handful of LoRA steps on a tiny set lower the answer loss; the saved adapter reloads
+/// (manifest checked), equals what was trained, and changes what the model says.
+#[test]
+fn lora_steps_lower_the_loss_and_the_saved_adapter_changes_outputs() {
+    use gym::finetune::lora::{LoraConfig, load_adapters};
+    use gym::finetune::sft::SftExample;
+    use gym::finetune::train::{self, TrainConfig};
+
+    let base = base();
+    // Short prompts keep the test quick: the cost of a step grows with its tokens.
+    let examples: Vec<SftExample> = [
+        ("4 + 3?", "4 + 3 = 7.\nAnswer: 7"),
+        ("10 - 6?", "10 - 6 = 4.\nAnswer: 4"),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, (q, a))| SftExample {
+        sample_id: i.to_string(),
+        messages: vec![ChatMessage::system("Solve."), ChatMessage::user(*q)],
+        answer: (*a).into(),
+    })
+    .collect();
+    let tokens = train::tokenize(&base.tokenizer, &examples, 64).unwrap();
+    let config = TrainConfig {
+        lora: LoraConfig {
+            rank: 4,
+            alpha: 8.0,
+            ..LoraConfig::default()
+        },
+        learning_rate: 5e-3,
+        steps: 6,
+        batch_size: 2,
+        ..TrainConfig::default()
+    };
+    let before = train::mean_loss(&base.model, None, &tokens).unwrap();
+    let started = std::time::Instant::now();
+    let trained = train::train(&base, &tokens, &config, &mut |r, _, _| {
+        eprintln!("step {} loss {:.4} ({:.2} s)", r.step, r.loss, r.seconds);
+        Ok(())
+    })
+    .unwrap();
+    eprintln!(
+        "{:.2} s/step; loss before {before:.4}, curve {:?}",
+        started.elapsed().as_secs_f64() / config.steps as f64,
+        trained.losses
+    );
+    let adapters = trained.lora.adapters();
+    let after = train::mean_loss(&base.model, Some(&adapters), &tokens).unwrap();
+    assert!(after < 0.7 * before, "loss {before} -> {after}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut manifest = train::Manifest {
+        format: train::MANIFEST_FORMAT.into(),
+        base_model: train::ModelRef {
+            path: base.path.clone(),
+            sha256: base.sha256.clone(),
+        },
+        data: train::DataRef {
+            run: "test".into(),
+            dataset: "inline".into(),
+            examples: examples.len(),
+            sha256: gym::finetune::sft::hash(&examples),
+        },
+        hyper_parameters: config.clone(),
+        trainable_parameters: trained.lora.parameters(),
+        steps_done: trained.losses.len(),
+        loss_curve: trained.losses.clone(),
+        seconds: trained.seconds,
+        seconds_per_step: trained.seconds / config.steps as f64,
+        adapter_file: String::new(),
+        adapter_sha256: String::new(),
+        created_at: String::new(),
+    };
+    train::save(dir.path(), &trained.lora, &mut manifest).unwrap();
+    let read = train::read_manifest(dir.path()).unwrap();
+    assert_eq!(read.base_model, manifest.base_model);
+    assert_eq!(read.data, manifest.data);
+    assert_eq!(read.hyper_parameters, config);
+    assert_eq!(read.loss_curve.len(), config.steps);
+    let loaded = load_adapters(
+        &dir.path().join(train::ADAPTER_FILE),
+        &base.model.config,
+        &Device::Cpu,
+    )
+    .unwrap();
+    assert_eq!(loaded.pairs.len(), adapters.pairs.len());
+    let reloaded_loss = train::mean_loss(&base.model, Some(&loaded), &tokens).unwrap();
+    assert!(
+        (reloaded_loss - after).abs() < 1e-4,
+        "{reloaded_loss} vs {after}"
+    );
+
+    // Merged into the weights, the adapter changes the greedy answer's tokens.
+    let prompt = base.tokenizer.chat_prompt(&examples[0].messages).unwrap();
+    let greedy_base = generate::greedy_next(&base, &prompt).unwrap();
+    let mut tuned = BaseModel::load(&default_model_path(), &Device::Cpu).unwrap();
+    tuned.model.merge(&loaded).unwrap();
+    let merged_loss = train::mean_loss(&tuned.model, None, &tokens).unwrap();
+    assert!(
+        (merged_loss - after).abs() < 1e-3,
+        "{merged_loss} vs {after}"
+    );
+    let sampling = gym::backend::Sampling {
+        temperature: 0.0,
+        max_tokens: 12,
+        ..Default::default()
+    };
+    let (cache, logits) = generate::prefill(&base, &prompt).unwrap();
+    let plain = generate::complete(&base, cache, logits, &sampling, 0).unwrap();
+    let (cache, logits) = generate::prefill(&tuned, &prompt).unwrap();
+    let fine = generate::complete(&tuned, cache, logits, &sampling, 0).unwrap();
+    eprintln!(
+        "base: {:?} (first token {greedy_base})\ntuned: {:?}",
+        plain.text, fine.text
+    );
+    assert_ne!(plain.text, fine.text);
+    // A corrupted adapter is refused by its manifest.
+    std::fs::write(dir.path().join(train::ADAPTER_FILE), b"garbage").unwrap();
+    let error = train::read_manifest(dir.path()).unwrap_err().to_string();
+    assert!(error.contains("does not match its manifest"), "{error}");
+}
