@@ -28,6 +28,7 @@ build: setup
 test: setup
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	bash scripts/setup-evm > /dev/null  # anvil for the governance end-to-end test
 	$(CARGO) test --workspace --locked
 	$(MAKE) contracts
 

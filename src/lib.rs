@@ -25,7 +25,7 @@
 //! | [`embed`] | here | the `Embedder` seam: MiniLM sentence embeddings in process (ONNX Runtime), cosine, near-duplicate detection |
 //! | [`run`] | here | a Training-Free GRPO run: the step loop, the append-only journal and resume, typed run events |
 //! | [`serve`] | here | the OpenAI-compatible server: library selection, retrieval (exact and IVF indexes) and injection, router with failover, HLLM figures and escalation, library API with API keys |
-//! | `gov` | contracts only | `contracts/`: the Solidity registry and KEEPER token with Foundry tests; the Rust ledger and chain client are planned |
+//! | [`gov`] | here | proposals over library diffs with a reviewer's rendering and provenance, EIP-191 signed votes, 66% tally and quorum, an append-only hash-chained ledger that survives kill -9, execution to a governed head; the contracts in `contracts/` deployed, voted and read through `alloy` (feature `chain`); `/v1/gov` routes |
 //! | `finetune` | planned | the gradient fallback |
 //!
 //! The `gym` binary's command-line interface lives in `src/cli/` (one file per subcommand).

@@ -213,7 +213,9 @@ impl GovArgs {
                     proposal.base_version,
                     proposal.new_version,
                     proposal.new_root,
-                    proposal.deadline.to_rfc3339()
+                    proposal
+                        .deadline
+                        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
                 )?;
             }
             GovCommand::List => {

@@ -392,3 +392,22 @@ fn init_refuses_an_existing_ledger_and_bad_rules() {
     let message = reason(Governance::open(&elsewhere).unwrap_err());
     assert!(message.contains("gym gov init"), "{message}");
 }
+
+#[test]
+fn concurrent_writers_take_turns_under_the_lock() {
+    let f = fixture();
+    f.propose(f.at(0));
+    let ballots: Vec<Ballot> = (0..3)
+        .map(|voter| f.ballot(voter, 1, Choice::Yes))
+        .collect();
+    std::thread::scope(|scope| {
+        for ballot in &ballots {
+            let gov = f.gov.clone();
+            let at = f.at(1);
+            scope.spawn(move || Governance::vote(&gov, ballot, at).unwrap());
+        }
+    });
+    let governance = Governance::open(&f.gov).unwrap();
+    assert_eq!(governance.entries(), 5);
+    assert_eq!(Governance::tally(governance.proposal(1).unwrap()).yes, 100);
+}

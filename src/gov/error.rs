@@ -210,12 +210,13 @@ pub enum GovError {
     /// A proposal that cannot be made.
     #[error("cannot propose: {0}")]
     Propose(String),
-    /// A refused vote.
+    /// A refused vote (the reason is in the message, not chained as a source, so it is
+    /// printed once).
     #[error("vote rejected: {0}")]
-    Vote(#[from] VoteRejected),
+    Vote(VoteRejected),
     /// A refused execution.
     #[error("execute rejected: {0}")]
-    Execute(#[from] ExecuteRejected),
+    Execute(ExecuteRejected),
     /// No proposal with this id.
     #[error("there is no proposal {id} in this ledger")]
     UnknownProposal {
@@ -244,5 +245,17 @@ impl GovError {
             path,
             source,
         }
+    }
+}
+
+impl From<VoteRejected> for GovError {
+    fn from(error: VoteRejected) -> Self {
+        Self::Vote(error)
+    }
+}
+
+impl From<ExecuteRejected> for GovError {
+    fn from(error: ExecuteRejected) -> Self {
+        Self::Execute(error)
     }
 }
