@@ -26,7 +26,7 @@
 //! | [`run`] | here | a Training-Free GRPO run: the step loop, the append-only journal and resume, typed run events |
 //! | [`serve`] | here | the OpenAI-compatible server: library selection, retrieval (exact and IVF indexes) and injection, router with failover, HLLM figures and escalation, library API with API keys |
 //! | `gov` | contracts only | `contracts/`: the Solidity registry and KEEPER token with Foundry tests; the Rust ledger and chain client are planned |
-//! | [`finetune`] | here (feature `finetune`) | LoRA SFT in candle on a run's solved rollouts; the candle backend |
+//! | `finetune` | here (feature `finetune`) | LoRA SFT in candle on a run's solved rollouts; the candle backend |
 //! | [`delta`] | here | BitDelta 1-bit deltas, DeltaSoup robust aggregation with differential privacy (files with `finetune`) |
 //!
 //! The `gym` binary's command-line interface lives in `src/cli/` (one file per subcommand).
