@@ -95,10 +95,15 @@ fn median_and_krum_soups_resist_thirty_percent_poisoned_contributors() {
         file::write_dense(&scratch.dir.path().join(&name), &dense(&values)).unwrap();
         args.extend(["--input".to_string(), name]);
     }
+    // Files list their weights in name order.
+    let honest_sum = file::flatten(&dense(&honest_sum)).0;
     let norm = distance2(&honest_sum, &vec![0.0; truth.len()]).sqrt();
+    // Trimming must cover the poisoned fraction at each end (here 30%).
     let mut distance = |rule: &str| {
         let mut argv = args.clone();
-        argv.extend(["--rule", rule, "--out", "soup.safetensors"].map(String::from));
+        argv.extend(
+            ["--rule", rule, "--trim", "0.3", "--out", "soup.safetensors"].map(String::from),
+        );
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
         let out = scratch.ok(&argv);
         assert!(out.contains("reward share"), "{out}");
