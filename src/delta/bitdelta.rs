@@ -218,7 +218,10 @@ mod tests {
         assert_eq!(bits.packed_bytes(), delta.f32_bytes() / 32 + 576 * 4);
         // 32 / (1 + 32 / cols): the row scales cost 32/576 of the signs here.
         let ratio = delta.f32_bytes() as f64 / bits.packed_bytes() as f64;
-        assert!((ratio - 32.0 / (1.0 + 32.0 / 576.0)).abs() < 1e-9, "{ratio}");
+        assert!(
+            (ratio - 32.0 / (1.0 + 32.0 / 576.0)).abs() < 1e-9,
+            "{ratio}"
+        );
     }
 
     #[test]
@@ -273,8 +276,8 @@ mod tests {
                 let row = delta.row(r);
                 let scale = (row.iter().map(|v| f64::from(v.abs())).sum::<f64>()
                     / cols as f64) as f32;
-                for c in 0..cols {
-                    let expected = if row[c] >= 0.0 { scale } else { -scale };
+                for (c, value) in row.iter().enumerate() {
+                    let expected = if *value >= 0.0 { scale } else { -scale };
                     prop_assert_eq!(recon.data[r * cols + c], expected);
                 }
             }

@@ -154,7 +154,11 @@ fn config_of(content: &Content, path: &Path) -> Result<ModelConfig, FinetuneErro
         norm_eps: f64::from(get_f32("llama.attention.layer_norm_rms_epsilon", 1e-5)),
         context: get_u32("llama.context_length")?,
     };
-    if config.heads == 0 || config.dim % config.heads != 0 || config.heads % config.kv_heads != 0 {
+    if config.heads == 0
+        || !config.dim.is_multiple_of(config.heads)
+        || config.kv_heads == 0
+        || !config.heads.is_multiple_of(config.kv_heads)
+    {
         return Err(bad(path, "inconsistent head counts"));
     }
     Ok(config)

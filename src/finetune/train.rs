@@ -123,13 +123,16 @@ pub struct Trained {
     pub seconds: f64,
 }
 
+/// Called after every step with its report, the adapters and the loss curve so far.
+pub type OnStep<'a> = dyn FnMut(&StepReport, &Lora, &[f64]) -> Result<(), FinetuneError> + 'a;
+
 /// Trains fresh adapters on `examples`; `on_step` sees every step (progress, checkpoints) and
 /// may stop training by returning an error.
 pub fn train(
     base: &BaseModel,
     examples: &[Example],
     config: &TrainConfig,
-    on_step: &mut dyn FnMut(&StepReport, &Lora, &[f64]) -> Result<(), FinetuneError>,
+    on_step: &mut OnStep<'_>,
 ) -> Result<Trained, FinetuneError> {
     if examples.is_empty() {
         return Err(FinetuneError::Data("no examples to train on".into()));

@@ -4,6 +4,8 @@ mod common;
 mod dashboard_stream;
 #[cfg(feature = "llama")]
 mod dashboard_tmux;
+#[cfg(feature = "finetune")]
+mod delta_cli;
 mod eval_cli;
 mod fake_openai;
 #[cfg(feature = "qdrant")]

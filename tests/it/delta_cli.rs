@@ -1,0 +1,161 @@
+//! `gym delta`: BitDelta files round-trip through the CLI, DeltaSoup resists poisoned
+//! contributors, and bad input is refused naming the file.
+
+use std::path::Path;
+
+use gym::delta::bitdelta::{self, Matrix};
+use gym::delta::file::{self, DeltaFile, Dense};
+use gym::delta::soup::distance2;
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng as _};
+
+use crate::common::Scratch;
+
+const NAMES: [&str; 2] = ["blk.0.attn_q.weight", "blk.0.attn_k.weight"];
+
+fn dense(values: &[f32]) -> Dense {
+    let half = values.len() / 2;
+    NAMES
+        .iter()
+        .zip([&values[..half], &values[half..]])
+        .map(|(name, v)| {
+            (
+                name.to_string(),
+                Matrix::new(8, half / 8, v.to_vec()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn read_flat(path: &Path) -> Vec<f32> {
+    file::flatten(&file::read(path).unwrap().into_dense()).0
+}
+
+#[test]
+fn compress_then_apply_is_exactly_sign_times_row_scale() {
+    let scratch = Scratch::new();
+    let mut rng = StdRng::seed_from_u64(5);
+    let values: Vec<f32> = (0..1024).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let input = scratch.dir.path().join("delta.safetensors");
+    file::write_dense(&input, &dense(&values)).unwrap();
+    let out = scratch.ok(&[
+        "delta",
+        "compress",
+        "--input",
+        "delta.safetensors",
+        "--out",
+        "bits.safetensors",
+    ]);
+    assert!(out.contains("compression vs f32 delta"), "{out}");
+    scratch.ok(&[
+        "delta",
+        "apply",
+        "--input",
+        "bits.safetensors",
+        "--out",
+        "back.safetensors",
+    ]);
+    let DeltaFile::Bits(bits) = file::read(&scratch.dir.path().join("bits.safetensors")).unwrap()
+    else {
+        panic!("a BitDelta file expected")
+    };
+    let packed: usize = bits.values().map(|b| b.signs.len()).sum();
+    assert_eq!(packed * 32, values.len() * 4);
+    let back = file::read(&scratch.dir.path().join("back.safetensors"))
+        .unwrap()
+        .into_dense();
+    for (name, m) in dense(&values) {
+        assert_eq!(back[&name], bitdelta::decompress(&bitdelta::compress(&m)));
+    }
+}
+
+#[test]
+fn median_and_krum_soups_resist_thirty_percent_poisoned_contributors() {
+    let scratch = Scratch::new();
+    let mut rng = StdRng::seed_from_u64(9);
+    let truth: Vec<f32> = (0..512).map(|_| rng.random_range(-0.01..0.01)).collect();
+    let mut honest_sum = vec![0.0f32; truth.len()];
+    let mut args = vec!["delta".to_string(), "soup".into()];
+    for i in 0..10 {
+        let values: Vec<f32> = if i < 7 {
+            let v: Vec<f32> = truth
+                .iter()
+                .map(|t| t + rng.random_range(-0.002..0.002))
+                .collect();
+            for (s, x) in honest_sum.iter_mut().zip(&v) {
+                *s += x / 7.0;
+            }
+            v
+        } else {
+            (0..truth.len())
+                .map(|_| rng.random_range(-1.0..1.0))
+                .collect()
+        };
+        let name = format!("c{i}.safetensors");
+        file::write_dense(&scratch.dir.path().join(&name), &dense(&values)).unwrap();
+        args.extend(["--input".to_string(), name]);
+    }
+    // Files list their weights in name order.
+    let honest_sum = file::flatten(&dense(&honest_sum)).0;
+    let norm = distance2(&honest_sum, &vec![0.0; truth.len()]).sqrt();
+    // Trimming must cover the poisoned fraction at each end (here 30%).
+    let mut distance = |rule: &str| {
+        let mut argv = args.clone();
+        argv.extend(
+            ["--rule", rule, "--trim", "0.3", "--out", "soup.safetensors"].map(String::from),
+        );
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let out = scratch.ok(&argv);
+        assert!(out.contains("reward share"), "{out}");
+        distance2(
+            &read_flat(&scratch.dir.path().join("soup.safetensors")),
+            &honest_sum,
+        )
+        .sqrt()
+            / norm
+    };
+    let mean = distance("mean");
+    for rule in ["median", "trimmed", "krum", "multi-krum"] {
+        let d = distance(rule);
+        eprintln!("{rule}: {d:.3} (mean: {mean:.3})");
+        assert!(d < 0.4 && d < mean / 10.0, "{rule}: {d} vs mean {mean}");
+    }
+}
+
+#[test]
+fn mismatched_contributors_and_unbounded_privacy_are_refused() {
+    let scratch = Scratch::new();
+    let a = scratch.dir.path().join("a.safetensors");
+    let b = scratch.dir.path().join("b.safetensors");
+    file::write_dense(&a, &dense(&[0.5; 64])).unwrap();
+    file::write_dense(&b, &dense(&[0.5; 128])).unwrap();
+    let error = scratch.fails(&[
+        "delta",
+        "soup",
+        "--input",
+        "a.safetensors",
+        "--input",
+        "b.safetensors",
+        "--out",
+        "s.safetensors",
+    ]);
+    assert!(error.contains("b.safetensors"), "{error}");
+    let error = scratch.fails(&[
+        "delta",
+        "soup",
+        "--input",
+        "a.safetensors",
+        "--input",
+        "a.safetensors",
+        "--rule",
+        "median",
+        "--dp-epsilon",
+        "0.5",
+        "--dp-delta",
+        "1e-5",
+        "--out",
+        "s.safetensors",
+    ]);
+    assert!(error.contains("sensitivity"), "{error}");
+    assert!(!scratch.dir.path().join("s.safetensors").exists());
+}
