@@ -99,7 +99,7 @@ fn median_and_krum_soups_resist_thirty_percent_poisoned_contributors() {
     let honest_sum = file::flatten(&dense(&honest_sum)).0;
     let norm = distance2(&honest_sum, &vec![0.0; truth.len()]).sqrt();
     // Trimming must cover the poisoned fraction at each end (here 30%).
-    let mut distance = |rule: &str| {
+    let distance = |rule: &str| {
         let mut argv = args.clone();
         argv.extend(
             ["--rule", rule, "--trim", "0.3", "--out", "soup.safetensors"].map(String::from),
