@@ -37,9 +37,9 @@ pub mod data;
 pub mod delta;
 pub mod distill;
 pub mod embed;
-pub mod gov;
 #[cfg(feature = "finetune")]
 pub mod finetune;
+pub mod gov;
 pub mod library;
 pub mod reward;
 pub mod rollout;

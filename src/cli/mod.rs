@@ -6,12 +6,12 @@ mod config;
 #[cfg(feature = "finetune")]
 mod delta;
 mod eval;
-mod gov;
-#[cfg(feature = "chain")]
-mod gov_chain;
 mod fallback;
 #[cfg(feature = "finetune")]
 mod finetune;
+mod gov;
+#[cfg(feature = "chain")]
+mod gov_chain;
 mod grpo;
 mod library;
 mod serve;

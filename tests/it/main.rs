@@ -10,12 +10,12 @@ mod eval_cli;
 mod fake_openai;
 #[cfg(feature = "qdrant")]
 mod fake_qdrant;
+#[cfg(feature = "finetune")]
+mod finetune;
 #[cfg(feature = "chain")]
 mod gov_chain;
 mod gov_cli;
 mod gov_http;
-#[cfg(feature = "finetune")]
-mod finetune;
 #[cfg(feature = "llama")]
 mod grpo_cli;
 mod judge;
