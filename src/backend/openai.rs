@@ -308,15 +308,7 @@ impl OpenAiBackend {
     ) -> Result<Group, BackendError> {
         check_request(request)?;
         let calls = (0..request.n).map(|index| self.stream_one(request, index, &deltas));
-        let mut completions = Vec::new();
-        let mut usage = Usage::default();
-        let mut retries = 0;
-        for result in join_all(calls).await {
-            let (completion, u, r) = result?;
-            completions.push(completion);
-            usage += u;
-            retries += r;
-        }
+        let (completions, usage, retries) = gather(join_all(calls).await)?;
         Ok(self.priced(completions, usage, retries))
     }
 
@@ -416,16 +408,7 @@ impl OpenAiBackend {
                 Ok::<_, BackendError>((completion, usage, retries))
             }
         });
-        let mut completions = Vec::new();
-        let mut usage = Usage::default();
-        let mut retries = 0;
-        for result in join_all(calls).await {
-            let (completion, u, r) = result?;
-            completions.push(completion);
-            usage += u;
-            retries += r;
-        }
-        Ok((completions, usage, retries))
+        gather(join_all(calls).await)
     }
 
     async fn group(&self, request: &GroupRequest) -> Result<Group, BackendError> {
@@ -529,6 +512,23 @@ pub(crate) fn http_client(base_url: &str, api_key: Option<String>) -> Client<Ope
     // The client's default transport retries 429/5xx by itself; Gym retries (and counts) in
     // one place, so it gets the plain reqwest service.
     Client::with_config(transport).with_http_service(ReqwestService::default())
+}
+
+/// The completions of concurrent single requests, with their summed usage and retries; the
+/// first failure fails the group.
+fn gather(
+    results: Vec<Result<(Completion, Usage, u32), BackendError>>,
+) -> Result<(Vec<Completion>, Usage, u32), BackendError> {
+    let mut completions = Vec::new();
+    let mut usage = Usage::default();
+    let mut retries = 0;
+    for result in results {
+        let (completion, u, r) = result?;
+        completions.push(completion);
+        usage += u;
+        retries += r;
+    }
+    Ok((completions, usage, retries))
 }
 
 fn reqwest_url_check(base: &str) -> Result<String, BackendError> {
