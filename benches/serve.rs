@@ -99,6 +99,7 @@ impl Backend for Instant {
             Ok(Group {
                 completions: (0..request.n)
                     .map(|i| Completion {
+                        tool_calls: Vec::new(),
                         text: "Answer: 3".into(),
                         finish: FinishReason::Stop,
                         seed: request.sampling.seed_for(i),

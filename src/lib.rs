@@ -45,3 +45,4 @@ pub mod reward;
 pub mod rollout;
 pub mod run;
 pub mod serve;
+pub mod tools;

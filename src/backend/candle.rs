@@ -175,6 +175,7 @@ fn sample_group(base: &BaseModel, request: &GroupRequest) -> Result<Group, Backe
             .map_err(failed)?;
         usage.completion_tokens += u64::from(out.tokens);
         completions.push(Completion {
+            tool_calls: Vec::new(),
             text: out.text,
             finish: out.finish,
             seed,

@@ -40,6 +40,8 @@ pub enum Role {
     System,
     User,
     Assistant,
+    /// The result of a tool call, answering the assistant message that asked for it.
+    Tool,
 }
 
 impl Role {
@@ -48,6 +50,7 @@ impl Role {
             Role::System => "system",
             Role::User => "user",
             Role::Assistant => "assistant",
+            Role::Tool => "tool",
         }
     }
 }
@@ -57,29 +60,86 @@ impl Role {
 pub struct ChatMessage {
     pub role: Role,
     pub content: String,
+    /// The tools an assistant message calls (OpenAI's `tool_calls`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// For a [`Role::Tool`] message: the id of the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
-    pub fn system(content: impl Into<String>) -> Self {
+    /// A message with no tool calls.
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
         Self {
-            role: Role::System,
+            role,
             content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
         }
+    }
+
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new(Role::System, content)
     }
 
     pub fn user(content: impl Into<String>) -> Self {
-        Self {
-            role: Role::User,
-            content: content.into(),
-        }
+        Self::new(Role::User, content)
     }
 
     pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new(Role::Assistant, content)
+    }
+
+    /// An assistant turn that calls tools (its `content` may be empty or a thought).
+    pub fn assistant_calls(content: impl Into<String>, calls: Vec<ToolCall>) -> Self {
         Self {
-            role: Role::Assistant,
-            content: content.into(),
+            tool_calls: calls,
+            ..Self::assistant(content)
         }
     }
+
+    /// The result of the tool call `call_id`.
+    pub fn tool(call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            tool_call_id: Some(call_id.into()),
+            ..Self::new(Role::Tool, content)
+        }
+    }
+}
+
+/// A function the model may call: OpenAI's `tools[].function`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// A JSON schema of the arguments object.
+    pub parameters: serde_json::Value,
+}
+
+/// Whether and which tool the model must call (OpenAI's `tool_choice`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "name")]
+pub enum ToolChoice {
+    /// The model decides.
+    #[default]
+    Auto,
+    /// No tool calls, even though tools are listed.
+    None,
+    /// At least one tool call.
+    Required,
+    /// A call of this tool.
+    Function(String),
+}
+
+/// A call of a tool by the model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// Pairs the call with its result message.
+    pub id: String,
+    pub name: String,
+    /// The arguments as the model wrote them: JSON text, not yet parsed or checked.
+    pub arguments: String,
 }
 
 /// Restricts what the model may emit, for structured outputs.
@@ -146,6 +206,25 @@ pub struct GroupRequest {
     pub messages: Vec<ChatMessage>,
     pub n: usize,
     pub sampling: Sampling,
+    /// Tools the model may call; a completion that calls them has [`Completion::tool_calls`]
+    /// and finishes with [`FinishReason::ToolCalls`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolSpec>,
+    #[serde(default)]
+    pub tool_choice: ToolChoice,
+}
+
+impl GroupRequest {
+    /// A request without tools.
+    pub fn new(messages: Vec<ChatMessage>, n: usize, sampling: Sampling) -> Self {
+        Self {
+            messages,
+            n,
+            sampling,
+            tools: Vec::new(),
+            tool_choice: ToolChoice::Auto,
+        }
+    }
 }
 
 /// Why a completion ended.
@@ -156,6 +235,8 @@ pub enum FinishReason {
     Stop,
     /// `max_tokens` was reached.
     Length,
+    /// The model called tools ([`Completion::tool_calls`]) and waits for their results.
+    ToolCalls,
     /// The server stopped for another reason (content filter, …).
     Other,
 }
@@ -181,6 +262,9 @@ pub struct Completion {
     /// Per-token log-probabilities under the unmodified model distribution, when available.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logprobs: Option<Vec<TokenLogprob>>,
+    /// The tools this completion calls (then `finish` is [`FinishReason::ToolCalls`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
 }
 
 /// Tokens a request consumed.
@@ -285,6 +369,50 @@ pub(crate) fn check_request(request: &GroupRequest) -> Result<(), BackendError> 
     }
     if s.stop.iter().any(String::is_empty) {
         return Err(bad("stop", "stop strings must not be empty".into()));
+    }
+    let mut names = std::collections::HashSet::new();
+    for (index, tool) in request.tools.iter().enumerate() {
+        if tool.name.is_empty()
+            || !tool
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(bad(
+                "tools",
+                format!(
+                    "tools[{index}].name `{}` must be non-empty letters, digits, `_` or `-`",
+                    tool.name
+                ),
+            ));
+        }
+        if !names.insert(tool.name.as_str()) {
+            return Err(bad(
+                "tools",
+                format!("tools[{index}]: the name `{}` is listed twice", tool.name),
+            ));
+        }
+        if !tool.parameters.is_object() {
+            return Err(bad(
+                "tools",
+                format!("tools[{index}].parameters must be a JSON schema object"),
+            ));
+        }
+    }
+    match &request.tool_choice {
+        ToolChoice::Required if request.tools.is_empty() => {
+            return Err(bad(
+                "tool_choice",
+                "`required` needs at least one tool".into(),
+            ));
+        }
+        ToolChoice::Function(name) if !names.contains(name.as_str()) => {
+            return Err(bad(
+                "tool_choice",
+                format!("the tool `{name}` is not in `tools`"),
+            ));
+        }
+        _ => {}
     }
     Ok(())
 }

@@ -287,6 +287,7 @@ impl OpenAiBackend {
             .map_or(usage.completion_tokens, |l| l.len() as u64);
         Ok((
             Completion {
+                tool_calls: Vec::new(),
                 text,
                 finish: finish_reason(finish.as_deref()),
                 seed,
@@ -702,6 +703,7 @@ impl ChatResponse {
                 let share = usage.completion_tokens / count
                     + u64::from((i as u64) < usage.completion_tokens % count);
                 Completion {
+                    tool_calls: Vec::new(),
                     text: choice.message.content.unwrap_or_default(),
                     finish: finish_reason(choice.finish_reason.as_deref()),
                     seed,

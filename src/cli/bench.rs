@@ -101,6 +101,8 @@ impl RolloutBench {
         // A prompt of roughly the requested length: calibrate words per token once.
         let filler = "Sam has twelve apples and buys five more at the market before giving some away to friends. ";
         let request = |text: String, n: usize, max_tokens: u32| GroupRequest {
+            tools: Vec::new(),
+            tool_choice: Default::default(),
             messages: vec![ChatMessage::user(text)],
             n,
             sampling: Sampling {

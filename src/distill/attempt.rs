@@ -32,6 +32,8 @@ impl Call<'_> {
             self.sampling.temperature.max(RETRY_TEMPERATURE)
         };
         GroupRequest {
+            tools: Vec::new(),
+            tool_choice: Default::default(),
             messages: vec![ChatMessage::user(self.prompt.clone())],
             n: 1,
             sampling: Sampling {

@@ -130,6 +130,8 @@ pub fn judge_schema() -> serde_json::Value {
 /// The request for the `attempt`-th try (from 0) at judging `answer`.
 pub fn judge_request(sample: &Sample, answer: &str, attempt: u32) -> GroupRequest {
     GroupRequest {
+        tools: Vec::new(),
+        tool_choice: Default::default(),
         messages: vec![ChatMessage::user(render_prompt(
             &sample.question,
             &sample.answer,

@@ -92,6 +92,8 @@ pub async fn rollout(
     sampling: &Sampling,
 ) -> Result<RolloutGroup, BackendError> {
     let request = GroupRequest {
+        tools: Vec::new(),
+        tool_choice: Default::default(),
         messages,
         n: group_size,
         sampling: Sampling {

@@ -184,6 +184,8 @@ pub async fn completions(
     // asked.
     let client_logprobs = checked.sampling.logprobs;
     let group_request = GroupRequest {
+        tools: Vec::new(),
+        tool_choice: Default::default(),
         messages,
         n: checked.n,
         sampling: crate::backend::Sampling {

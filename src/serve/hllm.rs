@@ -70,6 +70,7 @@ mod tests {
 
     fn completion(tokens: &[(f32, Option<f32>)]) -> Completion {
         Completion {
+            tool_calls: Vec::new(),
             text: String::new(),
             finish: FinishReason::Stop,
             seed: 0,
@@ -94,6 +95,7 @@ mod tests {
         let surprisal_only = completion(&[(-0.5, None), (-1.5, None)]);
         assert_eq!(theta(&surprisal_only), Some(1.0));
         let none = Completion {
+            tool_calls: Vec::new(),
             logprobs: None,
             ..completion(&[])
         };

@@ -337,6 +337,8 @@ mod tests {
 
     fn request() -> GroupRequest {
         GroupRequest {
+            tools: Vec::new(),
+            tool_choice: Default::default(),
             messages: vec![ChatMessage::user("hi")],
             n: 1,
             sampling: Sampling::default(),

@@ -204,7 +204,7 @@ impl WireMessage {
                 text
             }
         };
-        Ok(ChatMessage { role, content })
+        Ok(ChatMessage::new(role, content))
     }
 }
 

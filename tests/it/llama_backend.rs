@@ -23,6 +23,8 @@ pub fn backend() -> &'static LlamaBackend {
 
 fn ask(question: &str, n: usize, sampling: Sampling) -> GroupRequest {
     GroupRequest {
+        tools: Vec::new(),
+        tool_choice: Default::default(),
         messages: vec![ChatMessage::user(question)],
         n,
         sampling,

@@ -19,6 +19,8 @@ fn config(server: &FakeOpenAi, model: &str) -> OpenAiConfig {
 
 fn request(n: usize) -> GroupRequest {
     GroupRequest {
+        tools: Vec::new(),
+        tool_choice: Default::default(),
         messages: vec![
             ChatMessage::system("Be brief."),
             ChatMessage::user("What is 6 times 7?"),

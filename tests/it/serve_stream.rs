@@ -32,6 +32,8 @@ fn upstream(server: &FakeOpenAi, name: &str) -> Upstream {
 
 fn request() -> GroupRequest {
     GroupRequest {
+        tools: Vec::new(),
+        tool_choice: Default::default(),
         messages: vec![ChatMessage::user("What is 6 times 7?")],
         n: 1,
         sampling: Sampling::default(),

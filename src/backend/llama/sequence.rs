@@ -172,6 +172,7 @@ impl Sequence {
             text.truncate(cut);
         }
         Completion {
+            tool_calls: Vec::new(),
             text,
             finish: self.finish.unwrap_or(FinishReason::Length),
             seed,
