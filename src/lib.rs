@@ -32,6 +32,7 @@
 //! The `gym` binary's command-line interface lives in `src/cli/` (one file per subcommand).
 //! The library store is synchronous and pure: async code only ever sits at the edges.
 
+pub mod agent;
 pub mod backend;
 pub mod data;
 pub mod delta;

@@ -202,6 +202,9 @@ impl Backend for CandleBackend {
     ) -> BoxFuture<'a, Result<Group, BackendError>> {
         Box::pin(async move {
             check_request(request)?;
+            let lowered = super::text_tools::lower(request, false)?;
+            let offered = super::text_tools::offers_tools(request);
+            let request = &lowered;
             if request.sampling.constraint.is_some() {
                 return Err(BackendError::InvalidRequest {
                     field: "constraint",
@@ -219,7 +222,15 @@ impl Backend for CandleBackend {
                     })
                     .map_err(|_| BackendError::WorkerGone)?;
             }
-            answer.await.map_err(|_| BackendError::WorkerGone)?
+            let mut group = answer.await.map_err(|_| BackendError::WorkerGone)??;
+            if offered {
+                group.completions = group
+                    .completions
+                    .into_iter()
+                    .map(super::text_tools::lift)
+                    .collect();
+            }
+            Ok(group)
         })
     }
 

@@ -57,6 +57,55 @@ pub fn json_schema_to_gbnf(schema: &Value) -> Result<String, GrammarError> {
     Ok(out)
 }
 
+/// A grammar for a tool-calling turn in the text protocol (see `text_tools`): free text without
+/// `<`, then — optionally unless `call_required` — one `<tool_call>{"name": …, "arguments": …}
+/// </tool_call>` whose arguments follow that tool's schema. A schema this module cannot express
+/// falls back to "any JSON object" for that tool, so one exotic tool does not disable the rest;
+/// the toolbox checks arguments anyway.
+pub(crate) fn tool_call_gbnf(
+    tools: &[(&str, &Value)],
+    open: &str,
+    close: &str,
+    call_required: bool,
+) -> String {
+    let mut builder = Builder {
+        rules: BTreeMap::new(),
+    };
+    let mut alternatives = Vec::new();
+    for (index, (name, schema)) in tools.iter().enumerate() {
+        let rule = format!("tool{index}-args");
+        let arguments = match builder.node(schema, &rule, "") {
+            Ok(body) => builder.define(rule, body),
+            Err(_) => {
+                builder.rules.retain(|key, _| !key.starts_with(&rule));
+                "object".to_string()
+            }
+        };
+        let name = literal(&json_text(&Value::String((*name).to_string())));
+        let key = literal("\"arguments\"");
+        alternatives.push(builder.define(
+            format!("tool{index}"),
+            format!("{name} ws \",\" ws {key} ws \":\" ws {arguments}"),
+        ));
+    }
+    let call = format!(
+        "{} ws \"{{\" ws {} ws \":\" ws ({}) ws \"}}\" ws {}",
+        literal(open),
+        literal("\"name\""),
+        alternatives.join(" | "),
+        literal(close)
+    );
+    let mut out = format!(
+        "root ::= thought call{}\nthought ::= [^<]*\ncall ::= {call}\n",
+        if call_required { "" } else { "?" }
+    );
+    for (name, body) in &builder.rules {
+        let _ = writeln!(out, "{name} ::= {body}");
+    }
+    out.push_str(PRIMITIVES);
+    out
+}
+
 struct Builder {
     rules: BTreeMap<String, String>,
 }

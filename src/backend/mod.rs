@@ -21,6 +21,7 @@ pub mod openai;
 mod price;
 mod stop;
 mod stream;
+pub mod text_tools;
 
 use std::fmt;
 

@@ -212,6 +212,7 @@ impl EvalArgs {
             sampling: self.sampling.sampling(),
             concurrency: self.parallel,
             instruction: dataset.instruction.clone(),
+            agent: None,
         };
         let started = Instant::now();
         let interactive = std::io::stderr().is_terminal();

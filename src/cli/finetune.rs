@@ -261,6 +261,7 @@ fn regenerate(
             solve_messages(sample, instruction, &experiences),
             k,
             &origin.sampling,
+            None,
         ))?;
         let mut kept = 0;
         for answer in &group.answers {

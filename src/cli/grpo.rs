@@ -296,6 +296,8 @@ impl GrpoArgs {
             duplicate_threshold: self.duplicate_threshold,
             budget_tokens: self.budget_tokens,
             budget_usd: self.budget_usd,
+            tools: Vec::new(),
+            max_tool_steps: None,
         };
         let control = RunControl::default();
         let rt = runtime()?;
@@ -313,6 +315,7 @@ impl GrpoArgs {
                         sampling: self.sampling.sampling(),
                         concurrency: self.parallel,
                         instruction: heldout.instruction.clone(),
+                        agent: None,
                     },
                     heldout: heldout.samples,
                     library_dir: self.library_dir.clone(),
@@ -341,6 +344,7 @@ impl GrpoArgs {
             events: Arc::clone(&events),
             control: control.clone(),
             backend_label: format!("{:?}", self.backend.backend).to_lowercase(),
+            agent: None,
         };
         let (quit_tx, quit_rx) = tokio::sync::oneshot::channel::<()>();
         let mut screen = Screen {
@@ -448,6 +452,7 @@ impl GrpoArgs {
                 sampling: self.sampling.sampling(),
                 concurrency: self.parallel,
                 instruction: heldout.instruction.clone(),
+                agent: None,
             };
             events.emit(RunEvent::Log {
                 level: "info".into(),

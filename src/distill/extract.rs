@@ -8,7 +8,7 @@ use super::attempt::Call;
 use super::error::ParseError;
 use super::ops::{Rules, read_ops};
 use super::outcome::StageOutcome;
-use super::prompt::{EXTRACT, clip, grade, library_lines, render};
+use super::prompt::{EXTRACT, EXTRACT_TOOLS, clip, grade, library_lines, render};
 use super::proposal::ProposedOp;
 use crate::backend::Backend;
 use crate::data::Sample;
@@ -93,8 +93,13 @@ pub fn extract_prompt(
                 );
             // The answer itself as well as its summary: a small model's summary may say
             // little, and the answer shows the step where right and wrong attempts part.
+            // Tool calls too, so a lesson can say how to use the tools.
+            let tools: String = crate::agent::render_steps(&answer.steps, 160)
+                .iter()
+                .map(|line| format!("\n   Tool call: {line}"))
+                .collect();
             format!(
-                "{}. {} (reward {:.1})\n   Answer: {}\n   Summary: {summary}",
+                "{}. {} (reward {:.1}){tools}\n   Answer: {}\n   Summary: {summary}",
                 index + 1,
                 grade(answer.reward),
                 answer.reward,
@@ -102,7 +107,7 @@ pub fn extract_prompt(
             )
         })
         .collect();
-    render(
+    let prompt = render(
         EXTRACT,
         &[
             ("max_ops", &cfg.max_experiences.to_string()),
@@ -112,7 +117,11 @@ pub fn extract_prompt(
             ("library", &library_lines(library)),
             ("max_words", &cfg.max_words.to_string()),
         ],
-    )
+    );
+    if group.tool_calls() == 0 {
+        return prompt;
+    }
+    format!("{prompt}\n\n{}", EXTRACT_TOOLS.trim_end())
 }
 
 /// `{"ops": [1..=K ops]}`, where updates and deletes may only name active experiences.

@@ -9,16 +9,18 @@ use crate::library::State;
 pub const SUMMARIZE: &str = include_str!("../../prompts/summarize.txt");
 /// Stage 2: `{max_ops}`, `{question}`, `{reference}`, `{attempts}`, `{library}`, `{max_words}`.
 pub const EXTRACT: &str = include_str!("../../prompts/extract.txt");
+/// Stage 2, added when the group's answers called tools.
+pub const EXTRACT_TOOLS: &str = include_str!("../../prompts/extract_tools.txt");
 /// Stage 3: `{max_words}`, `{library}`, `{proposals}`.
 pub const CONSOLIDATE: &str = include_str!("../../prompts/consolidate.txt");
 
 /// Shown instead of an empty library, so the model does not invent one.
 pub const EMPTY_LIBRARY: &str = "(none yet)";
 
-/// SHA-256 (hex) over the three stage templates, recorded in each version's provenance.
+/// SHA-256 (hex) over the stage templates, recorded in each version's provenance.
 pub fn prompts_hash() -> String {
     let mut hasher = Sha256::new();
-    for template in [SUMMARIZE, EXTRACT, CONSOLIDATE] {
+    for template in [SUMMARIZE, EXTRACT, EXTRACT_TOOLS, CONSOLIDATE] {
         hasher.update((template.len() as u64).to_le_bytes());
         hasher.update(template.as_bytes());
     }
@@ -138,7 +140,7 @@ mod tests {
 
     #[test]
     fn templates_stay_short_for_small_models() {
-        for template in [SUMMARIZE, EXTRACT, CONSOLIDATE] {
+        for template in [SUMMARIZE, EXTRACT, EXTRACT_TOOLS, CONSOLIDATE] {
             let words = template.split_whitespace().count();
             assert!(words < 150, "{words} words");
         }

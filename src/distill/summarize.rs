@@ -61,10 +61,30 @@ pub fn summarize_prompt(sample: &Sample, answer: &ScoredAnswer) -> String {
         &[
             ("question", &clip(&sample.question, QUESTION_MAX_CHARS)),
             ("reference", &clip(&sample.answer, REFERENCE_MAX_CHARS)),
-            ("answer", &clip(&answer.text, ANSWER_MAX_CHARS)),
+            ("answer", &attempt_text(answer)),
             ("grade", &grade),
         ],
     )
+}
+
+/// The answer as stage 1 shows it: an agent's tool calls (with what came back), then its text.
+fn attempt_text(answer: &ScoredAnswer) -> String {
+    if answer.steps.is_empty() {
+        return clip(&answer.text, ANSWER_MAX_CHARS);
+    }
+    let mut text = String::new();
+    for (index, line) in crate::agent::render_steps(&answer.steps, 200)
+        .iter()
+        .enumerate()
+    {
+        text.push_str(&format!("Tool call {}: {line}\n", index + 1));
+    }
+    if answer.hit_step_limit {
+        text.push_str("(stopped at the tool-call limit)\n");
+    }
+    text.push_str("Final answer: ");
+    text.push_str(&clip(&answer.text, ANSWER_MAX_CHARS));
+    text
 }
 
 /// `{"summary": "<10 to 400 characters>"}`.

@@ -181,6 +181,8 @@ pub(crate) fn answer(text: &str, reward: f64) -> ScoredAnswer {
         tokens: 10,
         finish: FinishReason::Stop,
         verifier_failed: false,
+        steps: Vec::new(),
+        hit_step_limit: false,
     }
 }
 

@@ -114,6 +114,8 @@ mod tests {
             tokens: 3,
             finish,
             verifier_failed: false,
+            steps: Vec::new(),
+            hit_step_limit: false,
         }
     }
 

@@ -32,6 +32,8 @@ pub struct EvalSettings {
     pub concurrency: usize,
     /// The answer-format instruction (the dataset's own, if it has one).
     pub instruction: Option<String>,
+    /// With tools, every answer is an agent trajectory.
+    pub agent: Option<crate::agent::Agent>,
 }
 
 /// One query under one condition (a line of the `--output` JSONL).
@@ -57,6 +59,15 @@ pub struct ConditionSummary {
     pub cost_usd: Option<f64>,
     pub retries: u64,
     pub verifier_failures: usize,
+    /// Tool calls per answer (0 without tools).
+    #[serde(default)]
+    pub mean_tool_calls: f64,
+    /// Tool calls that failed (bad arguments, tool errors, timeouts).
+    #[serde(default)]
+    pub failed_tool_calls: usize,
+    /// Answers made to answer at the agent's step limit.
+    #[serde(default)]
+    pub hit_step_limit: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -99,6 +110,7 @@ pub async fn evaluate(
                 messages,
                 settings.k,
                 &settings.sampling,
+                settings.agent.as_ref(),
             )
             .await?;
             let solved = group.rewards().any(|r| r >= SOLVED);
@@ -176,5 +188,20 @@ fn summarize(condition: &Condition, rows: &[QueryResult]) -> ConditionSummary {
         cost_usd: cost,
         retries: rows.iter().map(|r| u64::from(r.group.retries)).sum(),
         verifier_failures: rows.iter().map(|r| r.group.verifier_failures()).sum(),
+        mean_tool_calls: {
+            let answers: usize = rows.iter().map(|r| r.group.answers.len()).sum();
+            let calls: usize = rows.iter().map(|r| r.group.tool_calls()).sum();
+            if answers == 0 {
+                0.0
+            } else {
+                calls as f64 / answers as f64
+            }
+        },
+        failed_tool_calls: rows.iter().map(|r| r.group.failed_tool_calls()).sum(),
+        hit_step_limit: rows
+            .iter()
+            .flat_map(|r| &r.group.answers)
+            .filter(|a| a.hit_step_limit)
+            .count(),
     }
 }

@@ -3,8 +3,9 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::agent::{Agent, ToolStep};
 use crate::backend::{
-    Backend, BackendError, ChatMessage, FinishReason, GroupRequest, Sampling, Usage,
+    Backend, BackendError, ChatMessage, FinishReason, Group, GroupRequest, Sampling, Usage,
 };
 use crate::data::Sample;
 use crate::reward::Verifier;
@@ -21,6 +22,12 @@ pub struct ScoredAnswer {
     /// The verifier itself failed on this answer (the reward is then 0 and `reason` says why).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub verifier_failed: bool,
+    /// The tool calls of an agent rollout, in order (`text` is then the final answer).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<ToolStep>,
+    /// The agent was still calling tools at the step limit and was made to answer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hit_step_limit: bool,
 }
 
 /// G scored answers to one query.
@@ -64,6 +71,20 @@ impl RolloutGroup {
     pub fn verifier_failures(&self) -> usize {
         self.answers.iter().filter(|a| a.verifier_failed).count()
     }
+
+    /// Tool calls over all answers.
+    pub fn tool_calls(&self) -> usize {
+        self.answers.iter().map(|a| a.steps.len()).sum()
+    }
+
+    /// Tool calls that failed (bad arguments, unknown tool, tool error, timeout).
+    pub fn failed_tool_calls(&self) -> usize {
+        self.answers
+            .iter()
+            .flat_map(|a| &a.steps)
+            .filter(|s| !s.observation.ok)
+            .count()
+    }
 }
 
 /// A per-query seed derived from the run's seed, so each query gets its own reproducible draws.
@@ -79,7 +100,8 @@ pub fn query_seed(base: u64, sample_id: &str) -> u64 {
     )
 }
 
-/// Samples `group_size` answers to `messages` and scores each against `sample`.
+/// Samples `group_size` answers to `messages` and scores each against `sample`; with an
+/// `agent`, each answer is a tool-using trajectory and its final text is scored.
 ///
 /// A verifier failure does not lose the group: the answer scores 0, is marked, and is counted by
 /// [`RolloutGroup::verifier_failures`].
@@ -90,20 +112,51 @@ pub async fn rollout(
     messages: Vec<ChatMessage>,
     group_size: usize,
     sampling: &Sampling,
+    agent: Option<&Agent>,
 ) -> Result<RolloutGroup, BackendError> {
-    let request = GroupRequest {
-        tools: Vec::new(),
-        tool_choice: Default::default(),
-        messages,
-        n: group_size,
-        sampling: Sampling {
-            seed: query_seed(sampling.seed, &sample.id),
-            ..sampling.clone()
-        },
+    let sampling = Sampling {
+        seed: query_seed(sampling.seed, &sample.id),
+        ..sampling.clone()
     };
-    let group = backend.generate(&request).await?;
+    let Some(agent) = agent else {
+        let group = backend
+            .generate(&GroupRequest::new(messages, group_size, sampling))
+            .await?;
+        let steps = vec![(Vec::new(), false); group.completions.len()];
+        return score(verifier, sample, group, steps).await;
+    };
+    let trajectories =
+        crate::agent::run_group(backend, agent, messages, group_size, &sampling).await?;
+    let mut usage = Usage::default();
+    let mut cost: Option<f64> = Some(0.0);
+    let mut retries = 0;
+    let mut completions = Vec::with_capacity(trajectories.len());
+    let mut steps = Vec::with_capacity(trajectories.len());
+    for trajectory in trajectories {
+        usage += trajectory.usage;
+        cost = cost.zip(trajectory.cost_usd).map(|(a, b)| a + b);
+        retries += trajectory.retries;
+        completions.push(trajectory.answer);
+        steps.push((trajectory.steps, trajectory.hit_step_limit));
+    }
+    let group = Group {
+        completions,
+        usage,
+        cost_usd: cost,
+        retries,
+    };
+    score(verifier, sample, group, steps).await
+}
+
+/// Scores each completion; `steps` are each one's tool calls and whether it hit the step limit.
+async fn score(
+    verifier: &dyn Verifier,
+    sample: &Sample,
+    group: Group,
+    steps: Vec<(Vec<ToolStep>, bool)>,
+) -> Result<RolloutGroup, BackendError> {
     let mut answers = Vec::with_capacity(group.completions.len());
-    for completion in group.completions {
+    for (completion, (steps, hit_step_limit)) in group.completions.into_iter().zip(steps) {
         let (reward, reason, verifier_failed) =
             match verifier.verify(sample, &completion.text).await {
                 Ok(reward) => (reward.score.clamp(0.0, 1.0), reward.reason, false),
@@ -117,6 +170,8 @@ pub async fn rollout(
             tokens: completion.completion_tokens,
             finish: completion.finish,
             verifier_failed,
+            steps,
+            hit_step_limit,
         });
     }
     Ok(RolloutGroup {
@@ -145,6 +200,8 @@ mod tests {
                     tokens: 0,
                     finish: FinishReason::Stop,
                     verifier_failed: false,
+                    steps: Vec::new(),
+                    hit_step_limit: false,
                 })
                 .collect(),
             usage: Usage::default(),

@@ -139,6 +139,7 @@ impl DashboardFold {
                             .map(|a| Answer {
                                 reward: a.reward,
                                 text: a.text.clone(),
+                                tools: a.tools.clone(),
                             })
                             .collect(),
                     });

@@ -20,6 +20,9 @@ pub const EVENTS_FILE: &str = "events.jsonl";
 pub struct AnswerView {
     pub reward: f64,
     pub text: String,
+    /// An agent answer's tool calls, one line each (`calc({…}) → 42`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<String>,
 }
 
 /// One op of a committed version, as the dashboard shows it.

@@ -61,6 +61,12 @@ pub struct RunConfig {
     pub duplicate_threshold: f32,
     pub budget_tokens: Option<u64>,
     pub budget_usd: Option<f64>,
+    /// Names of the tools of agent rollouts (empty: plain answers), for provenance.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<String>,
+    /// Tool rounds per agent trajectory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tool_steps: Option<usize>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +102,8 @@ pub struct Runner {
     pub control: RunControl,
     /// How the rollout backend is reached (`llama`, `openai`), for the dashboard.
     pub backend_label: String,
+    /// With tools, every rollout is an agent trajectory.
+    pub agent: Option<crate::agent::Agent>,
 }
 
 /// Totals the budget is checked against.

@@ -129,6 +129,7 @@ pub(super) async fn run_step(
         let verifier = Arc::clone(&runner.verifier);
         let (instruction, shown, config) = (&runner.instruction, &shown, &runner.config);
         let control = &runner.control;
+        let agent = runner.agent.as_ref();
         let mut stream = futures::stream::iter(pending.into_iter().map(|sample| {
             let (backend, verifier) = (Arc::clone(&backend), Arc::clone(&verifier));
             async move {
@@ -144,6 +145,7 @@ pub(super) async fn run_step(
                         messages,
                         config.group_size,
                         &config.sampling,
+                        agent,
                     )
                     .await
                     .map(|group| (sample, group)),
@@ -173,6 +175,7 @@ pub(super) async fn run_step(
                     .map(|a| AnswerView {
                         reward: a.reward,
                         text: a.text.clone(),
+                        tools: crate::agent::render_steps(&a.steps, 240),
                     })
                     .collect(),
                 retries: group.retries,

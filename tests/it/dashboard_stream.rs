@@ -57,10 +57,12 @@ fn events() -> (Vec<RunEvent>, Vec<RunEvent>) {
                 AnswerView {
                     reward: 1.0,
                     text: "s-t-r-a-w-b-e-r-r-y: 3".into(),
+                    tools: Vec::new(),
                 },
                 AnswerView {
                     reward: 0.0,
                     text: "2".into(),
+                    tools: Vec::new(),
                 },
             ],
             retries: 1,

@@ -92,6 +92,7 @@ fn engine(source: SharedSnapshot, commands: mpsc::Receiver<Command>, stop: Arc<A
                     group.answers.push(Answer {
                         reward: if ok { 1.0 } else { 0.0 },
                         text: format!("Step by step: ... so the answer is {}.", phase % 13),
+                        tools: Vec::new(),
                     });
                 } else {
                     let k = phase - rollouts;

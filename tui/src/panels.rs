@@ -242,17 +242,43 @@ pub fn group(frame: &mut Frame, area: Rect, s: &Snapshot, ui: &UiState) {
         .iter()
         .enumerate()
         .map(|(i, a)| {
+            // An agent answer shows its tool steps first (`⚒ calc → 42 · calc → 7`), so a
+            // reader sees how it got there.
+            let steps = tool_steps(&a.tools);
+            let room = room.saturating_sub(steps.chars().count());
             ListItem::new(Line::from(vec![
                 Span::styled(format!("{:>2} ", i + 1), Style::new().dark_gray()),
                 Span::styled(
                     format!("{:>4}  ", text::score(a.reward)),
                     reward_style(a.reward),
                 ),
+                Span::styled(steps, Style::new().yellow()),
                 Span::raw(text::truncate(&text::one_line(&a.text), room)),
             ]))
         })
         .collect();
     list(frame, answers, items, ui.selected(Panel::Group, s), focused);
+}
+
+/// `⚒ calc → 42 · python → 7 │ ` for an answer with tool calls, empty without; each step is
+/// the tool's name and what came back, cut short.
+fn tool_steps(tools: &[String]) -> String {
+    if tools.is_empty() {
+        return String::new();
+    }
+    let steps: Vec<String> = tools
+        .iter()
+        .map(|line| {
+            let name = line.split('(').next().unwrap_or(line);
+            let result = line.rsplit(" → ").next().unwrap_or("");
+            if line.contains("→ failed:") {
+                format!("{name} ✗")
+            } else {
+                format!("{name} → {}", text::truncate(&text::one_line(result), 12))
+            }
+        })
+        .collect();
+    format!("⚒ {} │ ", steps.join(" · "))
 }
 
 fn diff_line(

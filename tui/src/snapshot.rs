@@ -143,6 +143,9 @@ pub struct Answer {
     pub reward: f64,
     /// The full answer text.
     pub text: String,
+    /// An agent answer's tool calls in order, one line each (`calc({…}) → 42`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<String>,
 }
 
 /// The stage in progress and the library ops it has proposed so far.
@@ -312,6 +315,7 @@ mod tests {
                 answers: vec![Answer {
                     reward: f64::NAN,
                     text: "a".into(),
+                    tools: Vec::new(),
                 }],
                 ..Group::default()
             }),

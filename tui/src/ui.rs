@@ -249,7 +249,17 @@ impl UiState {
                         text::score(answer.reward).trim(),
                         group.query_id
                     ),
-                    format!("{}\n\n{}", group.query, answer.text),
+                    if answer.tools.is_empty() {
+                        format!("{}\n\n{}", group.query, answer.text)
+                    } else {
+                        let steps: Vec<String> = answer
+                            .tools
+                            .iter()
+                            .enumerate()
+                            .map(|(n, line)| format!("tool call {}: {line}", n + 1))
+                            .collect();
+                        format!("{}\n\n{}\n\n{}", group.query, steps.join("\n"), answer.text)
+                    },
                 )
             }
             Panel::Stage => {

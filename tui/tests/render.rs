@@ -195,3 +195,29 @@ fn escape_sequences_in_model_output_are_not_drawn() {
             .all(|c| !c.symbol().chars().any(char::is_control))
     );
 }
+
+/// An agent group: answers show their tool steps, and the popup lists every call.
+fn agent_group() -> Snapshot {
+    let mut s = running();
+    let group = s.group.as_mut().expect("running has a group");
+    group.answers[0].tools = vec![
+        r#"calc({"expression":"3+4"}) → 7"#.into(),
+        r#"calc({"expression":"7*2"}) → 14"#.into(),
+    ];
+    group.answers[1].tools =
+        vec![r#"calc({"expression":"3+"}) → failed: unexpected end at column 3"#.into()];
+    s
+}
+
+#[test]
+fn agent_group_160x48() {
+    insta::assert_snapshot!(render_text(&agent_group(), &UiState::default(), 160, 48));
+}
+
+#[test]
+fn agent_answer_popup_80x24() {
+    let s = agent_group();
+    let mut ui = UiState::default();
+    press(&mut ui, &s, &[KeyCode::Enter]);
+    insta::assert_snapshot!(render_text(&s, &ui, 80, 24));
+}

@@ -83,7 +83,7 @@ prop_compose! {
         s.group = has_group.then(|| Group {
             query_id: text.clone(),
             query: text.clone(),
-            answers: (0..n).map(|_| Answer { reward: f, text: text.clone() }).collect(),
+            answers: (0..n).map(|_| Answer { reward: f, text: text.clone(), tools: Vec::new() }).collect(),
         });
         s.stage = has_stage.then(|| StagePanel {
             name: text.clone(),

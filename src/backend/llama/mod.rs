@@ -23,7 +23,10 @@ use llama_cpp_2::model::params::LlamaModelParams;
 use tokio::sync::oneshot;
 
 use self::worker::{Job, Worker};
-use super::{Backend, BackendError, BackendStats, DeltaSender, Group, GroupRequest, check_request};
+use super::{
+    Backend, BackendError, BackendStats, DeltaSender, Group, GroupRequest, check_request,
+    text_tools,
+};
 
 /// llama.cpp's limit on sequences in one context.
 const MAX_SEQUENCES: usize = 256;
@@ -153,6 +156,17 @@ impl LlamaBackend {
         deltas: Option<DeltaSender>,
     ) -> Result<Group, BackendError> {
         check_request(request)?;
+        // Tools go through the text protocol, grammar-constrained; a tool turn is not streamed,
+        // since its text is a call to run, not prose for a reader.
+        let (request, deltas, offered) = if text_tools::uses_tools(request) {
+            (
+                std::borrow::Cow::Owned(text_tools::lower(request, true)?),
+                None,
+                text_tools::offers_tools(request),
+            )
+        } else {
+            (std::borrow::Cow::Borrowed(request), deltas, false)
+        };
         if request.n > MAX_SEQUENCES {
             return Err(BackendError::InvalidRequest {
                 field: "n",
@@ -161,7 +175,7 @@ impl LlamaBackend {
         }
         let (reply, answer) = oneshot::channel();
         let job = Job {
-            request: request.clone(),
+            request: request.into_owned(),
             mode,
             reply,
             deltas,
@@ -171,7 +185,15 @@ impl LlamaBackend {
             let sender = jobs.as_ref().ok_or(BackendError::WorkerGone)?;
             sender.send(job).map_err(|_| BackendError::WorkerGone)?;
         }
-        answer.await.map_err(|_| BackendError::WorkerGone)?
+        let mut group = answer.await.map_err(|_| BackendError::WorkerGone)??;
+        if offered {
+            group.completions = group
+                .completions
+                .into_iter()
+                .map(text_tools::lift)
+                .collect();
+        }
+        Ok(group)
     }
 }
 

@@ -102,6 +102,7 @@ pub fn running() -> Snapshot {
                 .map(|&(reward, text)| Answer {
                     reward,
                     text: text.into(),
+                    tools: Vec::new(),
                 })
                 .collect(),
         }),
