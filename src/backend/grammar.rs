@@ -58,8 +58,8 @@ pub fn json_schema_to_gbnf(schema: &Value) -> Result<String, GrammarError> {
 }
 
 /// A grammar for a tool-calling turn in the text protocol (see `text_tools`): free text without
-/// `<`, then — optionally unless `call_required` — one `<tool_call>{"name": …, "arguments": …}
-/// </tool_call>` whose arguments follow that tool's schema. A schema this module cannot express
+/// `<` then optionally one `<tool_call>{"name": …, "arguments": …}</tool_call>` whose arguments
+/// follow that tool's schema; with `call_required`, the call alone. A schema this module cannot express
 /// falls back to "any JSON object" for that tool, so one exotic tool does not disable the rest;
 /// the toolbox checks arguments anyway.
 pub(crate) fn tool_call_gbnf(
@@ -95,10 +95,13 @@ pub(crate) fn tool_call_gbnf(
         alternatives.join(" | "),
         literal(close)
     );
-    let mut out = format!(
-        "root ::= thought call{}\nthought ::= [^<]*\ncall ::= {call}\n",
-        if call_required { "" } else { "?" }
-    );
+    // A required call comes first: a small model given room to think before it rambles until
+    // `max_tokens` and never gets to the call.
+    let mut out = if call_required {
+        format!("root ::= call\ncall ::= {call}\n")
+    } else {
+        format!("root ::= thought call?\nthought ::= [^<]*\ncall ::= {call}\n")
+    };
     for (name, body) in &builder.rules {
         let _ = writeln!(out, "{name} ::= {body}");
     }

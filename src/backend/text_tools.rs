@@ -255,7 +255,7 @@ mod tests {
         let Some(Constraint::Grammar(grammar)) = &lowered.sampling.constraint else {
             panic!("no grammar");
         };
-        assert!(grammar.starts_with("root ::= thought call\n"), "{grammar}");
+        assert!(grammar.starts_with("root ::= call\n"), "{grammar}");
         assert!(grammar.contains("tool0-args ::="), "{grammar}");
 
         let auto = lower(

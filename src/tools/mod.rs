@@ -77,6 +77,28 @@ impl Toolbox {
         self.tools.iter().map(|t| t.spec().name.clone()).collect()
     }
 
+    /// The tools named in `names`, in that order; an unknown name is an error that lists the
+    /// known ones.
+    pub fn only(&self, names: &[&str]) -> Result<Toolbox, String> {
+        let mut tools = Vec::with_capacity(names.len());
+        for name in names {
+            let tool = self
+                .tools
+                .iter()
+                .find(|t| t.spec().name == *name)
+                .ok_or_else(|| {
+                    format!(
+                        "no tool `{name}`; the tools are: {}",
+                        self.names().join(", ")
+                    )
+                })?;
+            if !tools.iter().any(|t: &Arc<dyn Tool>| t.spec().name == *name) {
+                tools.push(Arc::clone(tool));
+            }
+        }
+        Ok(Toolbox::new(tools, self.timeout))
+    }
+
     /// Runs `call`. Never fails: an unknown tool, arguments that are not a JSON object, a tool
     /// error or a timeout become an observation with `ok: false` that says what went wrong.
     pub async fn call(&self, call: &ToolCall) -> Observation {

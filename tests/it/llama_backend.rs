@@ -271,3 +271,42 @@ async fn a_listener_that_goes_away_stops_the_sampling() {
         completion.completion_tokens
     );
 }
+
+#[tokio::test]
+async fn required_tool_calls_follow_the_tool_schema_through_the_text_protocol() {
+    let tool = gym::backend::ToolSpec {
+        name: "calc".into(),
+        description: "Evaluates an arithmetic expression.".into(),
+        parameters: json!({
+            "type": "object",
+            "properties": {"expression": {"type": "string", "maxLength": 40}},
+            "required": ["expression"],
+        }),
+    };
+    let request = GroupRequest {
+        tools: vec![tool],
+        tool_choice: gym::backend::ToolChoice::Required,
+        ..GroupRequest::new(
+            vec![ChatMessage::user("What is 37 times 91?")],
+            3,
+            Sampling {
+                max_tokens: 96,
+                temperature: 0.8,
+                seed: 5,
+                ..Sampling::default()
+            },
+        )
+    };
+    let group = backend().generate(&request).await.unwrap();
+    assert_eq!(group.completions.len(), 3);
+    for completion in &group.completions {
+        assert_eq!(completion.finish, FinishReason::ToolCalls, "{completion:?}");
+        assert_eq!(completion.tool_calls.len(), 1);
+        let call = &completion.tool_calls[0];
+        assert_eq!(call.name, "calc");
+        let arguments: Value = serde_json::from_str(&call.arguments).unwrap();
+        assert!(arguments["expression"].is_string(), "{arguments}");
+        assert!(!completion.text.contains("<tool_call>"));
+        eprintln!("thought {:?} call {}", completion.text, call.arguments);
+    }
+}
