@@ -18,6 +18,7 @@ use super::error::ApiError;
 use super::hllm;
 use super::inject::{inject, query_text};
 use super::stream::{self, Chunks, StreamPlan};
+use super::tool_wire::calls_json;
 use super::wire::{ChatRequest, finish_reason, logprobs_json, usage_json};
 use crate::backend::{Group, GroupRequest};
 use crate::library::{Experience, ExperienceId};
@@ -184,8 +185,8 @@ pub async fn completions(
     // asked.
     let client_logprobs = checked.sampling.logprobs;
     let group_request = GroupRequest {
-        tools: Vec::new(),
-        tool_choice: Default::default(),
+        tools: checked.tools,
+        tool_choice: checked.tool_choice,
         messages,
         n: checked.n,
         sampling: crate::backend::Sampling {
@@ -326,9 +327,20 @@ fn response_json(id: &str, created: u64, model: &str, group: &Group) -> Value {
         .iter()
         .enumerate()
         .map(|(index, completion)| {
+            // OpenAI sends `content: null` for a turn that only calls tools, and no
+            // `tool_calls` at all for one that calls none.
+            let content = if completion.text.is_empty() && !completion.tool_calls.is_empty() {
+                Value::Null
+            } else {
+                Value::from(completion.text.as_str())
+            };
+            let mut message = json!({"role": "assistant", "content": content, "refusal": null});
+            if !completion.tool_calls.is_empty() {
+                message["tool_calls"] = calls_json(&completion.tool_calls);
+            }
             json!({
                 "index": index,
-                "message": {"role": "assistant", "content": completion.text, "refusal": null},
+                "message": message,
                 "logprobs": logprobs_json(completion),
                 "finish_reason": finish_reason(completion.finish),
             })

@@ -106,4 +106,29 @@ mod tests {
         assert_eq!(query_text(&messages), "second");
         assert_eq!(query_text(&[ChatMessage::system("s")]), "");
     }
+
+    #[test]
+    fn tool_turns_are_neither_the_query_nor_injected_into() {
+        let call = crate::backend::ToolCall {
+            id: "c1".into(),
+            name: "calc".into(),
+            arguments: "{\"expression\":\"17*23\"}".into(),
+        };
+        let messages = vec![
+            ChatMessage::user("What is 17 times 23?"),
+            ChatMessage::assistant_calls("", vec![call]),
+            ChatMessage::tool("c1", "391"),
+        ];
+        assert_eq!(query_text(&messages), "What is 17 times 23?");
+        let state = experiences();
+        let shown: Vec<&Experience> = state.active().collect();
+        let injected = inject(messages.clone(), &shown);
+        assert_eq!(injected.len(), 4);
+        assert_eq!(injected[0].role, Role::System);
+        assert_eq!(
+            &injected[1..],
+            &messages[..],
+            "the conversation is unchanged"
+        );
+    }
 }

@@ -38,6 +38,7 @@ pub mod retrieve;
 pub mod router;
 mod runs;
 mod stream;
+mod tool_wire;
 pub mod wire;
 
 use std::sync::Arc;

@@ -21,6 +21,7 @@ use super::AppState;
 use super::error::ApiError;
 use super::hllm;
 use super::router::{Routed, Streamed};
+use super::tool_wire::call_fragments;
 use super::wire::{finish_reason, logprobs_json, usage_json};
 use crate::backend::{Group, GroupRequest};
 
@@ -229,8 +230,8 @@ impl<'p> Chunks<'p> {
         events
     }
 
-    /// The end of the stream for the finished `group`: per choice the text not streamed yet and
-    /// a finish chunk (with the choice's log-probabilities, if it has them), the usage chunk when
+    /// The end of the stream for the finished `group`: per choice the text not streamed yet, its
+    /// tool calls (the backends send only text while sampling), and a finish chunk (with the choice's log-probabilities, if it has them), the usage chunk when
     /// asked for, and `[DONE]`.
     pub fn finish(&mut self, group: &Group) -> Vec<Event> {
         let mut events = Vec::new();
@@ -238,6 +239,12 @@ impl<'p> Chunks<'p> {
             let sent = self.sent.get(index).cloned().flatten().unwrap_or_default();
             let rest = completion.text.strip_prefix(sent.as_str()).unwrap_or("");
             events.extend(self.delta(index, rest));
+            for fragment in call_fragments(&completion.tool_calls) {
+                events.push(self.chunk(
+                    Self::choice(index, json!({"tool_calls": [fragment]}), Value::Null, None),
+                    None,
+                ));
+            }
             events.push(self.chunk(
                 Self::choice(
                     index,

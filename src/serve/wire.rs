@@ -6,7 +6,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::error::ApiError;
-use crate::backend::{ChatMessage, Completion, Constraint, FinishReason, Role, Sampling, Usage};
+use super::tool_wire;
+use crate::backend::{
+    ChatMessage, Completion, Constraint, FinishReason, Role, Sampling, ToolChoice, ToolSpec, Usage,
+};
 
 /// Most completions one request may ask for.
 pub const MAX_N: usize = 16;
@@ -41,6 +44,13 @@ pub struct ChatRequest {
     pub stream_options: Option<StreamOptions>,
     #[serde(default)]
     pub response_format: Option<Value>,
+    #[serde(default)]
+    pub tools: Option<Vec<Value>>,
+    #[serde(default)]
+    pub tool_choice: Option<Value>,
+    /// Accepted for the SDKs that send it; the upstream's default applies (OpenAI's is true).
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -61,6 +71,12 @@ pub struct WireMessage {
     pub role: String,
     #[serde(default)]
     pub content: Option<Content>,
+    /// The calls of an assistant message, as OpenAI returned them.
+    #[serde(default)]
+    pub tool_calls: Option<Vec<Value>>,
+    /// For a `tool` message: the call it answers.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
 }
 
 /// A message's content: a string, or a list of parts of which Gym reads the text ones.
@@ -79,6 +95,8 @@ pub struct Checked {
     pub sampling: Sampling,
     pub stream: bool,
     pub include_usage: bool,
+    pub tools: Vec<ToolSpec>,
+    pub tool_choice: ToolChoice,
 }
 
 impl ChatRequest {
@@ -88,10 +106,28 @@ impl ChatRequest {
         if self.messages.is_empty() {
             return Err(ApiError::bad("messages", "`messages` must not be empty"));
         }
-        let mut messages = Vec::with_capacity(self.messages.len());
+        let mut messages: Vec<ChatMessage> = Vec::with_capacity(self.messages.len());
         for (index, message) in self.messages.into_iter().enumerate() {
-            messages.push(message.check(index)?);
+            let message = message.check(index)?;
+            // A tool result answers a call of an earlier assistant turn; an upstream refuses
+            // one that does not, with an error that would not name the message.
+            if let Some(id) = &message.tool_call_id
+                && !messages
+                    .iter()
+                    .flat_map(|m| &m.tool_calls)
+                    .any(|call| &call.id == id)
+            {
+                return Err(ApiError::bad(
+                    "messages",
+                    format!(
+                        "messages[{index}].tool_call_id `{id}` answers no tool call of an earlier assistant message"
+                    ),
+                ));
+            }
+            messages.push(message);
         }
+        let tools = tool_wire::tools(self.tools.unwrap_or_default())?;
+        let tool_choice = tool_wire::tool_choice(self.tool_choice, &tools)?;
         let n = self.n.unwrap_or(1);
         if n == 0 || n > MAX_N {
             return Err(ApiError::bad(
@@ -163,6 +199,8 @@ impl ChatRequest {
             sampling,
             stream,
             include_usage: self.stream_options.is_some_and(|o| o.include_usage),
+            tools,
+            tool_choice,
         })
     }
 }
@@ -173,16 +211,49 @@ impl WireMessage {
             "system" | "developer" => Role::System,
             "user" => Role::User,
             "assistant" => Role::Assistant,
+            "tool" => Role::Tool,
             other => {
                 return Err(ApiError::bad(
                     "messages",
                     format!(
-                        "messages[{index}].role is `{other}`; Gym takes system, developer, user and assistant"
+                        "messages[{index}].role is `{other}`; Gym takes system, developer, user, assistant and tool"
                     ),
                 ));
             }
         };
+        let tool_calls = match self.tool_calls {
+            None => Vec::new(),
+            Some(calls) if role == Role::Assistant => tool_wire::message_calls(calls, index)?,
+            Some(_) => {
+                return Err(ApiError::bad(
+                    "messages",
+                    format!(
+                        "messages[{index}].tool_calls: only assistant messages call tools, this one is `{}`",
+                        self.role
+                    ),
+                ));
+            }
+        };
+        let tool_call_id = match (role, self.tool_call_id) {
+            (Role::Tool, Some(id)) if !id.is_empty() => Some(id),
+            (Role::Tool, _) => {
+                return Err(ApiError::bad(
+                    "messages",
+                    format!("messages[{index}].tool_call_id is missing"),
+                ));
+            }
+            // Only a tool result pairs with a call; elsewhere the field means nothing.
+            _ => None,
+        };
         let content = match self.content {
+            None if role == Role::Tool => {
+                return Err(ApiError::bad(
+                    "messages",
+                    format!(
+                        "messages[{index}].content is missing: a tool message carries the tool's result"
+                    ),
+                ));
+            }
             None => String::new(),
             Some(Content::Text(text)) => text,
             Some(Content::Parts(parts)) => {
@@ -204,7 +275,12 @@ impl WireMessage {
                 text
             }
         };
-        Ok(ChatMessage::new(role, content))
+        Ok(ChatMessage {
+            role,
+            content,
+            tool_calls,
+            tool_call_id,
+        })
     }
 }
 

@@ -81,6 +81,21 @@ pub fn model_path() -> PathBuf {
     dir.join("SmolLM2-135M-Instruct.Q4_1.gguf")
 }
 
+/// The Python with the `openai` package (from the venv `make setup` creates).
+pub fn python() -> PathBuf {
+    let cache = std::env::var_os("GYM_CACHE_DIR").map_or_else(
+        || PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/gym"),
+        PathBuf::from,
+    );
+    let python = cache.join("py/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run `make setup` (it creates the OpenAI client venv)",
+        python.display()
+    );
+    python
+}
+
 /// Every file under `dir` with its bytes, for before/after comparisons.
 pub fn snapshot_tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut files = BTreeMap::new();

@@ -2,7 +2,9 @@
 //! testing the OpenAI-compatible backend without a paid API. Faults (429, 500, slow replies,
 //! garbage bodies) are scripted per request. [`FakeOpenAi::distiller`] stands in for the strong
 //! API model that runs the distillation stages in the reference method: it answers each stage
-//! the way such a model does, prose and code fences included.
+//! the way such a model does, prose and code fences included. Replies that call tools are
+//! scripted per request too ([`FakeOpenAi::call_tools`]), and every request body is recorded so
+//! tests check what was sent.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -39,6 +41,8 @@ pub struct Recorded {
 
 struct Shared {
     faults: Mutex<VecDeque<Fault>>,
+    /// The `tool_calls` of the next replies, one list per request.
+    tool_replies: Mutex<VecDeque<Vec<Value>>>,
     recorded: Mutex<Recorded>,
     honours_n: bool,
     /// Answers every question with this text (plus the seed, so draws differ).
@@ -77,6 +81,7 @@ impl FakeOpenAi {
     async fn serve(honours_n: bool, answer: &str, distiller: bool) -> Self {
         let shared = Arc::new(Shared {
             faults: Mutex::new(VecDeque::new()),
+            tool_replies: Mutex::new(VecDeque::new()),
             recorded: Mutex::new(Recorded::default()),
             honours_n,
             answer: answer.to_string(),
@@ -108,6 +113,14 @@ impl FakeOpenAi {
         self.shared.faults.lock().unwrap().extend(faults);
     }
 
+    /// The next request is answered (every choice of it) by a turn that calls these tools:
+    /// entries of OpenAI's `message.tool_calls`, taken as they are so a test can script
+    /// malformed ones. Streamed, each call comes as fragments: id, type and name first, then
+    /// its arguments in pieces.
+    pub fn call_tools(&self, calls: Vec<Value>) {
+        self.shared.tool_replies.lock().unwrap().push_back(calls);
+    }
+
     pub fn requests(&self) -> usize {
         self.shared.recorded.lock().unwrap().bodies.len()
     }
@@ -115,6 +128,11 @@ impl FakeOpenAi {
     pub fn bodies(&self) -> Vec<Value> {
         self.shared.recorded.lock().unwrap().bodies.clone()
     }
+}
+
+/// A well-formed entry of `message.tool_calls`.
+pub fn tool_call(id: &str, name: &str, arguments: Value) -> Value {
+    json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments.to_string()}})
 }
 
 fn error(status: StatusCode, kind: &str, message: &str) -> Response {
@@ -132,6 +150,7 @@ async fn chat(State(shared): State<Arc<Shared>>, body: String) -> Response {
     };
     shared.recorded.lock().unwrap().bodies.push(request.clone());
     let fault = shared.faults.lock().unwrap().pop_front();
+    let tool_calls = shared.tool_replies.lock().unwrap().pop_front();
     let broken = matches!(fault, Some(Fault::BrokenStream));
     match fault {
         Some(Fault::RateLimited) => {
@@ -194,12 +213,20 @@ async fn chat(State(shared): State<Arc<Shared>>, body: String) -> Response {
             } else {
                 format!("draw {seed}/{i}. {answer}")
             };
-            json!({
-                "index": i,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": "stop",
-                "logprobs": null
-            })
+            match &tool_calls {
+                Some(calls) => json!({
+                    "index": i,
+                    "message": {"role": "assistant", "content": null, "tool_calls": calls},
+                    "finish_reason": "tool_calls",
+                    "logprobs": null
+                }),
+                None => json!({
+                    "index": i,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": "stop",
+                    "logprobs": null
+                }),
+            }
         })
         .collect();
     let completion_tokens = n as usize * (3 + answer.split_whitespace().count());
@@ -260,8 +287,17 @@ fn stream(
                 Value::Null,
             ));
         }
+        let calls = choice["message"]["tool_calls"].as_array();
+        for (call_index, call) in calls.into_iter().flatten().enumerate() {
+            for fragment in call_fragments(call_index, call) {
+                events.push(chunk(
+                    json!([{"index": index, "delta": {"tool_calls": [fragment]}, "finish_reason": null}]),
+                    Value::Null,
+                ));
+            }
+        }
         events.push(chunk(
-            json!([{"index": index, "delta": {}, "finish_reason": "stop"}]),
+            json!([{"index": index, "delta": {}, "finish_reason": choice["finish_reason"]}]),
             Value::Null,
         ));
     }
@@ -289,6 +325,32 @@ fn stream(
         .header("content-type", "text/event-stream")
         .body(axum::body::Body::from_stream(body))
         .expect("a valid response")
+}
+
+/// A tool call as OpenAI streams it: the call without its arguments (id, type and whatever
+/// `function` holds, name included), then the arguments in two pieces.
+fn call_fragments(index: usize, call: &Value) -> Vec<Value> {
+    let mut head = call.clone();
+    head["index"] = json!(index);
+    let arguments = call["function"]["arguments"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    if head["function"].is_object() {
+        head["function"]["arguments"] = json!("");
+    }
+    let split = arguments
+        .char_indices()
+        .map(|(at, _)| at)
+        .nth(arguments.chars().count() / 2)
+        .unwrap_or(arguments.len());
+    let mut fragments = vec![head];
+    for piece in [&arguments[..split], &arguments[split..]] {
+        if !piece.is_empty() {
+            fragments.push(json!({"index": index, "function": {"arguments": piece}}));
+        }
+    }
+    fragments
 }
 
 /// What a capable model answers to each of the distillation stages' prompts.

@@ -26,9 +26,11 @@ mod library_tamper;
 #[cfg(feature = "llama")]
 mod llama_backend;
 mod openai_backend;
+mod openai_tools;
 mod serve_api;
 #[cfg(feature = "qdrant")]
 mod serve_qdrant;
 #[cfg(feature = "llama")]
 mod serve_socket;
 mod serve_stream;
+mod serve_tools;

@@ -4,14 +4,13 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use gym::library::{Change, Library, Provenance, Settings};
 use serde_json::Value;
 
-use crate::common::Scratch;
+use crate::common::{Scratch, python};
 
 const CLIENT: &str = r#"
 import json, sys
@@ -71,20 +70,6 @@ except Exception as e:
     out["error"] = {"kind": type(e).__name__, "status": getattr(e, "status_code", None), "message": str(e)}
 print(json.dumps(out))
 "#;
-
-fn python() -> PathBuf {
-    let cache = std::env::var_os("GYM_CACHE_DIR").map_or_else(
-        || PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/gym"),
-        PathBuf::from,
-    );
-    let python = cache.join("py/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run `make setup` (it creates the OpenAI client venv)",
-        python.display()
-    );
-    python
-}
 
 /// Starts `gym serve ARGS` on a free port; returns the process and its base URL.
 fn serve(scratch: &Scratch, args: &[&str]) -> (Child, String) {

@@ -5,6 +5,10 @@
 //! often omit fields the official schema marks as required. Every request goes through a
 //! concurrency limit, a per-request timeout and retries with exponential backoff and jitter on
 //! 408/429/5xx, connection errors and timeouts; every retry is counted.
+//!
+//! Tools use the native function-calling API: a request's tools and `tool_choice` go out in
+//! OpenAI's shape, and the calls a choice makes (whole, or as streamed fragments joined by
+//! index) come back as [`Completion::tool_calls`] with [`super::FinishReason::ToolCalls`].
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -17,14 +21,15 @@ use async_openai::middleware::ReqwestService;
 use futures::StreamExt;
 use futures::future::{BoxFuture, join_all};
 use rand::Rng;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use super::{
-    Backend, BackendError, BackendStats, Completion, Constraint, Delta, DeltaSender, FinishReason,
-    Group, GroupRequest, PriceTable, TokenLogprob, Usage, check_request,
+    Backend, BackendError, BackendStats, Completion, Constraint, Delta, DeltaSender, Group,
+    GroupRequest, PriceTable, TokenLogprob, Usage, check_request,
 };
+use wire::{CallFragments, ChatChunk, ChatRequest, ChatResponse, Message};
+
+mod wire;
 
 /// Whether to ask the server for a whole group in one request (`n`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -211,6 +216,7 @@ impl OpenAiBackend {
         let mut logprobs: Option<Vec<TokenLogprob>> = None;
         let mut finish = None;
         let mut usage = Usage::default();
+        let mut calls = CallFragments::default();
         let mut seen = 0usize;
         loop {
             let next = tokio::time::timeout(self.config.timeout, chunks.next()).await;
@@ -252,10 +258,7 @@ impl OpenAiBackend {
                 )));
             }
             if let Some(u) = chunk.usage {
-                usage = Usage {
-                    prompt_tokens: u.prompt_tokens,
-                    completion_tokens: u.completion_tokens,
-                };
+                usage = Usage::from(u);
             }
             for choice in chunk.choices {
                 if let Some(piece) = choice.delta.content.filter(|p| !p.is_empty()) {
@@ -268,14 +271,11 @@ impl OpenAiBackend {
                         ));
                     }
                 }
-                if let Some(tokens) = choice.logprobs.and_then(|l| l.content) {
-                    logprobs
-                        .get_or_insert_with(Vec::new)
-                        .extend(tokens.into_iter().map(|t| TokenLogprob {
-                            token: t.token,
-                            logprob: t.logprob,
-                            entropy: None,
-                        }));
+                if let Some(fragments) = choice.delta.tool_calls {
+                    calls.add(fragments);
+                }
+                if let Some(tokens) = choice.logprobs.and_then(|l| l.tokens()) {
+                    logprobs.get_or_insert_with(Vec::new).extend(tokens);
                 }
                 if choice.finish_reason.is_some() {
                     finish = choice.finish_reason;
@@ -285,11 +285,16 @@ impl OpenAiBackend {
         let completion_tokens = logprobs
             .as_ref()
             .map_or(usage.completion_tokens, |l| l.len() as u64);
+        let tool_calls = calls.finish(index).inspect_err(|_| {
+            self.count(|s| s.failed_requests += 1);
+        })?;
+        let finish = wire::finish_reason(finish.as_deref(), !tool_calls.is_empty(), index)
+            .inspect_err(|_| self.count(|s| s.failed_requests += 1))?;
         Ok((
             Completion {
-                tool_calls: Vec::new(),
+                tool_calls,
                 text,
-                finish: finish_reason(finish.as_deref()),
+                finish,
                 seed,
                 completion_tokens: completion_tokens as u32,
                 logprobs,
@@ -360,14 +365,7 @@ impl OpenAiBackend {
         let s = &request.sampling;
         ChatRequest {
             model: &self.config.model,
-            messages: request
-                .messages
-                .iter()
-                .map(|m| Message {
-                    role: m.role.as_str(),
-                    content: &m.content,
-                })
-                .collect(),
+            messages: request.messages.iter().map(Message::from_chat).collect(),
             n: (n > 1).then_some(n),
             temperature: s.temperature,
             top_p: s.top_p,
@@ -387,6 +385,9 @@ impl OpenAiBackend {
                 Some(Constraint::Grammar(g)) => Some(g),
                 _ => None,
             },
+            tools: wire::tools_json(&request.tools),
+            tool_choice: (!request.tools.is_empty())
+                .then(|| wire::tool_choice_json(&request.tool_choice)),
             stream: false,
             stream_options: None,
         }
@@ -557,161 +558,4 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     message
-}
-
-#[derive(Serialize)]
-struct Message<'a> {
-    role: &'a str,
-    content: &'a str,
-}
-
-#[derive(Serialize)]
-struct ChatRequest<'a> {
-    model: &'a str,
-    messages: Vec<Message<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    n: Option<usize>,
-    temperature: f32,
-    top_p: f32,
-    max_tokens: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    stop: Option<&'a Vec<String>>,
-    seed: i64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    logprobs: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    response_format: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    grammar: Option<&'a String>,
-    stream: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    stream_options: Option<Value>,
-}
-
-/// One `chat.completion.chunk` of a streamed response.
-#[derive(Deserialize)]
-struct ChatChunk {
-    #[serde(default)]
-    choices: Vec<ChunkChoice>,
-    #[serde(default)]
-    usage: Option<ResponseUsage>,
-    /// Some servers report a failure mid-stream as a chunk with an `error` object.
-    #[serde(default)]
-    error: Option<Value>,
-}
-
-#[derive(Deserialize)]
-struct ChunkChoice {
-    #[serde(default)]
-    delta: ChunkDelta,
-    #[serde(default)]
-    finish_reason: Option<String>,
-    #[serde(default)]
-    logprobs: Option<ChoiceLogprobs>,
-}
-
-#[derive(Deserialize, Default)]
-struct ChunkDelta {
-    #[serde(default)]
-    content: Option<String>,
-}
-
-fn finish_reason(reason: Option<&str>) -> FinishReason {
-    match reason {
-        Some("stop") | Some("eos") | None => FinishReason::Stop,
-        Some("length") => FinishReason::Length,
-        Some(_) => FinishReason::Other,
-    }
-}
-
-#[derive(Deserialize)]
-struct ChatResponse {
-    #[serde(default)]
-    choices: Vec<Choice>,
-    #[serde(default)]
-    usage: Option<ResponseUsage>,
-}
-
-#[derive(Deserialize)]
-struct Choice {
-    #[serde(default)]
-    index: Option<usize>,
-    message: ResponseMessage,
-    #[serde(default)]
-    finish_reason: Option<String>,
-    #[serde(default)]
-    logprobs: Option<ChoiceLogprobs>,
-}
-
-#[derive(Deserialize)]
-struct ResponseMessage {
-    #[serde(default)]
-    content: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct ChoiceLogprobs {
-    #[serde(default)]
-    content: Option<Vec<ResponseLogprob>>,
-}
-
-#[derive(Deserialize)]
-struct ResponseLogprob {
-    token: String,
-    logprob: f32,
-}
-
-#[derive(Deserialize, Default)]
-struct ResponseUsage {
-    #[serde(default)]
-    prompt_tokens: u64,
-    #[serde(default)]
-    completion_tokens: u64,
-}
-
-impl ChatResponse {
-    fn into_completions(mut self, seed: u64) -> Result<(Vec<Completion>, Usage), BackendError> {
-        if self.choices.is_empty() {
-            return Err(BackendError::BadResponse(
-                "the response has no choices".into(),
-            ));
-        }
-        self.choices.sort_by_key(|c| c.index.unwrap_or(usize::MAX));
-        let usage = self.usage.unwrap_or_default();
-        let usage = Usage {
-            prompt_tokens: usage.prompt_tokens,
-            completion_tokens: usage.completion_tokens,
-        };
-        let count = self.choices.len() as u64;
-        let completions = self
-            .choices
-            .into_iter()
-            .enumerate()
-            .map(|(i, choice)| {
-                let logprobs = choice.logprobs.and_then(|l| l.content).map(|tokens| {
-                    tokens
-                        .into_iter()
-                        .map(|t| TokenLogprob {
-                            token: t.token,
-                            logprob: t.logprob,
-                            entropy: None,
-                        })
-                        .collect::<Vec<_>>()
-                });
-                // The server reports tokens for the whole response; per choice we know them only
-                // from log-probabilities, otherwise we split the total evenly.
-                let share = usage.completion_tokens / count
-                    + u64::from((i as u64) < usage.completion_tokens % count);
-                Completion {
-                    tool_calls: Vec::new(),
-                    text: choice.message.content.unwrap_or_default(),
-                    finish: finish_reason(choice.finish_reason.as_deref()),
-                    seed,
-                    completion_tokens: logprobs.as_ref().map_or(share, |l| l.len() as u64) as u32,
-                    logprobs,
-                }
-            })
-            .collect();
-        Ok((completions, usage))
-    }
 }

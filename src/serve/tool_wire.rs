@@ -1,0 +1,301 @@
+//! OpenAI's tool-calling fields as `gym serve` reads and writes them, for clients that run their
+//! own tools: `tools`, `tool_choice`, the `tool_calls` of assistant messages in a request, and
+//! the `tool_calls` of a reply (whole, or as stream fragments). Gym passes them through to the
+//! upstream unchanged; what it checks is what the upstream would refuse anyway, so the client
+//! gets an error naming the field and index instead of an opaque upstream failure.
+
+use std::collections::HashSet;
+
+use serde_json::{Value, json};
+
+use super::error::ApiError;
+use crate::backend::{ToolCall, ToolChoice, ToolSpec};
+
+/// Most tools one request may list, as OpenAI allows.
+pub const MAX_TOOLS: usize = 128;
+/// Longest function name OpenAI allows.
+const MAX_NAME: usize = 64;
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// The request's `tools`: function tools only.
+pub fn tools(list: Vec<Value>) -> Result<Vec<ToolSpec>, ApiError> {
+    let bad = |message: String| ApiError::bad("tools", message);
+    if list.len() > MAX_TOOLS {
+        return Err(bad(format!(
+            "`tools` lists {} tools; at most {MAX_TOOLS} are allowed",
+            list.len()
+        )));
+    }
+    let mut names = HashSet::new();
+    let mut specs = Vec::with_capacity(list.len());
+    for (index, tool) in list.into_iter().enumerate() {
+        match tool["type"].as_str() {
+            Some("function") => {}
+            other => {
+                return Err(bad(format!(
+                    "tools[{index}].type is {}; Gym takes `function` tools",
+                    other.map_or("missing".into(), |t| format!("`{t}`"))
+                )));
+            }
+        }
+        let function = &tool["function"];
+        if !function.is_object() {
+            return Err(bad(format!("tools[{index}].function is missing")));
+        }
+        let name = match function["name"].as_str() {
+            None => return Err(bad(format!("tools[{index}].function.name is missing"))),
+            Some(name) if !valid_name(name) => {
+                return Err(bad(format!(
+                    "tools[{index}].function.name `{name}` must be 1 to {MAX_NAME} letters, digits, `_` or `-`"
+                )));
+            }
+            Some(name) => name.to_owned(),
+        };
+        if !names.insert(name.clone()) {
+            return Err(bad(format!(
+                "tools[{index}].function.name `{name}` is listed twice"
+            )));
+        }
+        let description = match &function["description"] {
+            Value::Null => String::new(),
+            Value::String(text) => text.clone(),
+            _ => {
+                return Err(bad(format!(
+                    "tools[{index}].function.description must be a string"
+                )));
+            }
+        };
+        let parameters = match &function["parameters"] {
+            // OpenAI reads a missing schema as a function without parameters.
+            Value::Null => json!({"type": "object", "properties": {}}),
+            Value::Object(schema) => Value::Object(schema.clone()),
+            _ => {
+                return Err(bad(format!(
+                    "tools[{index}].function.parameters must be a JSON schema object"
+                )));
+            }
+        };
+        specs.push(ToolSpec {
+            name,
+            description,
+            parameters,
+        });
+    }
+    Ok(specs)
+}
+
+/// The request's `tool_choice`, checked against its tools.
+pub fn tool_choice(choice: Option<Value>, tools: &[ToolSpec]) -> Result<ToolChoice, ApiError> {
+    let bad = |message: String| ApiError::bad("tool_choice", message);
+    let choice = match choice {
+        None | Some(Value::Null) => return Ok(ToolChoice::Auto),
+        Some(Value::String(word)) => match word.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            other => {
+                return Err(bad(format!(
+                    "`tool_choice` is `{other}`; it must be auto, none, required or a function"
+                )));
+            }
+        },
+        Some(object) => match object["function"]["name"].as_str() {
+            Some(name) if object["type"] == "function" => ToolChoice::Function(name.to_owned()),
+            _ => {
+                return Err(bad(
+                    "`tool_choice` must be auto, none, required or {\"type\": \"function\", \"function\": {\"name\": …}}".into(),
+                ));
+            }
+        },
+    };
+    match &choice {
+        ToolChoice::Required if tools.is_empty() => Err(bad(
+            "`tool_choice` is `required` but the request lists no `tools`".into(),
+        )),
+        ToolChoice::Function(name) if !tools.iter().any(|t| &t.name == name) => Err(bad(format!(
+            "`tool_choice` names the function `{name}`, which is not in `tools`"
+        ))),
+        _ => Ok(choice),
+    }
+}
+
+/// The `tool_calls` of the assistant message `messages[index]`.
+pub fn message_calls(calls: Vec<Value>, index: usize) -> Result<Vec<ToolCall>, ApiError> {
+    let bad = |message: String| ApiError::bad("messages", message);
+    calls
+        .into_iter()
+        .enumerate()
+        .map(|(call, value)| {
+            let at = format!("messages[{index}].tool_calls[{call}]");
+            match value["type"].as_str() {
+                None | Some("function") => {}
+                Some(other) => {
+                    return Err(bad(format!(
+                        "{at}.type is `{other}`; Gym takes `function` calls"
+                    )));
+                }
+            }
+            let id = value["id"]
+                .as_str()
+                .filter(|id| !id.is_empty())
+                .ok_or_else(|| bad(format!("{at}.id is missing")))?;
+            let name = value["function"]["name"]
+                .as_str()
+                .filter(|name| !name.is_empty())
+                .ok_or_else(|| bad(format!("{at}.function.name is missing")))?;
+            let arguments = match &value["function"]["arguments"] {
+                Value::String(text) => text.clone(),
+                Value::Null => return Err(bad(format!("{at}.function.arguments is missing"))),
+                _ => {
+                    return Err(bad(format!(
+                        "{at}.function.arguments must be a string of JSON"
+                    )));
+                }
+            };
+            Ok(ToolCall {
+                id: id.to_owned(),
+                name: name.to_owned(),
+                arguments,
+            })
+        })
+        .collect()
+}
+
+/// A reply's calls as OpenAI writes them in `message.tool_calls`.
+pub fn calls_json(calls: &[ToolCall]) -> Value {
+    calls
+        .iter()
+        .map(|call| {
+            json!({
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            })
+        })
+        .collect()
+}
+
+/// A reply's calls as OpenAI streams them in `delta.tool_calls`: per call, a fragment with its
+/// index, id, type and name, then one with its arguments.
+pub fn call_fragments(calls: &[ToolCall]) -> Vec<Value> {
+    let mut fragments = Vec::with_capacity(2 * calls.len());
+    for (index, call) in calls.iter().enumerate() {
+        fragments.push(json!({
+            "index": index,
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }));
+        if !call.arguments.is_empty() {
+            fragments.push(json!({"index": index, "function": {"arguments": call.arguments}}));
+        }
+    }
+    fragments
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(error: ApiError) -> String {
+        error.to_string()
+    }
+
+    #[test]
+    fn tools_are_function_tools_with_valid_unique_names() {
+        let specs = tools(vec![
+            json!({"type": "function", "function": {"name": "calc"}}),
+        ])
+        .unwrap();
+        assert_eq!(
+            specs[0].parameters,
+            json!({"type": "object", "properties": {}})
+        );
+        for (bad, expected) in [
+            (
+                json!({"type": "code_interpreter"}),
+                "tools[0].type is `code_interpreter`",
+            ),
+            (json!({"type": "function"}), "tools[0].function is missing"),
+            (
+                json!({"type": "function", "function": {}}),
+                "tools[0].function.name is missing",
+            ),
+            (
+                json!({"type": "function", "function": {"name": "a b"}}),
+                "tools[0].function.name `a b`",
+            ),
+            (
+                json!({"type": "function", "function": {"name": "f", "parameters": []}}),
+                "tools[0].function.parameters",
+            ),
+        ] {
+            let error = message(tools(vec![bad]).unwrap_err());
+            assert!(error.contains(expected), "{error}");
+        }
+        let twice = json!({"type": "function", "function": {"name": "f"}});
+        let error = message(tools(vec![twice.clone(), twice]).unwrap_err());
+        assert!(
+            error.contains("tools[1].function.name `f` is listed twice"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn tool_choice_must_name_a_listed_tool() {
+        let listed = tools(vec![
+            json!({"type": "function", "function": {"name": "calc"}}),
+        ])
+        .unwrap();
+        let named = json!({"type": "function", "function": {"name": "calc"}});
+        assert_eq!(
+            tool_choice(Some(named), &listed).unwrap(),
+            ToolChoice::Function("calc".into())
+        );
+        assert_eq!(tool_choice(None, &[]).unwrap(), ToolChoice::Auto);
+        assert_eq!(
+            tool_choice(Some(json!("none")), &[]).unwrap(),
+            ToolChoice::None
+        );
+        let other = json!({"type": "function", "function": {"name": "python"}});
+        let error = message(tool_choice(Some(other), &listed).unwrap_err());
+        assert!(
+            error.contains("`python`, which is not in `tools`"),
+            "{error}"
+        );
+        let error = message(tool_choice(Some(json!("required")), &[]).unwrap_err());
+        assert!(error.contains("lists no `tools`"), "{error}");
+        assert!(tool_choice(Some(json!("sometimes")), &listed).is_err());
+    }
+
+    #[test]
+    fn message_calls_need_an_id_a_name_and_string_arguments() {
+        let good =
+            json!({"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}});
+        assert_eq!(message_calls(vec![good.clone()], 2).unwrap()[0].id, "c");
+        for (bad, expected) in [
+            (
+                json!({"function": {"name": "f", "arguments": "{}"}}),
+                "messages[2].tool_calls[1].id is missing",
+            ),
+            (
+                json!({"id": "d", "function": {"arguments": "{}"}}),
+                "messages[2].tool_calls[1].function.name is missing",
+            ),
+            (
+                json!({"id": "d", "function": {"name": "f", "arguments": {}}}),
+                "must be a string",
+            ),
+        ] {
+            let error = message(message_calls(vec![good.clone(), bad], 2).unwrap_err());
+            assert!(error.contains(expected), "{error}");
+        }
+    }
+}
