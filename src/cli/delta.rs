@@ -266,7 +266,12 @@ fn refine(args: &CompressArgs, model: &Path, dense: &Dense, bits: &mut Bits) -> 
         &calibration,
         args.refine_steps,
         args.refine_lr,
-        &mut |step, loss| eprintln!("refine step {step}/{}: logit MSE {loss:.4e}", args.refine_steps),
+        &mut |step, loss| {
+            eprintln!(
+                "refine step {step}/{}: logit MSE {loss:.4e}",
+                args.refine_steps
+            )
+        },
     )?;
     let after = (
         distill::logit_error(&base.model, dense, bits, &calibration)?,

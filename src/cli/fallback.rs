@@ -162,7 +162,10 @@ pub fn spawn(
                             match Library::open(&checker.library_dir, &checker.library) {
                                 Ok(library) => (step, Shown::active(library.head())),
                                 Err(error) => {
-                                    warn(&events, format!("fallback check after step {step}: {error}"));
+                                    warn(
+                                        &events,
+                                        format!("fallback check after step {step}: {error}"),
+                                    );
                                     continue;
                                 }
                             }
@@ -269,8 +272,7 @@ pub fn fallback_finetune(
             None
         }
     };
-    let tuned =
-        start_finetune(run_id, runs_dir, args, model);
+    let tuned = start_finetune(run_id, runs_dir, args, model);
     let mut record = FallbackRecord {
         kind: "finetune".into(),
         triggered_after_step: trigger.step,

@@ -262,7 +262,10 @@ fn regenerate(
     let mut examples = Vec::new();
     for (i, sample) in train_set.samples.iter().enumerate() {
         // Enough examples already: sampling more would only be cut off.
-        if args.max_examples.is_some_and(|max| examples.len() >= max.max(1)) {
+        if args
+            .max_examples
+            .is_some_and(|max| examples.len() >= max.max(1))
+        {
             break;
         }
         let group = rt.block_on(gym::rollout::rollout(

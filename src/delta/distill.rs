@@ -22,7 +22,9 @@ fn model_err(e: impl std::fmt::Display) -> DeltaError {
 fn slot(name: &str, model: &Llama) -> Result<(usize, Proj), DeltaError> {
     parse_weight_name(name)
         .filter(|(layer, _)| *layer < model.config.layers)
-        .ok_or_else(|| DeltaError::Model(format!("`{name}` is not an attention weight of the model")))
+        .ok_or_else(|| {
+            DeltaError::Model(format!("`{name}` is not an attention weight of the model"))
+        })
 }
 
 /// The fine-tuned model's deltas as adapters `(A = Δ, B = I)`.
@@ -87,9 +89,7 @@ impl Student {
             let diag = Self::scales(row)
                 .and_then(|s| row.eye.broadcast_mul(&s.unsqueeze(0)?))
                 .map_err(model_err)?;
-            adapters
-                .pairs
-                .insert(row.slot, (row.signs.clone(), diag));
+            adapters.pairs.insert(row.slot, (row.signs.clone(), diag));
         }
         Ok(adapters)
     }
@@ -108,7 +108,9 @@ impl Student {
 }
 
 fn logits(model: &Llama, prompt: &[u32], adapters: &Adapters) -> Result<Tensor, DeltaError> {
-    let hidden = model.hidden(prompt, None, Some(adapters)).map_err(model_err)?;
+    let hidden = model
+        .hidden(prompt, None, Some(adapters))
+        .map_err(model_err)?;
     model.logits(&hidden).map_err(model_err)
 }
 
@@ -130,7 +132,10 @@ pub fn logit_error(
     let student = Student::new(model, bits, model.device())?.adapters()?;
     let mut total = 0.0;
     for prompt in prompts {
-        let error = mse(&logits(model, prompt, &teacher)?, &logits(model, prompt, &student)?)?;
+        let error = mse(
+            &logits(model, prompt, &teacher)?,
+            &logits(model, prompt, &student)?,
+        )?;
         total += f64::from(error.to_scalar::<f32>().map_err(model_err)?);
     }
     Ok(total / prompts.len().max(1) as f64)
@@ -178,7 +183,8 @@ pub fn refine(
                 Some(s) => (s + error).map_err(model_err)?,
             });
         }
-        let loss = (sum.expect("prompts are not empty") / prompts.len() as f64).map_err(model_err)?;
+        let loss =
+            (sum.expect("prompts are not empty") / prompts.len() as f64).map_err(model_err)?;
         optimizer.backward_step(&loss).map_err(model_err)?;
         let value = f64::from(loss.to_scalar::<f32>().map_err(model_err)?);
         if !value.is_finite() {

@@ -150,11 +150,7 @@ pub fn fallback_markdown(record: &super::plateau::FallbackRecord) -> String {
     let _ = writeln!(
         out,
         "\n## Fallback: {}\n\nThe held-out score did not improve by more than {} for {} step(s) after step {} (best Mean@k {:.3}).\n\n| after step | held-out Mean@k |\n|---:|---:|",
-        record.kind,
-        record.min_delta,
-        record.patience,
-        record.triggered_after_step,
-        record.best
+        record.kind, record.min_delta, record.patience, record.triggered_after_step, record.best
     );
     for (step, score) in &record.checks {
         let _ = writeln!(out, "| {step} | {score:.3} |");

@@ -229,12 +229,18 @@ fn held_out_scores_decide_the_reward_shares() {
     let (honest0, honest1, poisoned) = (&rows[0], &rows[1], &rows[2]);
     // The base score, as "held-out" minus "vs base" of an honest row.
     let base = number(honest0, 2) - number(honest0, 3);
-    assert!(base > 0.0, "the base model solves none of the queries: {stdout}");
+    assert!(
+        base > 0.0,
+        "the base model solves none of the queries: {stdout}"
+    );
     assert_eq!(number(honest0, 2), base, "{stdout}");
     assert_eq!(number(honest1, 2), base, "{stdout}");
     assert!(number(poisoned, 2) < base, "{stdout}");
     assert_eq!(number(poisoned, 6), 0.0, "{stdout}");
-    assert!((number(honest0, 6) + number(honest1, 6) - 1.0).abs() < 1e-3, "{stdout}");
+    assert!(
+        (number(honest0, 6) + number(honest1, 6) - 1.0).abs() < 1e-3,
+        "{stdout}"
+    );
     assert!(
         stdout.contains(&format!("soup {base:.3}")),
         "the median soup scores as the honest contributors: {stdout}"

@@ -118,5 +118,8 @@ fn a_plateaued_run_fine_tunes_on_its_own_journal() {
     let report = std::fs::read_to_string(run.join("report.md")).unwrap();
     assert!(report.contains("## Fallback: finetune"), "{report}");
     assert!(report.contains("LoRA fine-tune: 2 steps"), "{report}");
-    assert!(stdout.contains("starting the finetune fallback"), "{stdout}");
+    assert!(
+        stdout.contains("starting the finetune fallback"),
+        "{stdout}"
+    );
 }

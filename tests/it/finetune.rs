@@ -258,7 +258,10 @@ fn distilled_bitdelta_scales_match_the_fine_tuned_logits_better() {
             );
         }
     }
-    let mut bits: Bits = dense.iter().map(|(n, m)| (n.clone(), compress(m))).collect();
+    let mut bits: Bits = dense
+        .iter()
+        .map(|(n, m)| (n.clone(), compress(m)))
+        .collect();
     let prompts: Vec<Vec<u32>> = ["What is 4 + 3?", "Count the r in strawberry."]
         .iter()
         .map(|q| {
@@ -282,7 +285,10 @@ fn distilled_bitdelta_scales_match_the_fine_tuned_logits_better() {
     let after = distill::logit_error(&base.model, &dense, &bits, &prompts).unwrap();
     eprintln!("logit MSE {before:.4e} -> {after:.4e}; curve {losses:?}");
     assert_eq!(losses.len(), 4);
-    assert!((losses[0] - before).abs() < 1e-3 * before.max(1e-9), "{losses:?} vs {before}");
+    assert!(
+        (losses[0] - before).abs() < 1e-3 * before.max(1e-9),
+        "{losses:?} vs {before}"
+    );
     assert!(after < before, "{after} >= {before}");
     assert_ne!(bits["blk.0.attn_q.weight"].scales, start_scales);
 }

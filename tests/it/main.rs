@@ -8,10 +8,10 @@ mod dashboard_tmux;
 mod delta_cli;
 mod eval_cli;
 mod fake_openai;
-#[cfg(all(feature = "llama", feature = "finetune"))]
-mod fallback;
 #[cfg(feature = "qdrant")]
 mod fake_qdrant;
+#[cfg(all(feature = "llama", feature = "finetune"))]
+mod fallback;
 #[cfg(feature = "finetune")]
 mod finetune;
 #[cfg(feature = "chain")]
