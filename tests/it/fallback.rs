@@ -20,14 +20,14 @@ fn a_plateaued_run_fine_tunes_on_its_own_journal() {
             "grpo",
             "--dataset",
             "builtin:letters",
-            // 8 queries x G=2 on a suite the small model gets right about half the time: the
-            // journal holds a solved answer to learn from on any machine but with ~1e-5 odds.
+            // 12 queries x G=4 on a suite the small model gets right about one time in ten: no
+            // solved answer to learn from has odds of about 0.9^48, 0.6 %.
             "--samples",
-            "8",
+            "12",
             "--batch-size",
-            "8",
+            "12",
             "--group-size",
-            "2",
+            "4",
             "--epochs",
             "1",
             "--max-tokens",
@@ -90,10 +90,8 @@ fn a_plateaued_run_fine_tunes_on_its_own_journal() {
     let checks = record["checks"].as_array().unwrap();
     assert_eq!(checks.len(), 2, "{record}");
     assert_eq!(checks[0][0], 0, "the first check is the baseline: {record}");
-    assert_eq!(
-        record["adapter_dir"].as_str().map(std::path::PathBuf::from),
-        Some(out.clone())
-    );
+    // Paths are as the run names them: relative to its working directory.
+    assert_eq!(record["adapter_dir"], "runs/fb/finetune");
     assert!(record["error"].is_null(), "{record}");
 
     let events: Vec<Value> = std::fs::read_to_string(run.join("events.jsonl"))
@@ -113,7 +111,7 @@ fn a_plateaued_run_fine_tunes_on_its_own_journal() {
     assert!(at("fallback_started") < at("fallback_finished"));
     let finished = &events[at("fallback_finished")];
     assert_eq!(finished["steps"], 2);
-    assert_eq!(finished["adapter_dir"], out.display().to_string());
+    assert_eq!(finished["adapter_dir"], "runs/fb/finetune");
 
     let report = std::fs::read_to_string(run.join("report.md")).unwrap();
     assert!(report.contains("## Fallback: finetune"), "{report}");
