@@ -12,6 +12,8 @@ use gym::delta::privacy;
 use gym::delta::soup::{self, Rule};
 use gym::finetune::{default_model_path, gguf, train};
 
+use super::delta_eval::{HeldoutArgs, heldout_scores};
+
 #[derive(Debug, Args)]
 pub struct DeltaArgs {
     #[command(subcommand)]
@@ -42,6 +44,24 @@ struct CompressArgs {
     /// Where to write the BitDelta file (safetensors).
     #[arg(long)]
     out: PathBuf,
+
+    /// Distil the row scales for this many AdamW steps, so the compressed model reproduces the
+    /// fine-tuned model's logits on calibration prompts (0: keep the mean-|Δ| scales).
+    #[arg(long, default_value_t = 0)]
+    refine_steps: usize,
+
+    /// Learning rate of the scale distillation (relative: a scale moves as s₀·(1 + u)).
+    #[arg(long, default_value_t = 1e-2)]
+    refine_lr: f64,
+
+    /// Calibration prompts: training queries of this dataset in the solve template; as many
+    /// held-out queries measure the logit error the refinement leaves on unseen prompts.
+    #[arg(long, default_value = "builtin:arith")]
+    calibration_dataset: String,
+
+    /// Calibration prompts (and held-out prompts measured).
+    #[arg(long, default_value_t = 8)]
+    calibration_prompts: usize,
 }
 
 #[derive(Debug, Args)]
@@ -110,6 +130,9 @@ struct SoupArgs {
     /// Where to write the combined dense delta.
     #[arg(long)]
     out: PathBuf,
+
+    #[command(flatten)]
+    heldout: HeldoutArgs,
 }
 
 impl DeltaArgs {
@@ -147,10 +170,13 @@ fn read_any(path: &Path, model: &Path) -> anyhow::Result<(Dense, Option<PathBuf>
 fn compress(args: &CompressArgs) -> anyhow::Result<ExitCode> {
     let model = args.model.clone().unwrap_or_else(default_model_path);
     let (dense, adapter) = read_any(&args.input, &model)?;
-    let bits: Bits = dense
+    let mut bits: Bits = dense
         .iter()
         .map(|(name, m)| (name.clone(), bitdelta::compress(m)))
         .collect();
+    if args.refine_steps > 0 {
+        refine(args, &model, &dense, &mut bits)?;
+    }
     file::write_bits(&args.out, &bits)?;
     let f32_bytes: usize = dense.values().map(Matrix::f32_bytes).sum();
     let packed: usize = bits.values().map(|b| b.packed_bytes()).sum();
@@ -185,6 +211,89 @@ fn compress(args: &CompressArgs) -> anyhow::Result<ExitCode> {
     );
     println!("wrote {}", args.out.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Distils the scales of `bits` and prints the logit error before and after, on the calibration
+/// prompts and on as many held-out ones.
+fn refine(args: &CompressArgs, model: &Path, dense: &Dense, bits: &mut Bits) -> anyhow::Result<()> {
+    use gym::delta::distill;
+    let started = std::time::Instant::now();
+    let base = gym::finetune::BaseModel::load(model, &candle_core::Device::Cpu)?;
+    let prompts = |split| -> anyhow::Result<Vec<Vec<u32>>> {
+        let dataset = super::eval::DatasetArgs {
+            dataset: args.calibration_dataset.clone(),
+            limit: Some(args.calibration_prompts.max(1)),
+            question_field: None,
+            answer_field: None,
+            id_field: None,
+            skip_bad_lines: false,
+        }
+        .load(split, 0)?;
+        dataset
+            .samples
+            .iter()
+            .map(|sample| {
+                let messages = gym::rollout::prompt::solve_messages(
+                    sample,
+                    dataset.instruction.as_deref(),
+                    &[],
+                );
+                Ok(base.tokenizer.chat_prompt(&messages)?)
+            })
+            .collect()
+    };
+    let calibration = prompts(gym::data::Split::Train)?;
+    let heldout = prompts(gym::data::Split::Heldout)?;
+    let (weights_before, _) = file::flatten(dense);
+    let weight_error = |bits: &Bits| {
+        let (recon, _) = file::flatten(&DeltaFile::Bits(bits.clone()).into_dense());
+        bitdelta::error(&weights_before, &recon).relative_l2
+    };
+    let before = (
+        distill::logit_error(&base.model, dense, bits, &calibration)?,
+        distill::logit_error(&base.model, dense, bits, &heldout)?,
+        weight_error(bits),
+    );
+    eprintln!(
+        "refining the scales on {} calibration prompts of {} …",
+        calibration.len(),
+        args.calibration_dataset
+    );
+    let losses = distill::refine(
+        &base.model,
+        dense,
+        bits,
+        &calibration,
+        args.refine_steps,
+        args.refine_lr,
+        &mut |step, loss| {
+            eprintln!(
+                "refine step {step}/{}: logit MSE {loss:.4e}",
+                args.refine_steps
+            )
+        },
+    )?;
+    let after = (
+        distill::logit_error(&base.model, dense, bits, &calibration)?,
+        distill::logit_error(&base.model, dense, bits, &heldout)?,
+        weight_error(bits),
+    );
+    println!(
+        "scale distillation: {} steps, {:.0} s; loss curve {:.4e} → {:.4e}",
+        losses.len(),
+        started.elapsed().as_secs_f64(),
+        losses.first().copied().unwrap_or_default(),
+        losses.last().copied().unwrap_or_default()
+    );
+    println!(
+        "logit MSE vs the fine-tuned model: calibration {:.4e} → {:.4e}, held-out {:.4e} → {:.4e}",
+        before.0, after.0, before.1, after.1
+    );
+    println!(
+        "weight relative L2 error: {:.4} (mean-|Δ| scales) → {:.4} (distilled)",
+        before.2, after.2
+    );
+    Ok(())
 }
 
 fn apply(args: &ApplyArgs) -> anyhow::Result<ExitCode> {
@@ -252,22 +361,54 @@ fn soup_cmd(args: &SoupArgs) -> anyhow::Result<ExitCode> {
     }
     file::write_dense(&args.out, &file::unflatten(&combined.values, &layout))?;
     println!("{n} contributors combined with {rule}");
-    let quality: Vec<f64> = vectors
+    let agreement: Vec<f64> = vectors
         .iter()
         .map(|v| soup::cosine(v, &combined.values))
         .collect();
-    let shares = soup::reward_shares(&quality, &combined.selected);
-    println!("contributor  selected  agreement  distance to soup  reward share  input");
-    for (i, path) in args.inputs.iter().enumerate() {
+    let heldout = match args.heldout.eval_heldout {
+        Some(limit) => Some(heldout_scores(
+            &args.heldout,
+            limit,
+            &model,
+            &args.inputs,
+            &args.out,
+        )?),
+        None => None,
+    };
+    // Quality is the held-out score when measured, else the agreement with the soup.
+    let quality = heldout
+        .as_ref()
+        .map_or(&agreement, |scores| &scores.contributors);
+    let shares = soup::reward_shares(quality, &combined.selected);
+    if let Some(scores) = &heldout {
         println!(
-            "{:>11}  {:>8}  {:>9.4}  {:>16.4e}  {:>12.3}  {}",
+            "held-out Mean@{} on {} queries ({:.0} s): base model {:.3}, soup {:.3}",
+            scores.k, scores.queries, scores.seconds, scores.base, scores.soup
+        );
+        println!(
+            "contributor  selected  held-out  vs base  agreement  distance to soup  reward share  input"
+        );
+    } else {
+        println!("contributor  selected  agreement  distance to soup  reward share  input");
+    }
+    for (i, path) in args.inputs.iter().enumerate() {
+        let selected = if combined.selected.contains(&i) {
+            "yes"
+        } else {
+            "no"
+        };
+        let scored = heldout.as_ref().map_or_else(String::new, |scores| {
+            format!(
+                "{:>8.3}  {:>+7.3}  ",
+                scores.contributors[i],
+                scores.contributors[i] - scores.base
+            )
+        });
+        println!(
+            "{:>11}  {:>8}  {scored}{:>9.4}  {:>16.4e}  {:>12.3}  {}",
             i,
-            if combined.selected.contains(&i) {
-                "yes"
-            } else {
-                "no"
-            },
-            quality[i],
+            selected,
+            agreement[i],
             soup::distance2(&vectors[i], &combined.values).sqrt(),
             shares[i],
             path.display()

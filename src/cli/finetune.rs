@@ -10,7 +10,7 @@ use candle_core::Device;
 use clap::Args;
 use gym::data::Split;
 use gym::finetune::lora::LoraConfig;
-use gym::finetune::sft::{self, SftExample};
+use gym::finetune::sft;
 use gym::finetune::train::{self, DataRef, Manifest, ModelRef, TrainConfig};
 use gym::finetune::{BaseModel, Proj, default_model_path};
 
@@ -244,6 +244,12 @@ fn regenerate(
     anyhow::ensure!(k >= 1, "--regenerate needs at least 1 answer per query");
     let library = gym::library::Library::open(&origin.library_dir, &origin.library)?;
     let experiences = Shown::active(library.head());
+    eprintln!(
+        "regenerate: {k} answer(s) per training query with {} experience(s) of {}@{} in the prompt",
+        experiences.len(),
+        origin.library,
+        library.head_version()
+    );
     let backend: Arc<dyn Backend> = Arc::new(CandleBackend::load(CandleConfig {
         model_path: model_path.to_owned(),
         adapter: None,
@@ -252,8 +258,16 @@ fn regenerate(
     let verifier = origin.reward.build(train_set, &backend)?;
     let instruction = train_set.instruction.as_deref();
     let rt = runtime()?;
+    let started = std::time::Instant::now();
     let mut examples = Vec::new();
     for (i, sample) in train_set.samples.iter().enumerate() {
+        // Enough examples already: sampling more would only be cut off.
+        if args
+            .max_examples
+            .is_some_and(|max| examples.len() >= max.max(1))
+        {
+            break;
+        }
         let group = rt.block_on(gym::rollout::rollout(
             backend.as_ref(),
             verifier.as_ref(),
@@ -263,25 +277,13 @@ fn regenerate(
             &origin.sampling,
             None,
         ))?;
-        let mut kept = 0;
-        for answer in &group.answers {
-            if answer.reward >= gym::rollout::eval::SOLVED
-                && answer.finish == gym::backend::FinishReason::Stop
-                && kept < args.per_query
-            {
-                kept += 1;
-                examples.push(SftExample {
-                    sample_id: sample.id.clone(),
-                    messages: solve_messages(sample, instruction, &[]),
-                    answer: answer.text.trim().to_string(),
-                });
-            }
-        }
+        examples.extend(sft::from_group(sample, &group, instruction, args.per_query));
         eprintln!(
-            "regenerate: {}/{} queries, {} solved answers",
+            "regenerate: {}/{} queries, {} solved answers, {:.0} s",
             i + 1,
             train_set.samples.len(),
-            examples.len()
+            examples.len(),
+            started.elapsed().as_secs_f64()
         );
     }
     anyhow::ensure!(

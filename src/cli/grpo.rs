@@ -323,14 +323,19 @@ impl GrpoArgs {
                     patience: self.fallback.fallback_patience,
                     min_delta: self.fallback.fallback_min_delta,
                 };
-                Some(super::fallback::watch(
-                    checker,
-                    &mut events,
-                    control.clone(),
-                )?)
+                Some((checker, super::fallback::step_feed(&mut events)))
             }
         };
         let events = Arc::new(events);
+        let fallback = match fallback {
+            None => None,
+            Some((checker, feed)) => Some(super::fallback::spawn(
+                checker,
+                feed,
+                Arc::clone(&events),
+                control.clone(),
+            )?),
+        };
         let runner = Runner {
             config,
             dir: dir.clone(),
@@ -398,16 +403,24 @@ impl GrpoArgs {
             dir.join("summary.json"),
             serde_json::to_vec_pretty(&summary)?,
         )?;
-        let plateaued = fallback.is_some_and(|f| f.load(std::sync::atomic::Ordering::SeqCst));
-        if plateaued && summary.stopped_at.is_some() {
+        // A user's stop is not a plateau: the checks still pending are dropped then.
+        let trigger = fallback.and_then(|watch| {
+            (summary.stopped_at.is_none() || watch.triggered())
+                .then(|| watch.finish())
+                .flatten()
+        });
+        if let Some(trigger) = trigger {
             screen.close();
             print!("{}", render_summary(&summary, &self.library));
             write_run_report(&dir, &summary, &self.library, None);
-            println!(
-                "the held-out score has not improved for {} step(s): fine-tuning on the run's rollouts (the run itself continues with `gym grpo --resume {run_id}`)",
-                self.fallback.fallback_patience
-            );
-            super::fallback::start_finetune(&run_id, &self.runs_dir, self.fallback.fallback_steps)?;
+            super::fallback::fallback_finetune(
+                &run_id,
+                &self.runs_dir,
+                &self.fallback,
+                &self.backend,
+                &events,
+                trigger,
+            )?;
             return Ok(ExitCode::SUCCESS);
         }
         if let Some(step) = summary.stopped_at {

@@ -5,6 +5,8 @@ mod bench;
 mod config;
 #[cfg(feature = "finetune")]
 mod delta;
+#[cfg(feature = "finetune")]
+mod delta_eval;
 mod eval;
 mod fallback;
 #[cfg(feature = "finetune")]

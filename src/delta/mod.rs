@@ -1,9 +1,12 @@
 //! Weight deltas between a fine-tuned model and its base: 1-bit compression ([`bitdelta`]),
 //! robust combination of many contributors' deltas ([`soup`]) and differential privacy for the
 //! combination ([`privacy`]). The cores work on plain f32 slices and are always built; reading
-//! and writing delta files needs the `finetune` feature ([`file`]).
+//! and writing delta files ([`file`]) and distilling BitDelta's scales against the fine-tuned
+//! model ([`distill`]) need the `finetune` feature.
 
 pub mod bitdelta;
+#[cfg(feature = "finetune")]
+pub mod distill;
 #[cfg(feature = "finetune")]
 pub mod file;
 pub mod privacy;
@@ -18,6 +21,8 @@ pub enum DeltaError {
     Soup(String),
     #[error("differential privacy: {0}")]
     Privacy(String),
+    #[error("model: {0}")]
+    Model(String),
     #[error("delta file {}: {message}", path.display())]
     File {
         path: std::path::PathBuf,

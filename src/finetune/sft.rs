@@ -10,6 +10,7 @@ use sha2::{Digest, Sha256};
 use super::FinetuneError;
 use crate::backend::{ChatMessage, FinishReason};
 use crate::data::Sample;
+use crate::rollout::RolloutGroup;
 use crate::rollout::eval::SOLVED;
 use crate::rollout::prompt::solve_messages;
 use crate::run::Replay;
@@ -88,6 +89,31 @@ pub fn from_replay(
     })
 }
 
+/// The examples one freshly sampled group gives (`gym finetune --regenerate`): its solved
+/// answers that ended on their own, distinct, at most `per_query`, each paired with the prompt
+/// *without* the experiences it was sampled with, so the weights have to absorb them.
+pub fn from_group(
+    sample: &Sample,
+    group: &RolloutGroup,
+    instruction: Option<&str>,
+    per_query: usize,
+) -> Vec<SftExample> {
+    let mut seen = BTreeSet::new();
+    group
+        .answers
+        .iter()
+        .filter(|a| a.reward >= SOLVED && a.finish == FinishReason::Stop)
+        .map(|a| a.text.trim())
+        .filter(|text| seen.insert(*text))
+        .take(per_query)
+        .map(|text| SftExample {
+            sample_id: sample.id.clone(),
+            messages: solve_messages(sample, instruction, &[]),
+            answer: text.to_string(),
+        })
+        .collect()
+}
+
 /// SHA-256 over the examples' canonical JSON.
 pub fn hash(examples: &[SftExample]) -> String {
     let mut hasher = Sha256::new();
@@ -103,7 +129,8 @@ pub fn hash(examples: &[SftExample]) -> String {
 mod tests {
     use super::*;
     use crate::backend::Usage;
-    use crate::rollout::{RolloutGroup, ScoredAnswer};
+    use crate::rollout::ScoredAnswer;
+    use crate::rollout::prompt::Shown;
 
     fn answer(text: &str, reward: f64, finish: FinishReason) -> ScoredAnswer {
         ScoredAnswer {
@@ -166,5 +193,43 @@ mod tests {
     fn a_journal_without_solved_answers_is_an_error_saying_so() {
         let error = from_replay(&Replay::default(), &[], None, 4).unwrap_err();
         assert!(error.to_string().contains("no solved answer"), "{error}");
+    }
+
+    #[test]
+    fn regenerated_answers_are_learnt_without_the_library_they_were_sampled_with() {
+        let sample = sample("q");
+        let experiences = [Shown {
+            id: "E0001".into(),
+            text: "When counting letters, spell the word out first.".into(),
+        }];
+        let group = RolloutGroup {
+            sample_id: "q".into(),
+            answers: vec![
+                answer("Answer: 1", 1.0, FinishReason::Stop),
+                answer(" Answer: 1", 1.0, FinishReason::Stop),
+                answer("Answer: 2", 0.0, FinishReason::Stop),
+                answer("so… Answer: 1", 1.0, FinishReason::Length),
+                answer("one. Answer: 1", 1.0, FinishReason::Stop),
+                answer("1. Answer: 1", 1.0, FinishReason::Stop),
+            ],
+            usage: Usage::default(),
+            cost_usd: None,
+            retries: 0,
+        };
+        let with_library = solve_messages(&sample, Some("Say `Answer: N`."), &experiences);
+        assert!(with_library[1].content.contains("spell the word out"));
+        let examples = from_group(&sample, &group, Some("Say `Answer: N`."), 2);
+        let answers: Vec<&str> = examples.iter().map(|e| e.answer.as_str()).collect();
+        assert_eq!(answers, ["Answer: 1", "one. Answer: 1"]);
+        for example in &examples {
+            assert_eq!(example.sample_id, "q");
+            assert_eq!(
+                example.messages,
+                solve_messages(&sample, Some("Say `Answer: N`."), &[])
+            );
+            assert!(!example.messages[1].content.contains("spell the word out"));
+            assert!(example.messages[1].content.contains("Say `Answer: N`."));
+        }
+        assert!(from_group(&sample, &group, None, 0).is_empty());
     }
 }

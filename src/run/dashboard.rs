@@ -247,7 +247,15 @@ impl DashboardFold {
                 s.held_out.retain(|(at, _)| *at != step);
                 s.held_out.push((step, *with_library));
             }
-            RunEvent::BudgetExhausted { .. } | RunEvent::Log { .. } => {}
+            // The fallback's checks are held-out scores of the library after a step, as above.
+            RunEvent::HeldoutChecked { step, score, .. } => {
+                s.held_out.retain(|(at, _)| at != step);
+                s.held_out.push((*step, *score));
+            }
+            RunEvent::BudgetExhausted { .. }
+            | RunEvent::Log { .. }
+            | RunEvent::FallbackStarted { .. }
+            | RunEvent::FallbackFinished { .. } => {}
         }
     }
 }

@@ -131,6 +131,33 @@ pub enum RunEvent {
         without_library: f64,
         with_library: f64,
     },
+    /// A held-out check of `gym grpo --fallback`: the library's Mean@k after `step` (0: before
+    /// the first step), the best so far, and the checks in a row that did not beat it.
+    HeldoutChecked {
+        step: u32,
+        queries: usize,
+        k: usize,
+        score: f64,
+        best: f64,
+        stale: usize,
+        patience: usize,
+    },
+    /// The held-out score stopped improving: the run stops and the fallback starts.
+    FallbackStarted {
+        step: u32,
+        kind: String,
+        best: f64,
+        patience: usize,
+    },
+    /// The fallback fine-tune saved its adapter (with its manifest) in `adapter_dir`.
+    FallbackFinished {
+        adapter_dir: String,
+        examples: usize,
+        steps: usize,
+        first_loss: f64,
+        last_loss: f64,
+        seconds: f64,
+    },
     /// A line for the log, from outside the event types above.
     Log { level: String, text: String },
     BudgetExhausted {
@@ -216,6 +243,35 @@ impl RunEvent {
                 with_library,
             } => format!(
                 "held-out ({queries} queries, k={k}): mean reward {without_library:.3} without the library, {with_library:.3} with v{library_version}"
+            ),
+            RunEvent::HeldoutChecked {
+                step,
+                queries,
+                k,
+                score,
+                best,
+                stale,
+                patience,
+            } => format!(
+                "fallback check after step {step}: held-out Mean@{k} {score:.3} on {queries} queries (best {best:.3}; {stale}/{patience} check(s) without improvement)"
+            ),
+            RunEvent::FallbackStarted {
+                step,
+                kind,
+                best,
+                patience,
+            } => format!(
+                "the held-out score (best {best:.3}) has not improved for {patience} step(s) after step {step}: starting the {kind} fallback"
+            ),
+            RunEvent::FallbackFinished {
+                adapter_dir,
+                examples,
+                steps,
+                first_loss,
+                last_loss,
+                seconds,
+            } => format!(
+                "fallback fine-tune: {steps} steps on {examples} examples, loss {first_loss:.4} → {last_loss:.4}, {seconds:.0} s; adapter in {adapter_dir}"
             ),
             RunEvent::Log { text, .. } => text.clone(),
             _ => return None,

@@ -1,4 +1,33 @@
-//! Detecting that a score has stopped improving (the trigger of `gym grpo --fallback`).
+//! Detecting that a score has stopped improving (the trigger of `gym grpo --fallback`), and
+//! the record of what the fallback then did (`fallback.json` beside the run's journal).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The file, in the run's directory, that records a fallback.
+pub const FALLBACK_FILE: &str = "fallback.json";
+
+/// Why and when the fallback started, and what it produced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FallbackRecord {
+    pub kind: String,
+    /// The step after which the plateau was detected.
+    pub triggered_after_step: u32,
+    pub patience: usize,
+    pub min_delta: f64,
+    /// Every held-out check: (step, Mean@k); step 0 is the library before the run's first step.
+    pub checks: Vec<(u32, f64)>,
+    pub best: f64,
+    /// Where the fine-tune wrote its adapter and manifest (absent when it failed).
+    pub adapter_dir: Option<PathBuf>,
+    pub examples: usize,
+    pub steps: usize,
+    pub loss_curve: Vec<f64>,
+    pub seconds: f64,
+    /// Why the fine-tune failed, if it did.
+    pub error: Option<String>,
+}
 
 /// Tracks the best score seen and how many scores in a row failed to beat it.
 #[derive(Debug, Clone, PartialEq)]

@@ -35,7 +35,7 @@ pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) 
     let _ = writeln!(out, "# Run `{}`\n", summary.run);
     let status = if let Some(step) = summary.stopped_at {
         format!(
-            "stopped by the user at step {step} (resume with `gym grpo --resume {}`)",
+            "stopped at step {step} (resume with `gym grpo --resume {}`)",
             summary.run
         )
     } else if summary.budget_exhausted {
@@ -144,6 +144,38 @@ const LEFT: f64 = 60.0;
 const RIGHT: f64 = 20.0;
 
 /// One panel: a polyline with dots over steps, y from 0 to `y_max`.
+/// The report's section about a `gym grpo --fallback` (appended once the fine-tune ends).
+pub fn fallback_markdown(record: &super::plateau::FallbackRecord) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n## Fallback: {}\n\nThe held-out score did not improve by more than {} for {} step(s) after step {} (best Mean@k {:.3}).\n\n| after step | held-out Mean@k |\n|---:|---:|",
+        record.kind, record.min_delta, record.patience, record.triggered_after_step, record.best
+    );
+    for (step, score) in &record.checks {
+        let _ = writeln!(out, "| {step} | {score:.3} |");
+    }
+    match (&record.adapter_dir, &record.error) {
+        (_, Some(error)) => {
+            let _ = writeln!(out, "\nThe fine-tune failed: {}", cell(error));
+        }
+        (Some(dir), None) => {
+            let first = record.loss_curve.first().copied().unwrap_or_default();
+            let last = record.loss_curve.last().copied().unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "\nLoRA fine-tune: {} steps on {} examples, loss {first:.4} → {last:.4}, {:.0} s. Adapter and manifest: `{}`.",
+                record.steps,
+                record.examples,
+                record.seconds,
+                dir.display()
+            );
+        }
+        (None, None) => {}
+    }
+    out
+}
+
 fn panel(out: &mut String, top: f64, title: &str, points: &[(u32, f64)], y_max: f64, colour: &str) {
     let (x0, x1) = (LEFT, WIDTH - RIGHT);
     let (y0, y1) = (top + 24.0, top + PANEL - 24.0);

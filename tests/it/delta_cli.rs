@@ -159,3 +159,93 @@ fn mismatched_contributors_and_unbounded_privacy_are_refused() {
     assert!(error.contains("sensitivity"), "{error}");
     assert!(!scratch.dir.path().join("s.safetensors").exists());
 }
+
+/// `--eval-heldout`: every contributor is scored on held-out queries with its delta merged into
+/// the real default model; a contributor whose delta breaks the model scores no better than the
+/// base model, honest ones score as it does, shares follow the scores, and the soup (the
+/// median) scores as the honest ones do.
+#[test]
+fn held_out_scores_decide_the_reward_shares() {
+    let scratch = Scratch::new();
+    let mut rng = StdRng::seed_from_u64(11);
+    // The attention outputs of the first two layers of SmolLM2-135M (576 × 576).
+    let names = ["blk.0.attn_output.weight", "blk.1.attn_output.weight"];
+    let write = |file: &str, spread: f32, rng: &mut StdRng| {
+        let dense: file::Dense = names
+            .iter()
+            .map(|name| {
+                let data = (0..576 * 576)
+                    .map(|_| rng.random_range(-spread..spread))
+                    .collect();
+                (name.to_string(), Matrix::new(576, 576, data).unwrap())
+            })
+            .collect();
+        file::write_dense(&scratch.dir.path().join(file), &dense).unwrap();
+    };
+    // Honest contributors change the weights too little to change a greedy answer; the
+    // poisoned one adds noise far larger than the weights themselves.
+    write("honest0.safetensors", 1e-6, &mut rng);
+    write("honest1.safetensors", 1e-6, &mut rng);
+    write("poisoned.safetensors", 1.0, &mut rng);
+    let started = std::time::Instant::now();
+    let output = scratch
+        .model_command(&[
+            "delta",
+            "soup",
+            "--input",
+            "honest0.safetensors",
+            "--input",
+            "honest1.safetensors",
+            "--input",
+            "poisoned.safetensors",
+            "--rule",
+            "median",
+            "--out",
+            "soup.safetensors",
+            "--eval-heldout",
+            "3",
+            "--dataset",
+            "builtin:letters",
+            "--eval-max-tokens",
+            "48",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprintln!(
+        "soup --eval-heldout: {:.1} s\n{stderr}\n{stdout}",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("held-out Mean@1 on 3 queries"), "{stdout}");
+    // contributor, selected, held-out, vs base, agreement, distance, share, input
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|cells| cells.len() == 8 && cells[7].ends_with(".safetensors"))
+        .collect();
+    assert_eq!(rows.len(), 3, "{stdout}");
+    let number = |row: &[&str], i: usize| row[i].parse::<f64>().unwrap();
+    let (honest0, honest1, poisoned) = (&rows[0], &rows[1], &rows[2]);
+    // The base score, as "held-out" minus "vs base" of an honest row.
+    let base = number(honest0, 2) - number(honest0, 3);
+    assert_eq!(number(honest0, 2), base, "{stdout}");
+    assert_eq!(number(honest1, 2), base, "{stdout}");
+    assert!(number(poisoned, 2) <= base, "{stdout}");
+    // Shares follow the held-out scores of the selected contributors (all zero when none
+    // scores: the base model may solve none of so few queries).
+    let total: f64 = rows.iter().map(|r| number(r, 2)).sum();
+    for row in &rows {
+        let expected = if total > 0.0 {
+            number(row, 2) / total
+        } else {
+            0.0
+        };
+        assert!((number(row, 6) - expected).abs() < 1e-3, "{stdout}");
+    }
+    assert!(
+        stdout.contains(&format!("soup {base:.3}")),
+        "the median soup scores as the honest contributors: {stdout}"
+    );
+}

@@ -157,3 +157,140 @@ fn lora_steps_lower_the_loss_and_the_saved_adapter_changes_outputs() {
     let error = train::read_manifest(dir.path()).unwrap_err().to_string();
     assert!(error.contains("does not match its manifest"), "{error}");
 }
+
+/// `gym finetune --regenerate K` on a run whose journal is empty: answers are sampled afresh
+/// with the run's library in the prompt, the solved ones are kept, and an adapter is trained.
+#[test]
+fn regenerated_answers_train_an_adapter() {
+    let scratch = crate::common::Scratch::new();
+    scratch.ok(&["library", "init", "tiny"]);
+    scratch.ok(&[
+        "library",
+        "add",
+        "tiny",
+        "--text",
+        "When counting a letter in a word, spell the word out one letter at a time.",
+    ]);
+    let run = scratch.dir.path().join("runs/regen");
+    std::fs::create_dir_all(&run).unwrap();
+    // The flags `gym grpo` saved for the run: the queries, the library and the sampling. The
+    // model solves about one answer in ten here; sampling stops at the first solved one, and
+    // 16 queries x 3 answers leave no solved answer with odds of about 0.9^48, 0.6 %.
+    let args = [
+        "--dataset",
+        "builtin:letters",
+        "--samples",
+        "16",
+        "--library",
+        "tiny",
+        "--max-tokens",
+        "64",
+        "--temperature",
+        "1.0",
+        "--run-id=regen",
+    ];
+    std::fs::write(run.join("args.json"), serde_json::to_vec(&args).unwrap()).unwrap();
+    let started = std::time::Instant::now();
+    let output = scratch
+        .model_command(&[
+            "finetune",
+            "--run",
+            "regen",
+            "--regenerate",
+            "3",
+            // Sampling stops at the first query that gives a solved answer.
+            "--max-examples",
+            "1",
+            "--steps",
+            "1",
+            "--batch-size",
+            "1",
+            "--rank",
+            "2",
+            "--checkpoint-every",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprintln!(
+        "finetune --regenerate: {:.1} s\n{stderr}\n{stdout}",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("3 answer(s) per training query with 1 experience(s) of tiny@1"),
+        "{stderr}"
+    );
+    let manifest = gym::finetune::train::read_manifest(&run.join("finetune")).unwrap();
+    assert_eq!(manifest.data.run, "regen");
+    assert_eq!(manifest.data.examples, 1);
+    assert_eq!(manifest.steps_done, 1);
+}
+
+/// Distilling BitDelta's row scales against the fine-tuned model's logits lowers the logit
+/// error on the calibration prompts (a low-rank delta, as LoRA gives, on two layers).
+#[test]
+fn distilled_bitdelta_scales_match_the_fine_tuned_logits_better() {
+    use gym::delta::bitdelta::{Matrix, compress};
+    use gym::delta::distill;
+    use gym::delta::file::{Bits, Dense};
+    use gym::finetune::Proj;
+    use rand::{Rng as _, SeedableRng as _};
+
+    let base = base();
+    let dim = base.model.config.dim;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    let mut dense = Dense::new();
+    for layer in [0, 1] {
+        for proj in [Proj::Q, Proj::O] {
+            // Rank 2: B [dim, 2] · A [2, dim].
+            let a: Vec<f32> = (0..2 * dim).map(|_| rng.random_range(-0.1..0.1)).collect();
+            let b: Vec<f32> = (0..2 * dim).map(|_| rng.random_range(-0.1..0.1)).collect();
+            let data = (0..dim * dim)
+                .map(|i| {
+                    let (r, c) = (i / dim, i % dim);
+                    b[2 * r] * a[c] + b[2 * r + 1] * a[dim + c]
+                })
+                .collect();
+            dense.insert(
+                proj.weight_name(layer),
+                Matrix::new(dim, dim, data).unwrap(),
+            );
+        }
+    }
+    let mut bits: Bits = dense
+        .iter()
+        .map(|(n, m)| (n.clone(), compress(m)))
+        .collect();
+    let prompts: Vec<Vec<u32>> = ["What is 4 + 3?", "Count the r in strawberry."]
+        .iter()
+        .map(|q| {
+            base.tokenizer
+                .chat_prompt(&[ChatMessage::user(*q)])
+                .unwrap()
+        })
+        .collect();
+    let before = distill::logit_error(&base.model, &dense, &bits, &prompts).unwrap();
+    let start_scales = bits["blk.0.attn_q.weight"].scales.clone();
+    let losses = distill::refine(
+        &base.model,
+        &dense,
+        &mut bits,
+        &prompts,
+        4,
+        5e-2,
+        &mut |step, loss| eprintln!("refine step {step}: {loss:.4e}"),
+    )
+    .unwrap();
+    let after = distill::logit_error(&base.model, &dense, &bits, &prompts).unwrap();
+    eprintln!("logit MSE {before:.4e} -> {after:.4e}; curve {losses:?}");
+    assert_eq!(losses.len(), 4);
+    assert!(
+        (losses[0] - before).abs() < 1e-3 * before.max(1e-9),
+        "{losses:?} vs {before}"
+    );
+    assert!(after < before, "{after} >= {before}");
+    assert_ne!(bits["blk.0.attn_q.weight"].scales, start_scales);
+}

@@ -10,6 +10,8 @@ mod eval_cli;
 mod fake_openai;
 #[cfg(feature = "qdrant")]
 mod fake_qdrant;
+#[cfg(all(feature = "llama", feature = "finetune"))]
+mod fallback;
 #[cfg(feature = "finetune")]
 mod finetune;
 #[cfg(feature = "chain")]
