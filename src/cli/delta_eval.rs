@@ -90,6 +90,7 @@ pub fn heldout_scores(
             ..Sampling::default()
         },
         concurrency: 1,
+        agent: None,
         instruction: dataset.instruction.clone(),
     };
     let rt = runtime()?;
