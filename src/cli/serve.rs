@@ -274,6 +274,7 @@ impl ServeArgs {
                 escalate_theta: self.escalate_theta,
                 escalate_model: self.escalate_model.clone(),
                 runs_dir: self.runs_dir.clone(),
+                agent: None,
             }),
         };
         let model = state.router.models().join(", ");

@@ -73,21 +73,19 @@ pub async fn answer(
         model: model.to_owned(),
     };
     let timeout = app.config.request_timeout;
-    let trajectories = tokio::time::timeout(
-        timeout,
-        run_group(&backend, agent, messages, n, sampling),
-    )
-    .await
-    .map_err(|_| ApiError::Timeout {
-        seconds: timeout.as_secs_f64(),
-    })?
-    .map_err(|error| match error {
-        BackendError::InvalidRequest { .. } => ApiError::from(RouteError::Rejected(error)),
-        other => ApiError::from(RouteError::AllFailed {
-            model: model.to_owned(),
-            last: other,
-        }),
-    })?;
+    let trajectories =
+        tokio::time::timeout(timeout, run_group(&backend, agent, messages, n, sampling))
+            .await
+            .map_err(|_| ApiError::Timeout {
+                seconds: timeout.as_secs_f64(),
+            })?
+            .map_err(|error| match error {
+                BackendError::InvalidRequest { .. } => ApiError::from(RouteError::Rejected(error)),
+                other => ApiError::from(RouteError::AllFailed {
+                    model: model.to_owned(),
+                    last: other,
+                }),
+            })?;
     let mut usage = Usage::default();
     let mut cost: Option<f64> = Some(0.0);
     let mut retries = 0;
@@ -151,12 +149,10 @@ impl Backend for Routed {
                 Err(RouteError::Rejected(error)) => Err(error),
                 Err(RouteError::AllFailed { last, .. }) => Err(last),
                 Err(RouteError::Interrupted { error, .. }) => Err(error),
-                Err(error @ RouteError::UnknownModel { .. }) => {
-                    Err(BackendError::InvalidRequest {
-                        field: "model",
-                        message: error.to_string(),
-                    })
-                }
+                Err(error @ RouteError::UnknownModel { .. }) => Err(BackendError::InvalidRequest {
+                    field: "model",
+                    message: error.to_string(),
+                }),
             }
         })
     }

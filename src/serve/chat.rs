@@ -146,6 +146,7 @@ pub async fn completions(
     let chosen = selection(from_model, &headers, app.config.default_library.as_deref())?;
     let top_k = top_k(&headers, app.config.top_k)?;
     let checked = request.check(app.config.default_max_tokens, rand::random())?;
+    let agent = super::agent::requested(&app, &headers, !checked.tools.is_empty())?;
 
     let mut messages = checked.messages;
     let mut injected = None;
@@ -209,6 +210,16 @@ pub async fn completions(
             .as_ref()
             .map(|i: &Injected| (i.snapshot.library.clone(), i.snapshot.version.to_string())),
     };
+    if let Some(agent) = agent {
+        return agent_response(&app, &model, &agent, group_request, &plan, checked.stream)
+            .await
+            .map(|mut response| {
+                if let Some(injected) = injected {
+                    injected_headers(&mut response, &injected);
+                }
+                response
+            });
+    }
     // Escalation needs Θ of the whole answer before anything is sent, so with it configured a
     // streamed request is answered when complete.
     if checked.stream && app.config.escalate_theta.is_none() {
@@ -285,6 +296,48 @@ pub async fn completions(
         injected_headers(&mut response, &injected);
     }
     Ok(response)
+}
+
+/// A request answered by the server's agent loop (`x-gym-tools`): the final answers, each
+/// choice with its `gym_tool_steps`; a stream is sent once the trajectories are done.
+async fn agent_response(
+    app: &AppState,
+    model: &str,
+    agent: &crate::agent::Agent,
+    request: GroupRequest,
+    plan: &StreamPlan,
+    stream: bool,
+) -> Result<Response, ApiError> {
+    let (mut group, steps) = super::agent::answer(
+        app,
+        model,
+        agent,
+        request.messages,
+        request.n,
+        &request.sampling,
+    )
+    .await?;
+    if !plan.client_logprobs {
+        for completion in &mut group.completions {
+            completion.logprobs = None;
+        }
+    }
+    app.metrics
+        .tokens(group.usage.prompt_tokens, group.usage.completion_tokens);
+    if stream {
+        let events = Chunks::new(plan, group.completions.len()).finish(&group);
+        return Ok(Sse::new(futures::stream::iter(
+            events.into_iter().map(Ok::<_, Infallible>),
+        ))
+        .into_response());
+    }
+    let mut body = response_json(&plan.id, plan.created, &plan.model_label, &group);
+    if let Some(choices) = body["choices"].as_array_mut() {
+        for (choice, steps) in choices.iter_mut().zip(&steps) {
+            choice["gym_tool_steps"] = super::agent::steps_json(steps);
+        }
+    }
+    Ok(axum::Json(body).into_response())
 }
 
 /// The `x-gym-library*` and `x-gym-experiences` headers: what was injected.

@@ -23,6 +23,7 @@
 //!
 //! The library store stays synchronous; its reads run on the blocking pool.
 
+pub mod agent;
 pub mod catalog;
 mod chat;
 pub mod error;
@@ -81,6 +82,8 @@ pub struct ServeConfig {
     pub escalate_model: Option<String>,
     /// Where `gym grpo` writes its run journals (for `/v1/runs`).
     pub runs_dir: std::path::PathBuf,
+    /// The server's tools, for requests that ask for the agent loop (`x-gym-tools`).
+    pub agent: Option<crate::agent::Agent>,
 }
 
 impl Default for ServeConfig {
@@ -94,6 +97,7 @@ impl Default for ServeConfig {
             escalate_theta: None,
             escalate_model: None,
             runs_dir: "runs".into(),
+            agent: None,
         }
     }
 }
