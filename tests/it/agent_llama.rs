@@ -39,7 +39,7 @@ impl Backend for Recording {
 
 fn calculator() -> Toolbox {
     Toolbox::new(
-        vec![Arc::new(gym::tools::calc::Calculator::default())],
+        vec![Arc::new(gym::tools::calc::Calc::default())],
         Duration::from_secs(5),
     )
 }

@@ -1,5 +1,7 @@
 //! Gym's integration tests: one binary, one module per area.
 
+#[cfg(feature = "llama")]
+mod agent_llama;
 mod common;
 mod dashboard_stream;
 #[cfg(feature = "llama")]
@@ -29,6 +31,7 @@ mod library_tamper;
 mod llama_backend;
 mod openai_backend;
 mod openai_tools;
+mod serve_agent;
 mod serve_api;
 #[cfg(feature = "qdrant")]
 mod serve_qdrant;
