@@ -234,6 +234,7 @@ pub fn finish_reason(finish: FinishReason) -> &'static str {
     match finish {
         FinishReason::Stop => "stop",
         FinishReason::Length => "length",
+        FinishReason::ToolCalls => "tool_calls",
         FinishReason::Other => "content_filter",
     }
 }

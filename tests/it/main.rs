@@ -32,3 +32,4 @@ mod serve_qdrant;
 #[cfg(feature = "llama")]
 mod serve_socket;
 mod serve_stream;
+mod tools;
