@@ -48,7 +48,11 @@ impl ToolArgs {
             return Ok(toolbox);
         }
         let mut names: Vec<String> = defaults.iter().map(|s| s.to_string()).collect();
-        names.extend(self.server_names()?.into_iter().map(|name| format!("mcp:{name}")));
+        names.extend(
+            self.server_names()?
+                .into_iter()
+                .map(|name| format!("mcp:{name}")),
+        );
         self.build(&names).await
     }
 
@@ -57,8 +61,14 @@ impl ToolArgs {
             self.tool_timeout.is_finite() && self.tool_timeout > 0.0,
             "--tool-timeout must be a positive number of seconds"
         );
-        anyhow::ensure!(self.python_memory_mb >= 16, "--python-memory-mb must be at least 16");
-        anyhow::ensure!(self.python_output_bytes > 0, "--python-output-bytes must be positive");
+        anyhow::ensure!(
+            self.python_memory_mb >= 16,
+            "--python-memory-mb must be at least 16"
+        );
+        anyhow::ensure!(
+            self.python_output_bytes > 0,
+            "--python-output-bytes must be positive"
+        );
         #[cfg(not(feature = "mcp"))]
         self.server_names()?;
         Ok(ToolsConfig {
@@ -95,13 +105,18 @@ impl ToolArgs {
 
     #[cfg(not(feature = "mcp"))]
     fn server_names(&self) -> anyhow::Result<Vec<String>> {
-        anyhow::ensure!(self.mcp.is_empty(), "--mcp needs Gym built with the `mcp` feature");
+        anyhow::ensure!(
+            self.mcp.is_empty(),
+            "--mcp needs Gym built with the `mcp` feature"
+        );
         Ok(Vec::new())
     }
 
     async fn build(&self, names: &[String]) -> anyhow::Result<Toolbox> {
         let config = self.config()?;
-        gym::tools::from_names(names, &config).await.context("--tools")
+        gym::tools::from_names(names, &config)
+            .await
+            .context("--tools")
     }
 }
 
@@ -119,8 +134,14 @@ mod tests {
     #[test]
     fn tools_are_comma_separated() {
         let cli = Cli::parse_from(["gym", "--tools", "calc,python", "--tool-timeout", "2.5"]);
-        assert_eq!(cli.tools.tools, Some(vec!["calc".to_string(), "python".to_string()]));
-        assert_eq!(cli.tools.config().unwrap().timeout, Duration::from_millis(2500));
+        assert_eq!(
+            cli.tools.tools,
+            Some(vec!["calc".to_string(), "python".to_string()])
+        );
+        assert_eq!(
+            cli.tools.config().unwrap().timeout,
+            Duration::from_millis(2500)
+        );
         let none = Cli::parse_from(["gym"]);
         assert_eq!(none.tools.tools, None);
         let bad = Cli::parse_from(["gym", "--tool-timeout", "0"]);
@@ -132,7 +153,10 @@ mod tests {
         let cli = Cli::parse_from(["gym"]);
         assert!(cli.tools.toolbox().await.unwrap().is_none());
         let calc = Cli::parse_from(["gym", "--tools", "calc"]);
-        assert_eq!(calc.tools.toolbox().await.unwrap().unwrap().names(), ["calc"]);
+        assert_eq!(
+            calc.tools.toolbox().await.unwrap().unwrap().names(),
+            ["calc"]
+        );
         let unknown = Cli::parse_from(["gym", "--tools", "calc,sh"]);
         let error = format!("{:#}", unknown.tools.toolbox().await.unwrap_err());
         assert!(error.contains("unknown tool `sh`"), "{error}");

@@ -60,7 +60,9 @@ pub fn evaluate(expression: &str) -> Result<Num, CalcError> {
     let chars = expression.chars().count();
     if chars > MAX_EXPRESSION_CHARS {
         return Err(CalcError {
-            message: format!("the expression is {chars} characters long; the limit is {MAX_EXPRESSION_CHARS}"),
+            message: format!(
+                "the expression is {chars} characters long; the limit is {MAX_EXPRESSION_CHARS}"
+            ),
             column: None,
         });
     }
@@ -335,7 +337,13 @@ fn binary(op: char, a: Num, b: Num) -> Result<Num, String> {
         ('-', Int(x), Int(y)) => x.checked_sub(y),
         ('*', Int(x), Int(y)) => x.checked_mul(y),
         ('/', Int(x), Int(y)) if x.checked_rem(y) == Some(0) => x.checked_div(y),
-        ('%', Int(x), Int(y)) => x.checked_rem(y).map(|r| if r != 0 && (r < 0) != (y < 0) { r + y } else { r }),
+        ('%', Int(x), Int(y)) => x.checked_rem(y).map(|r| {
+            if r != 0 && (r < 0) != (y < 0) {
+                r + y
+            } else {
+                r
+            }
+        }),
         ('^', Int(x), Int(y)) if y >= 0 => u32::try_from(y).ok().and_then(|y| x.checked_pow(y)),
         _ => None,
     };
@@ -350,7 +358,11 @@ fn binary(op: char, a: Num, b: Num) -> Result<Num, String> {
         '/' => x / y,
         '%' => {
             let r = x % y;
-            if r != 0.0 && (r < 0.0) != (y < 0.0) { r + y } else { r }
+            if r != 0.0 && (r < 0.0) != (y < 0.0) {
+                r + y
+            } else {
+                r
+            }
         }
         _ => x.powf(y),
     };
@@ -362,7 +374,10 @@ fn function(name: &str, args: &[Num]) -> Result<Num, String> {
         if args.len() == n {
             Ok(())
         } else {
-            Err(format!("`{name}` takes {n} argument(s), got {}", args.len()))
+            Err(format!(
+                "`{name}` takes {n} argument(s), got {}",
+                args.len()
+            ))
         }
     };
     // Integral results of rounding are exact integers when they fit.
@@ -379,14 +394,20 @@ fn function(name: &str, args: &[Num]) -> Result<Num, String> {
                 return Err(format!("`{name}` needs at least one argument"));
             };
             Ok(args.iter().copied().fold(first, |best, x| {
-                let better = if name == "min" { x.float() < best.float() } else { x.float() > best.float() };
+                let better = if name == "min" {
+                    x.float() < best.float()
+                } else {
+                    x.float() > best.float()
+                };
                 if better { x } else { best }
             }))
         }
         "abs" => {
             arity(1)?;
             match args[0] {
-                Num::Int(i) => Ok(i.checked_abs().map_or(Num::Float((i as f64).abs()), Num::Int)),
+                Num::Int(i) => Ok(i
+                    .checked_abs()
+                    .map_or(Num::Float((i as f64).abs()), Num::Int)),
                 Num::Float(f) => Ok(Num::Float(f.abs())),
             }
         }
@@ -427,7 +448,9 @@ fn function(name: &str, args: &[Num]) -> Result<Num, String> {
             };
             finite(name, f)
         }
-        _ => Err(format!("unknown function `{name}` (the functions are {FUNCTIONS})")),
+        _ => Err(format!(
+            "unknown function `{name}` (the functions are {FUNCTIONS})"
+        )),
     }
 }
 
@@ -465,25 +488,28 @@ impl Tool for Calc {
     }
 
     fn call(&self, arguments: Value) -> BoxFuture<'_, Result<String, ToolError>> {
-        let result = match arguments.get("expression") {
-            Some(Value::String(expression)) => evaluate(expression)
-                .map(|n| n.to_string())
-                .map_err(|e| ToolError::Failed {
-                    tool: "calc".into(),
-                    message: e.to_string(),
-                }),
-            // Models sometimes send a bare number; it is still an expression.
-            Some(Value::Number(n)) => evaluate(&n.to_string()).map(|n| n.to_string()).map_err(|e| {
-                ToolError::Failed {
-                    tool: "calc".into(),
-                    message: e.to_string(),
+        let result =
+            match arguments.get("expression") {
+                Some(Value::String(expression)) => evaluate(expression)
+                    .map(|n| n.to_string())
+                    .map_err(|e| ToolError::Failed {
+                        tool: "calc".into(),
+                        message: e.to_string(),
+                    }),
+                // Models sometimes send a bare number; it is still an expression.
+                Some(Value::Number(n)) => {
+                    evaluate(&n.to_string())
+                        .map(|n| n.to_string())
+                        .map_err(|e| ToolError::Failed {
+                            tool: "calc".into(),
+                            message: e.to_string(),
+                        })
                 }
-            }),
-            _ => Err(ToolError::InvalidArguments {
-                tool: "calc".into(),
-                message: "expected {\"expression\": \"<arithmetic expression>\"}".into(),
-            }),
-        };
+                _ => Err(ToolError::InvalidArguments {
+                    tool: "calc".into(),
+                    message: "expected {\"expression\": \"<arithmetic expression>\"}".into(),
+                }),
+            };
         Box::pin(async move { result })
     }
 }
@@ -529,7 +555,10 @@ mod tests {
         assert_eq!(eval("99999999999999999999 * 3"), "299999999999999999997");
         // Past i128 the value continues as a float.
         assert_eq!(eval("2^200"), "1.6069380442589903e60");
-        assert_eq!(eval("170141183460469231731687303715884105727 + 1"), "1.7014118346046923e38");
+        assert_eq!(
+            eval("170141183460469231731687303715884105727 + 1"),
+            "1.7014118346046923e38"
+        );
     }
 
     #[test]
@@ -554,26 +583,56 @@ mod tests {
     fn errors_say_what_and_where() {
         assert_eq!(eval("(1 + 2))"), "error: unexpected `)` at column 8");
         assert_eq!(eval("1 + * 2"), "error: unexpected `*` at column 5");
-        assert_eq!(eval("(1 + 2"), "error: unexpected end of the expression at column 7");
+        assert_eq!(
+            eval("(1 + 2"),
+            "error: unexpected end of the expression at column 7"
+        );
         assert_eq!(eval("1 / 0"), "error: division by zero at column 3");
         assert_eq!(eval("5 % (2 - 2)"), "error: division by zero at column 3");
         assert_eq!(eval("1 / 0.0"), "error: division by zero at column 3");
         assert_eq!(eval("10.0 ^ 400"), "error: overflow in `^` at column 6");
         assert_eq!(eval("exp(1000)"), "error: overflow in `exp` at column 1");
-        assert_eq!(eval("sqrt(-1)"), "error: `sqrt` of a negative number at column 1");
-        assert_eq!(eval("ln(0)"), "error: `ln` needs a positive argument at column 1");
-        assert_eq!(eval("(-8) ^ 0.5"), "error: `^` is undefined for these arguments at column 6");
-        assert_eq!(eval("foo(1)"), format!("error: unknown function `foo` (the functions are {FUNCTIONS}) at column 1"));
-        assert_eq!(eval("x + 1"), "error: unknown name `x` (the constants are pi and e) at column 1");
-        assert_eq!(eval("sqrt(1, 2)"), "error: `sqrt` takes 1 argument(s), got 2 at column 1");
-        assert_eq!(eval("max()"), "error: `max` needs at least one argument at column 1");
+        assert_eq!(
+            eval("sqrt(-1)"),
+            "error: `sqrt` of a negative number at column 1"
+        );
+        assert_eq!(
+            eval("ln(0)"),
+            "error: `ln` needs a positive argument at column 1"
+        );
+        assert_eq!(
+            eval("(-8) ^ 0.5"),
+            "error: `^` is undefined for these arguments at column 6"
+        );
+        assert_eq!(
+            eval("foo(1)"),
+            format!("error: unknown function `foo` (the functions are {FUNCTIONS}) at column 1")
+        );
+        assert_eq!(
+            eval("x + 1"),
+            "error: unknown name `x` (the constants are pi and e) at column 1"
+        );
+        assert_eq!(
+            eval("sqrt(1, 2)"),
+            "error: `sqrt` takes 1 argument(s), got 2 at column 1"
+        );
+        assert_eq!(
+            eval("max()"),
+            "error: `max` needs at least one argument at column 1"
+        );
         assert_eq!(eval("2e"), "error: unexpected `e` at column 2");
         assert_eq!(eval("1,000"), "error: unexpected `,` at column 2");
         assert_eq!(eval(""), "error: the expression is empty");
         assert_eq!(eval("."), "error: a number needs digits at column 1");
-        assert_eq!(eval("1e999"), "error: the number `1e999` is too large at column 1");
+        assert_eq!(
+            eval("1e999"),
+            "error: the number `1e999` is too large at column 1"
+        );
         let long = "1+".repeat(600) + "1";
-        assert_eq!(eval(&long), "error: the expression is 1201 characters long; the limit is 1000");
+        assert_eq!(
+            eval(&long),
+            "error: the expression is 1201 characters long; the limit is 1000"
+        );
         let deep = "(".repeat(100) + "1" + &")".repeat(100);
         assert!(eval(&deep).starts_with("error: nested deeper than 64 levels"));
         assert!(eval(&"-".repeat(500)).starts_with("error: nested deeper than 64 levels"));
@@ -584,7 +643,10 @@ mod tests {
         let calc = Calc::default();
         assert_eq!(calc.spec().name, "calc");
         assert_eq!(calc.spec().parameters["required"], json!(["expression"]));
-        assert_eq!(calc.call(json!({"expression": "6 * 7"})).await, Ok("42".into()));
+        assert_eq!(
+            calc.call(json!({"expression": "6 * 7"})).await,
+            Ok("42".into())
+        );
         assert_eq!(calc.call(json!({"expression": 12})).await, Ok("12".into()));
         assert_eq!(
             calc.call(json!({"expression": "1/0"})).await,

@@ -58,17 +58,28 @@ impl std::str::FromStr for McpServer {
         let parse = || McpError::Parse(text.to_string());
         let (name, target) = text.split_once('=').ok_or_else(parse)?;
         let (name, target) = (name.trim(), target.trim());
-        if name.is_empty() || name.contains(|c: char| c.is_whitespace() || c == ',') || target.is_empty() {
+        if name.is_empty()
+            || name.contains(|c: char| c.is_whitespace() || c == ',')
+            || target.is_empty()
+        {
             return Err(parse());
         }
         let endpoint = if target.starts_with("http://") || target.starts_with("https://") {
-            McpEndpoint::Http { url: target.to_string() }
+            McpEndpoint::Http {
+                url: target.to_string(),
+            }
         } else {
             let mut words = target.split_whitespace().map(str::to_string);
             let program = words.next().ok_or_else(parse)?;
-            McpEndpoint::Stdio { program, args: words.collect() }
+            McpEndpoint::Stdio {
+                program,
+                args: words.collect(),
+            }
         };
-        Ok(Self { name: name.to_string(), endpoint })
+        Ok(Self {
+            name: name.to_string(),
+            endpoint,
+        })
     }
 }
 
@@ -76,7 +87,10 @@ type Client = RunningService<RoleClient, ()>;
 
 /// Connects to `server` and returns each of its tools as a [`Tool`]. The connection lives as long
 /// as any of the tools (a stdio server is stopped when the last one is dropped).
-pub async fn connect(server: &McpServer, timeout: Duration) -> Result<Vec<Arc<dyn Tool>>, McpError> {
+pub async fn connect(
+    server: &McpServer,
+    timeout: Duration,
+) -> Result<Vec<Arc<dyn Tool>>, McpError> {
     let failed = |message: String| McpError::Server {
         server: server.name.clone(),
         message,
@@ -88,10 +102,16 @@ pub async fn connect(server: &McpServer, timeout: Duration) -> Result<Vec<Arc<dy
                 command.args(args);
                 let transport = rmcp::transport::TokioChildProcess::new(command)
                     .map_err(|e| failed(format!("cannot start `{program}`: {e}")))?;
-                ().serve(transport).await.map_err(|e| failed(format!("initialization failed: {e}")))?
+                ().serve(transport)
+                    .await
+                    .map_err(|e| failed(format!("initialization failed: {e}")))?
             }
             McpEndpoint::Http { url } => {
-                let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
+                // reqwest is built without a TLS provider of its own (as for the OpenAI backend);
+                // an error only means one is already installed.
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                let transport =
+                    rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
                 ().serve(transport)
                     .await
                     .map_err(|e| failed(format!("cannot connect to {url}: {e}")))?
@@ -145,14 +165,19 @@ impl Tool for McpTool {
             let Value::Object(arguments) = arguments else {
                 return Err(failed("arguments must be a JSON object".into()));
             };
-            let request = CallToolRequestParams::new(self.spec.name.clone()).with_arguments(arguments);
+            let request =
+                CallToolRequestParams::new(self.spec.name.clone()).with_arguments(arguments);
             let result = self
                 .client
                 .call_tool(request)
                 .await
                 .map_err(|e| failed(format!("MCP server `{}`: {e}", self.server)))?;
             let text = result_text(&result);
-            if result.is_error == Some(true) { Err(failed(text)) } else { Ok(text) }
+            if result.is_error == Some(true) {
+                Err(failed(text))
+            } else {
+                Ok(text)
+            }
         })
     }
 }
@@ -230,7 +255,11 @@ impl ServerHandler for ToolboxServer {
                     Value::Object(map) => map,
                     _ => Default::default(),
                 };
-                rmcp::model::Tool::new(Cow::Owned(spec.name), Cow::Owned(spec.description), Arc::new(schema))
+                rmcp::model::Tool::new(
+                    Cow::Owned(spec.name),
+                    Cow::Owned(spec.description),
+                    Arc::new(schema),
+                )
             })
             .collect();
         Ok(ListToolsResult::with_all_items(tools))
@@ -245,7 +274,11 @@ impl ServerHandler for ToolboxServer {
         let call = ToolCall {
             id: "mcp".into(),
             name: request.name.to_string(),
-            arguments: if arguments.is_null() { String::new() } else { arguments.to_string() },
+            arguments: if arguments.is_null() {
+                String::new()
+            } else {
+                arguments.to_string()
+            },
         };
         let observation = self.toolbox.call(&call).await;
         let content = vec![ContentBlock::text(observation.content)];
@@ -270,11 +303,21 @@ mod tests {
             stdio.endpoint,
             McpEndpoint::Stdio {
                 program: "gym".into(),
-                args: vec!["tools".into(), "mcp-serve".into(), "--tools".into(), "calc".into()]
+                args: vec![
+                    "tools".into(),
+                    "mcp-serve".into(),
+                    "--tools".into(),
+                    "calc".into()
+                ]
             }
         );
         let http: McpServer = "web = https://example.org/mcp".parse().unwrap();
-        assert_eq!(http.endpoint, McpEndpoint::Http { url: "https://example.org/mcp".into() });
+        assert_eq!(
+            http.endpoint,
+            McpEndpoint::Http {
+                url: "https://example.org/mcp".into()
+            }
+        );
         for bad in ["gym", "=cmd", "gym=", "a b=cmd", "gym=   "] {
             assert!(bad.parse::<McpServer>().is_err(), "{bad}");
         }
@@ -287,7 +330,10 @@ mod tests {
             ContentBlock::image("AAAA", "image/png"),
             ContentBlock::text("second"),
         ]);
-        assert_eq!(result_text(&result), "first\n[image (image/png) omitted]\nsecond");
+        assert_eq!(
+            result_text(&result),
+            "first\n[image (image/png) omitted]\nsecond"
+        );
         result.content.clear();
         result.structured_content = Some(serde_json::json!({"sum": 3}));
         assert_eq!(result_text(&result), r#"{"sum":3}"#);

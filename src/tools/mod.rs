@@ -222,11 +222,22 @@ mod tests {
         assert_eq!(ok.content, r#"{"a":1}"#);
         let unknown = tools.call(&call("calc", "{}")).await;
         assert!(!unknown.ok);
-        assert_eq!(unknown.content, "error: unknown tool `calc`; the tools are: echo");
+        assert_eq!(
+            unknown.content,
+            "error: unknown tool `calc`; the tools are: echo"
+        );
         let not_object = tools.call(&call("echo", "[1]")).await;
-        assert!(not_object.content.contains("expected a JSON object, got an array"));
+        assert!(
+            not_object
+                .content
+                .contains("expected a JSON object, got an array")
+        );
         let not_json = tools.call(&call("echo", "{a: 1")).await;
-        assert!(not_json.content.contains("not JSON"), "{}", not_json.content);
+        assert!(
+            not_json.content.contains("not JSON"),
+            "{}",
+            not_json.content
+        );
         assert!(tools.call(&call("echo", "  ")).await.ok);
     }
 

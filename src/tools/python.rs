@@ -149,7 +149,10 @@ impl Python {
         if code.len() > MAX_CODE_BYTES {
             return Err(ToolError::InvalidArguments {
                 tool: "python".into(),
-                message: format!("the code is {} bytes; the limit is {MAX_CODE_BYTES}", code.len()),
+                message: format!(
+                    "the code is {} bytes; the limit is {MAX_CODE_BYTES}",
+                    code.len()
+                ),
             });
         }
         let run = self.execute(code).await?;
@@ -169,15 +172,32 @@ impl Python {
         let cpu_seconds = self.config.timeout.as_secs_f64().ceil() as u64 + 1;
         let mut command = Command::new("unshare");
         command
-            .args(["--user", "--map-root-user", "--net", "--mount", "--pid", "--fork"])
-            .args(["--kill-child", "--", "/bin/sh", "-c", SANDBOX_SCRIPT, "gym-sandbox"])
+            .args([
+                "--user",
+                "--map-root-user",
+                "--net",
+                "--mount",
+                "--pid",
+                "--fork",
+            ])
+            .args([
+                "--kill-child",
+                "--",
+                "/bin/sh",
+                "-c",
+                SANDBOX_SCRIPT,
+                "gym-sandbox",
+            ])
             .arg(scratch.path())
             .arg((self.config.memory_mb * 1024 * 1024).to_string())
             .arg(cpu_seconds.to_string())
             .arg(&self.config.python)
             .arg(code)
             .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
+            .env(
+                "PATH",
+                std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()),
+            )
             .env("HOME", scratch.path())
             .env("LANG", "C.UTF-8")
             .stdin(Stdio::null())
@@ -215,16 +235,17 @@ impl Python {
             let setup = setup.map(|(bytes, _)| bytes).unwrap_or_default();
             Ok::<_, ToolError>((output, cut, status, setup))
         };
-        let (output, cut, status, setup) = match tokio::time::timeout(self.config.timeout, work).await {
-            Ok(result) => result?,
-            Err(_) => {
-                group.kill();
-                return Err(ToolError::TimedOut {
-                    tool: "python".into(),
-                    seconds: self.config.timeout.as_secs_f64(),
-                });
-            }
-        };
+        let (output, cut, status, setup) =
+            match tokio::time::timeout(self.config.timeout, work).await {
+                Ok(result) => result?,
+                Err(_) => {
+                    group.kill();
+                    return Err(ToolError::TimedOut {
+                        tool: "python".into(),
+                        seconds: self.config.timeout.as_secs_f64(),
+                    });
+                }
+            };
         group.disarm();
         let setup = String::from_utf8_lossy(&setup);
         if !setup.contains(READY) {
@@ -234,12 +255,19 @@ impl Python {
                 setup.trim()
             )));
         }
-        Ok(Run { output, cut, status })
+        Ok(Run {
+            output,
+            cut,
+            status,
+        })
     }
 }
 
 /// Reads until end of file or `limit` bytes; `true` when there was more.
-async fn read_at_most(reader: &mut (impl AsyncRead + Unpin), limit: usize) -> std::io::Result<(Vec<u8>, bool)> {
+async fn read_at_most(
+    reader: &mut (impl AsyncRead + Unpin),
+    limit: usize,
+) -> std::io::Result<(Vec<u8>, bool)> {
     let mut kept = Vec::new();
     let mut chunk = [0u8; 8192];
     loop {
@@ -268,7 +296,10 @@ fn describe(run: &Run) -> String {
         text.push_str(&line);
     };
     if run.cut {
-        note(format!("[output cut at {} bytes; the program was stopped]", run.output.len()));
+        note(format!(
+            "[output cut at {} bytes; the program was stopped]",
+            run.output.len()
+        ));
     } else if let Some(code) = run.status.code().filter(|&c| c != 0) {
         note(format!("[exit status {code}]"));
     } else if let Some(signal) = run.status.signal() {
@@ -291,7 +322,10 @@ impl GroupKiller {
     fn kill(&self) {
         if let Some(pid) = self.0.and_then(|p| i32::try_from(p).ok()) {
             // The group may already be gone; there is nothing to do then.
-            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
     }
 
@@ -341,10 +375,22 @@ mod tests {
     #[test]
     fn the_model_is_told_how_a_run_ended() {
         assert_eq!(describe(&run("42\n", false, 0)), "42\n");
-        assert_eq!(describe(&run("", false, 0)), "(no output; print() what you want to see)");
-        assert_eq!(describe(&run("Traceback", false, 1 << 8)), "Traceback\n[exit status 1]");
-        assert_eq!(describe(&run("xx", true, 9)), "xx\n[output cut at 2 bytes; the program was stopped]");
-        assert_eq!(describe(&run("", false, 24)), "[killed by signal 24 (CPU time limit)]");
+        assert_eq!(
+            describe(&run("", false, 0)),
+            "(no output; print() what you want to see)"
+        );
+        assert_eq!(
+            describe(&run("Traceback", false, 1 << 8)),
+            "Traceback\n[exit status 1]"
+        );
+        assert_eq!(
+            describe(&run("xx", true, 9)),
+            "xx\n[output cut at 2 bytes; the program was stopped]"
+        );
+        assert_eq!(
+            describe(&run("", false, 24)),
+            "[killed by signal 24 (CPU time limit)]"
+        );
     }
 
     #[tokio::test]
@@ -353,6 +399,9 @@ mod tests {
         let (kept, cut) = read_at_most(&mut text, 10_000).await.unwrap();
         assert_eq!((kept.len(), cut), (10_000, true));
         let mut short: &[u8] = b"abc";
-        assert_eq!(read_at_most(&mut short, 3).await.unwrap(), (b"abc".to_vec(), false));
+        assert_eq!(
+            read_at_most(&mut short, 3).await.unwrap(),
+            (b"abc".to_vec(), false)
+        );
     }
 }

@@ -36,7 +36,9 @@ impl Default for ToolsConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    #[error("unknown tool `{0}`; the tools are calc, python and mcp:NAME (a server given with --mcp NAME=…)")]
+    #[error(
+        "unknown tool `{0}`; the tools are calc, python and mcp:NAME (a server given with --mcp NAME=…)"
+    )]
     UnknownTool(String),
     #[error("`mcp:{name}` names no MCP server; the servers given with --mcp are: {known}")]
     UnknownServer { name: String, known: String },
@@ -58,9 +60,16 @@ pub enum BuildError {
 /// The toolbox of `names`, in that order (`mcp:NAME` contributes all tools of that server).
 /// Fails on an unknown name, an MCP server that cannot be reached or listed, a python sandbox
 /// that cannot be set up, or two tools with one name.
-pub async fn from_names<S: AsRef<str>>(names: &[S], config: &ToolsConfig) -> Result<Toolbox, BuildError> {
+pub async fn from_names<S: AsRef<str>>(
+    names: &[S],
+    config: &ToolsConfig,
+) -> Result<Toolbox, BuildError> {
     let mut tools: Vec<(String, Arc<dyn Tool>)> = Vec::new();
-    for name in names.iter().map(|n| n.as_ref().trim()).filter(|n| !n.is_empty()) {
+    for name in names
+        .iter()
+        .map(|n| n.as_ref().trim())
+        .filter(|n| !n.is_empty())
+    {
         let found: Vec<Arc<dyn Tool>> = match name {
             "calc" => vec![Arc::new(Calc::default())],
             "python" => {
@@ -68,7 +77,9 @@ pub async fn from_names<S: AsRef<str>>(names: &[S], config: &ToolsConfig) -> Res
                     timeout: config.timeout,
                     ..config.python.clone()
                 };
-                vec![Arc::new(Python::new(python).await.map_err(BuildError::Python)?)]
+                vec![Arc::new(
+                    Python::new(python).await.map_err(BuildError::Python)?,
+                )]
             }
             _ => match name.strip_prefix("mcp:") {
                 Some(server) => mcp_tools(server, config).await?,
@@ -87,7 +98,10 @@ pub async fn from_names<S: AsRef<str>>(names: &[S], config: &ToolsConfig) -> Res
             tools.push((name.to_string(), tool));
         }
     }
-    Ok(Toolbox::new(tools.into_iter().map(|(_, t)| t).collect(), config.timeout))
+    Ok(Toolbox::new(
+        tools.into_iter().map(|(_, t)| t).collect(),
+        config.timeout,
+    ))
 }
 
 #[cfg(feature = "mcp")]
@@ -96,7 +110,11 @@ async fn mcp_tools(name: &str, config: &ToolsConfig) -> Result<Vec<Arc<dyn Tool>
         let known: Vec<&str> = config.mcp.iter().map(|s| s.name.as_str()).collect();
         return Err(BuildError::UnknownServer {
             name: name.to_string(),
-            known: if known.is_empty() { "none".into() } else { known.join(", ") },
+            known: if known.is_empty() {
+                "none".into()
+            } else {
+                known.join(", ")
+            },
         });
     };
     // Starting a server (an `npx` download, a Python import) can take longer than one call.
@@ -120,15 +138,24 @@ mod tests {
         assert_eq!(calc.names(), ["calc"]);
         assert!(from_names::<&str>(&[], &config).await.unwrap().is_empty());
         let unknown = from_names(&["calc", "shell"], &config).await.unwrap_err();
-        assert!(unknown.to_string().starts_with("unknown tool `shell`"), "{unknown}");
+        assert!(
+            unknown.to_string().starts_with("unknown tool `shell`"),
+            "{unknown}"
+        );
         let twice = from_names(&["calc", "calc"], &config).await.unwrap_err();
         assert_eq!(
             twice.to_string(),
             "two tools are named `calc` (from calc and from calc); leave one of them out"
         );
-        let server = from_names(&["mcp:web"], &config).await.unwrap_err().to_string();
+        let server = from_names(&["mcp:web"], &config)
+            .await
+            .unwrap_err()
+            .to_string();
         #[cfg(feature = "mcp")]
-        assert_eq!(server, "`mcp:web` names no MCP server; the servers given with --mcp are: none");
+        assert_eq!(
+            server,
+            "`mcp:web` names no MCP server; the servers given with --mcp are: none"
+        );
         #[cfg(not(feature = "mcp"))]
         assert_eq!(server, "`mcp:web` needs Gym built with the `mcp` feature");
     }

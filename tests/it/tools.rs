@@ -39,7 +39,11 @@ fn processes_with(token: &str) -> Vec<String> {
 }
 
 fn token(label: &str) -> String {
-    format!("gym-test-{label}-{}-{}", std::process::id(), rand::random::<u32>())
+    format!(
+        "gym-test-{label}-{}-{}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
 }
 
 #[tokio::test]
@@ -64,7 +68,10 @@ except OSError as e:
 "#
     );
     let output = run(&tool, &code).await.unwrap();
-    assert!(!output.contains("CONNECTED") && !output.contains("RESOLVED"), "{output}");
+    assert!(
+        !output.contains("CONNECTED") && !output.contains("RESOLVED"),
+        "{output}"
+    );
     assert_eq!(output.matches("no connection").count(), 2, "{output}");
     assert!(output.contains("no name resolution"), "{output}");
     assert!(matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock));
@@ -75,7 +82,8 @@ async fn python_is_killed_at_its_timeout_with_every_process_it_started() {
     let tool = python(Duration::from_millis(1500), 256, 16384).await;
     let token = token("timeout");
     // The child leaves the process group; the PID namespace still takes it down.
-    let code = format!("# {token}\nimport os\nif os.fork() == 0:\n    os.setsid()\nwhile True: pass\n");
+    let code =
+        format!("# {token}\nimport os\nif os.fork() == 0:\n    os.setsid()\nwhile True: pass\n");
     let started = Instant::now();
     let result = run(&tool, &code).await;
     let elapsed = started.elapsed();
@@ -86,7 +94,10 @@ async fn python_is_killed_at_its_timeout_with_every_process_it_started() {
             seconds: 1.5
         })
     );
-    assert!(elapsed >= Duration::from_millis(1400) && elapsed < Duration::from_secs(4), "{elapsed:?}");
+    assert!(
+        elapsed >= Duration::from_millis(1400) && elapsed < Duration::from_secs(4),
+        "{elapsed:?}"
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(processes_with(&token), Vec::<String>::new());
 }
@@ -103,7 +114,10 @@ async fn a_call_the_toolbox_gives_up_on_is_killed_too() {
     };
     let observation = toolbox.call(&call).await;
     assert!(!observation.ok);
-    assert_eq!(observation.content, "error: `python` did not finish within 1.0 s");
+    assert_eq!(
+        observation.content,
+        "error: `python` did not finish within 1.0 s"
+    );
     assert!(observation.millis < 3000, "{}", observation.millis);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(processes_with(&token), Vec::<String>::new());
@@ -132,7 +146,11 @@ print("inside:", open("inside.txt").read())
     );
     let output = run(&tool, &code).await.unwrap();
     assert!(!output.contains("WROTE"), "{output}");
-    assert_eq!(output.matches("denied 30").count(), 3, "read-only file system: {output}");
+    assert_eq!(
+        output.matches("denied 30").count(),
+        3,
+        "read-only file system: {output}"
+    );
     assert!(output.contains("inside: hello"), "{output}");
     assert!(!outside.path().join("escape.txt").exists());
     assert!(!std::path::Path::new(&in_tmp).exists());
@@ -144,7 +162,10 @@ async fn python_output_is_cut_at_the_limit() {
     let output = run(&tool, "print('x' * 10_000_000)").await.unwrap();
     assert_eq!(
         output,
-        format!("{}\n[output cut at 1000 bytes; the program was stopped]", "x".repeat(1000))
+        format!(
+            "{}\n[output cut at 1000 bytes; the program was stopped]",
+            "x".repeat(1000)
+        )
     );
     let started = Instant::now();
     let endless = run(&tool, "while True: print('y' * 100)").await.unwrap();
@@ -157,20 +178,31 @@ async fn python_cannot_allocate_past_its_memory_limit() {
     let tool = python(Duration::from_secs(10), 200, 16384).await;
     let small = run(&tool, "x = bytearray(50 * 1024 * 1024); print(len(x))").await;
     assert_eq!(small, Ok("52428800\n".into()));
-    let Err(ToolError::Failed { message, .. }) = run(&tool, "x = bytearray(400 * 1024 * 1024)").await else {
+    let Err(ToolError::Failed { message, .. }) =
+        run(&tool, "x = bytearray(400 * 1024 * 1024)").await
+    else {
         panic!("allocating 400 MiB under a 200 MiB limit succeeded");
     };
-    assert!(message.contains("MemoryError") && message.ends_with("[exit status 1]"), "{message}");
+    assert!(
+        message.contains("MemoryError") && message.ends_with("[exit status 1]"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
 async fn python_errors_come_back_with_the_traceback() {
     let tool = python(Duration::from_secs(10), 256, 16384).await;
-    assert_eq!(run(&tool, "print(sum(range(101)))").await, Ok("5050\n".into()));
+    assert_eq!(
+        run(&tool, "print(sum(range(101)))").await,
+        Ok("5050\n".into())
+    );
     let Err(ToolError::Failed { message, .. }) = run(&tool, "1/0").await else {
         panic!("a ZeroDivisionError succeeded");
     };
-    assert!(message.contains("ZeroDivisionError") && message.ends_with("[exit status 1]"), "{message}");
+    assert!(
+        message.contains("ZeroDivisionError") && message.ends_with("[exit status 1]"),
+        "{message}"
+    );
     assert!(matches!(
         tool.call(json!({"source": "1"})).await,
         Err(ToolError::InvalidArguments { .. })
@@ -182,11 +214,16 @@ fn gym_tools_lists_and_calls() {
     let scratch = Scratch::new();
     let (code, stdout, stderr) = scratch.gym(&["tools", "list", "--tools", "calc"]);
     assert_eq!(code, 0, "{stderr}");
-    assert!(stdout.starts_with("calc\n  Evaluates an arithmetic expression"), "{stdout}");
+    assert!(
+        stdout.starts_with("calc\n  Evaluates an arithmetic expression"),
+        "{stdout}"
+    );
     assert!(stdout.contains("\"required\": [\n"), "{stdout}");
-    let (code, stdout, _) = scratch.gym(&["tools", "call", "calc", r#"{"expression": "2^62 + 1"}"#]);
+    let (code, stdout, _) =
+        scratch.gym(&["tools", "call", "calc", r#"{"expression": "2^62 + 1"}"#]);
     assert_eq!((code, stdout.as_str()), (0, "4611686018427387905\n"));
-    let (code, stdout, _) = scratch.gym(&["tools", "call", "calc", r#"{"expression": "(1 + 2))"}"#]);
+    let (code, stdout, _) =
+        scratch.gym(&["tools", "call", "calc", r#"{"expression": "(1 + 2))"}"#]);
     assert_eq!(
         (code, stdout.as_str()),
         (1, "error: `calc` failed: unexpected `)` at column 8\n")
@@ -216,26 +253,41 @@ mod mcp {
             name: "gym".into(),
             endpoint: McpEndpoint::Stdio {
                 program: env!("CARGO_BIN_EXE_gym").into(),
-                args: ["tools", "mcp-serve", "--tools", "calc,python"].map(String::from).to_vec(),
+                args: ["tools", "mcp-serve", "--tools", "calc,python"]
+                    .map(String::from)
+                    .to_vec(),
             },
         }
     }
 
     #[tokio::test]
     async fn gym_serves_its_tools_over_stdio() {
-        let tools = connect(&gym_server(), Duration::from_secs(30)).await.unwrap();
+        let tools = connect(&gym_server(), Duration::from_secs(30))
+            .await
+            .unwrap();
         let names: Vec<&str> = tools.iter().map(|t| t.spec().name.as_str()).collect();
         assert_eq!(names, ["calc", "python"]);
-        assert_eq!(tools[0].spec().parameters["required"], json!(["expression"]));
+        assert_eq!(
+            tools[0].spec().parameters["required"],
+            json!(["expression"])
+        );
         assert_eq!(
             tools[0].call(json!({"expression": "2^62 + 1"})).await,
             Ok("4611686018427387905".into())
         );
-        let Err(ToolError::Failed { message, .. }) = tools[0].call(json!({"expression": "1/0"})).await else {
+        let Err(ToolError::Failed { message, .. }) =
+            tools[0].call(json!({"expression": "1/0"})).await
+        else {
             panic!("1/0 succeeded over MCP");
         };
-        assert_eq!(message, "error: `calc` failed: division by zero at column 2");
-        assert_eq!(tools[1].call(json!({"code": "print(6 * 7)"})).await, Ok("42\n".into()));
+        assert_eq!(
+            message,
+            "error: `calc` failed: division by zero at column 2"
+        );
+        assert_eq!(
+            tools[1].call(json!({"code": "print(6 * 7)"})).await,
+            Ok("42\n".into())
+        );
     }
 
     #[tokio::test]
@@ -257,11 +309,25 @@ mod mcp {
                 url: "http://127.0.0.1:9/mcp".into(),
             },
         };
-        let error = connect(&nowhere, Duration::from_secs(10)).await.err().unwrap().to_string();
-        assert!(error.starts_with("MCP server `nowhere`: cannot connect"), "{error}");
+        let error = connect(&nowhere, Duration::from_secs(10))
+            .await
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            error.starts_with("MCP server `nowhere`: cannot connect"),
+            "{error}"
+        );
         let missing: McpServer = "missing=/nonexistent/mcp-server".parse().unwrap();
-        let error = connect(&missing, Duration::from_secs(10)).await.err().unwrap().to_string();
-        assert!(error.starts_with("MCP server `missing`: cannot start"), "{error}");
+        let error = connect(&missing, Duration::from_secs(10))
+            .await
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            error.starts_with("MCP server `missing`: cannot start"),
+            "{error}"
+        );
     }
 
     /// A tiny MCP server: `add` sums two numbers.
@@ -279,12 +345,12 @@ mod mcp {
             _context: RequestContext<RoleServer>,
         ) -> Result<ListToolsResult, ErrorData> {
             let schema = json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}});
-            let serde_json::Value::Object(schema) = schema else { unreachable!() };
-            Ok(ListToolsResult::with_all_items(vec![rmcp::model::Tool::new(
-                "add",
-                "Adds a and b.",
-                Arc::new(schema),
-            )]))
+            let serde_json::Value::Object(schema) = schema else {
+                unreachable!()
+            };
+            Ok(ListToolsResult::with_all_items(vec![
+                rmcp::model::Tool::new("add", "Adds a and b.", Arc::new(schema)),
+            ]))
         }
 
         async fn call_tool(
@@ -295,7 +361,9 @@ mod mcp {
             let arguments = request.arguments.unwrap_or_default();
             let number = |key: &str| arguments.get(key).and_then(|v| v.as_f64());
             Ok(match (number("a"), number("b")) {
-                (Some(a), Some(b)) => CallToolResult::success(vec![ContentBlock::text((a + b).to_string())]),
+                (Some(a), Some(b)) => {
+                    CallToolResult::success(vec![ContentBlock::text((a + b).to_string())])
+                }
                 _ => CallToolResult::error(vec![ContentBlock::text("a and b must be numbers")]),
             }
             .into())
@@ -318,7 +386,10 @@ mod mcp {
         assert_eq!(tools.len(), 1);
         assert_eq!(tools[0].spec().name, "add");
         assert_eq!(tools[0].spec().description, "Adds a and b.");
-        assert_eq!(tools[0].call(json!({"a": 2, "b": 3.5})).await, Ok("5.5".into()));
+        assert_eq!(
+            tools[0].call(json!({"a": 2, "b": 3.5})).await,
+            Ok("5.5".into())
+        );
         assert_eq!(
             tools[0].call(json!({"a": "two"})).await,
             Err(ToolError::Failed {
