@@ -17,6 +17,8 @@ mod gov_chain;
 mod grpo;
 mod library;
 mod serve;
+pub mod tool_args;
+mod tools;
 mod watch;
 
 use std::process::ExitCode;
@@ -55,6 +57,9 @@ enum Command {
     /// Weight deltas: BitDelta compression and reconstruction, DeltaSoup combination.
     #[cfg(feature = "finetune")]
     Delta(delta::DeltaArgs),
+    /// Tools for agents: list them, call one, serve them over MCP (`gym tools mcp-serve`).
+    #[command(subcommand_required = true)]
+    Tools(tools::ToolsArgs),
 }
 
 impl Cli {
@@ -78,6 +83,7 @@ impl Cli {
             Command::Finetune(args) => args.run(),
             #[cfg(feature = "finetune")]
             Command::Delta(args) => args.run(),
+            Command::Tools(args) => args.run(),
         }
     }
 }

@@ -3,6 +3,12 @@
 //! timeout, and turns every failure into an [`Observation`] the model can read, so a bad call
 //! never ends a trajectory.
 
+pub mod calc;
+#[cfg(feature = "mcp")]
+pub mod mcp;
+pub mod python;
+mod select;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,6 +17,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::backend::{ToolCall, ToolSpec};
+
+pub use select::{BUILTIN, BuildError, ToolsConfig, from_names};
 
 /// Why a tool call failed. The message is shown to the model, so it says what to fix.
 #[derive(Debug, thiserror::Error, PartialEq)]

@@ -39,3 +39,4 @@ mod serve_qdrant;
 mod serve_socket;
 mod serve_stream;
 mod serve_tools;
+mod tools;

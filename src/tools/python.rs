@@ -1,0 +1,407 @@
+//! `python`: runs model-written Python in a sandbox the kernel enforces, not Python itself.
+//!
+//! Each call gets a fresh scratch folder and runs `python3 -I -c CODE` under util-linux's
+//! `unshare` in new user, network, mount and PID namespaces:
+//! - network: the new network namespace has only a loopback interface that is down, so nothing
+//!   (not even 127.0.0.1 of the host, nor DNS) can be reached;
+//! - files: every mount is remounted read-only in the new mount namespace, then the scratch folder
+//!   is bound writable, so writes anywhere else fail with EROFS;
+//! - time: a wall-clock limit kills the whole process group, and the PID namespace takes every
+//!   descendant down with Python (even ones that left the group); a CPU-time rlimit backs it up;
+//! - memory: RLIMIT_AS (`prlimit --as`) bounds the address space;
+//! - output: at most `output_bytes` are read, then the process group is killed.
+//!
+//! Doing this with external tools keeps `unsafe` (a `pre_exec` hook) out of the crate. When the
+//! namespaces cannot be made (no `unshare`, user namespaces disabled, a mount that will not go
+//! read-only), the setup script exits before Python starts and the call fails saying why: the
+//! code never runs unsandboxed.
+
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+
+use super::{Tool, ToolError};
+use crate::backend::ToolSpec;
+
+/// Longer code is refused (it is passed as one argument, and the kernel caps those at 128 KiB).
+pub const MAX_CODE_BYTES: usize = 100_000;
+
+/// Limits of the `python` tool.
+#[derive(Debug, Clone)]
+pub struct PythonConfig {
+    /// The interpreter; resolved once to the real executable (a pyenv shim needs its environment).
+    pub python: PathBuf,
+    /// Wall-clock limit of one call; the CPU-time limit is this rounded up plus one second.
+    pub timeout: Duration,
+    /// Address-space limit (RLIMIT_AS) in MiB.
+    pub memory_mb: u64,
+    /// Output (stdout and stderr together) kept; the process is killed when it writes more.
+    pub output_bytes: usize,
+}
+
+impl Default for PythonConfig {
+    fn default() -> Self {
+        Self {
+            python: "python3".into(),
+            timeout: Duration::from_secs(10),
+            memory_mb: 512,
+            output_bytes: 16 * 1024,
+        }
+    }
+}
+
+/// Runs in the new namespaces as their root (which owns nothing outside them). Arguments: scratch
+/// folder, address-space bytes, CPU seconds, interpreter, code. `set -e` makes any failed mount
+/// end the script before Python starts.
+const SANDBOX_SCRIPT: &str = r#"set -eu
+scratch=$1; mem=$2; cpu=$3; python=$4; code=$5
+mount --bind "$scratch" "$scratch"
+for mp in $(cut -d' ' -f5 /proc/self/mountinfo); do mount -o remount,bind,ro "$mp"; done
+mount -o remount,bind,rw "$scratch"
+cd "$scratch"
+echo gym-sandbox-ready >&2
+exec 2>&1
+exec prlimit --as="$mem" --cpu="$cpu" --core=0 -- "$python" -I -c "$code"
+"#;
+const READY: &str = "gym-sandbox-ready";
+
+/// The `python` tool.
+pub struct Python {
+    spec: ToolSpec,
+    config: PythonConfig,
+}
+
+/// What one run printed and how it ended.
+#[derive(Debug)]
+struct Run {
+    output: Vec<u8>,
+    cut: bool,
+    status: ExitStatus,
+}
+
+fn failed(message: impl Into<String>) -> ToolError {
+    ToolError::Failed {
+        tool: "python".into(),
+        message: message.into(),
+    }
+}
+
+impl Python {
+    /// Finds the interpreter and runs a first sandboxed call, so a machine where the sandbox
+    /// cannot be set up is reported here, before any model calls the tool.
+    pub async fn new(mut config: PythonConfig) -> Result<Self, ToolError> {
+        let resolved = Command::new(&config.python)
+            .args(["-I", "-c", "import sys; print(sys.executable)"])
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .map_err(|e| failed(format!("cannot run `{}`: {e}", config.python.display())))?;
+        let executable = String::from_utf8_lossy(&resolved.stdout).trim().to_string();
+        if !resolved.status.success() || executable.is_empty() {
+            return Err(failed(format!(
+                "`{}` did not report its executable",
+                config.python.display()
+            )));
+        }
+        config.python = executable.into();
+        let spec = ToolSpec {
+            name: "python".into(),
+            description: format!(
+                "Runs Python 3 code and returns what it prints (stdout and stderr). Use print() \
+                 to see values. No network; files can be written only in the current folder, \
+                 which is empty and discarded after the call; limits: {:.0} s, {} MiB memory, \
+                 {} bytes of output.",
+                config.timeout.as_secs_f64(),
+                config.memory_mb,
+                config.output_bytes
+            ),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "code": {"type": "string", "description": "A complete Python 3 program, e.g. print(sum(range(10)))"}
+                },
+                "required": ["code"],
+                "additionalProperties": false
+            }),
+        };
+        let tool = Self { spec, config };
+        let probe = tool.execute("print(6 * 7)").await?;
+        if String::from_utf8_lossy(&probe.output).trim() != "42" || !probe.status.success() {
+            return Err(failed(format!(
+                "the sandbox check did not print 42: {}",
+                describe(&probe)
+            )));
+        }
+        Ok(tool)
+    }
+
+    pub fn config(&self) -> &PythonConfig {
+        &self.config
+    }
+
+    /// Runs `code` in the sandbox; a normal exit gives its output, anything else an error.
+    pub async fn run(&self, code: &str) -> Result<String, ToolError> {
+        if code.len() > MAX_CODE_BYTES {
+            return Err(ToolError::InvalidArguments {
+                tool: "python".into(),
+                message: format!(
+                    "the code is {} bytes; the limit is {MAX_CODE_BYTES}",
+                    code.len()
+                ),
+            });
+        }
+        let run = self.execute(code).await?;
+        let text = describe(&run);
+        if run.status.success() || run.cut {
+            Ok(text)
+        } else {
+            Err(failed(text))
+        }
+    }
+
+    async fn execute(&self, code: &str) -> Result<Run, ToolError> {
+        let scratch = tempfile::Builder::new()
+            .prefix("gym-python-")
+            .tempdir()
+            .map_err(|e| failed(format!("cannot create a scratch folder: {e}")))?;
+        let cpu_seconds = self.config.timeout.as_secs_f64().ceil() as u64 + 1;
+        let mut command = Command::new("unshare");
+        command
+            .args([
+                "--user",
+                "--map-root-user",
+                "--net",
+                "--mount",
+                "--pid",
+                "--fork",
+            ])
+            .args([
+                "--kill-child",
+                "--",
+                "/bin/sh",
+                "-c",
+                SANDBOX_SCRIPT,
+                "gym-sandbox",
+            ])
+            .arg(scratch.path())
+            .arg((self.config.memory_mb * 1024 * 1024).to_string())
+            .arg(cpu_seconds.to_string())
+            .arg(&self.config.python)
+            .arg(code)
+            .env_clear()
+            .env(
+                "PATH",
+                std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()),
+            )
+            .env("HOME", scratch.path())
+            .env("LANG", "C.UTF-8")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = command.spawn().map_err(|e| {
+            failed(format!(
+                "cannot start the sandbox (util-linux `unshare` is needed): {e}"
+            ))
+        })?;
+        // Armed until the child is reaped: a dropped call (the toolbox's timeout) or our own
+        // timeout kills every process of the group, not only `unshare`.
+        let group = GroupKiller(child.id());
+        let mut stdout = child.stdout.take().expect("stdout is piped");
+        let mut stderr = child.stderr.take().expect("stderr is piped");
+        let limit = self.config.output_bytes;
+        let work = async {
+            // `unshare` keeps the stderr pipe open until Python ends, so a program that is cut
+            // off must be killed while stderr is still being read.
+            let read_output = async {
+                let out = read_at_most(&mut stdout, limit).await;
+                if matches!(out, Ok((_, true))) {
+                    group.kill();
+                }
+                out
+            };
+            let (out, setup) = tokio::join!(read_output, read_at_most(&mut stderr, 64 * 1024));
+            let (output, cut) = out.map_err(|e| failed(format!("reading the output: {e}")))?;
+            let status = child
+                .wait()
+                .await
+                .map_err(|e| failed(format!("waiting for Python: {e}")))?;
+            let setup = setup.map(|(bytes, _)| bytes).unwrap_or_default();
+            Ok::<_, ToolError>((output, cut, status, setup))
+        };
+        let (output, cut, status, setup) =
+            match tokio::time::timeout(self.config.timeout, work).await {
+                Ok(result) => result?,
+                Err(_) => {
+                    group.kill();
+                    return Err(ToolError::TimedOut {
+                        tool: "python".into(),
+                        seconds: self.config.timeout.as_secs_f64(),
+                    });
+                }
+            };
+        group.disarm();
+        let setup = String::from_utf8_lossy(&setup);
+        if !setup.contains(READY) {
+            return Err(failed(format!(
+                "the sandbox could not be set up, so the code was not run (it needs user, network \
+                 and mount namespaces: `unshare --user --map-root-user --net --mount`; {status}): {}",
+                setup.trim()
+            )));
+        }
+        Ok(Run {
+            output,
+            cut,
+            status,
+        })
+    }
+}
+
+/// Reads until end of file or `limit` bytes; `true` when there was more.
+async fn read_at_most(
+    reader: &mut (impl AsyncRead + Unpin),
+    limit: usize,
+) -> std::io::Result<(Vec<u8>, bool)> {
+    let mut kept = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = reader.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok((kept, false));
+        }
+        let room = limit - kept.len();
+        if n > room {
+            kept.extend_from_slice(&chunk[..room]);
+            return Ok((kept, true));
+        }
+        kept.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// The output, then what the model should know about how the run ended.
+fn describe(run: &Run) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    let mut text = String::from_utf8_lossy(&run.output).into_owned();
+    let empty = text.is_empty();
+    let mut note = |line: String| {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&line);
+    };
+    if run.cut {
+        note(format!(
+            "[output cut at {} bytes; the program was stopped]",
+            run.output.len()
+        ));
+    } else if let Some(code) = run.status.code().filter(|&c| c != 0) {
+        note(format!("[exit status {code}]"));
+    } else if let Some(signal) = run.status.signal() {
+        let why = match signal {
+            9 => " (memory, CPU time or output limit)",
+            24 => " (CPU time limit)",
+            _ => "",
+        };
+        note(format!("[killed by signal {signal}{why}]"));
+    } else if empty {
+        note("(no output; print() what you want to see)".into());
+    }
+    text
+}
+
+/// Kills a process group on drop unless disarmed.
+struct GroupKiller(Option<u32>);
+
+impl GroupKiller {
+    fn kill(&self) {
+        if let Some(pid) = self.0.and_then(|p| i32::try_from(p).ok()) {
+            // The group may already be gone; there is nothing to do then.
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+
+    /// After the leader is reaped its id may be reused, so the group must not be signalled again.
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for GroupKiller {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl Tool for Python {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call(&self, arguments: Value) -> BoxFuture<'_, Result<String, ToolError>> {
+        Box::pin(async move {
+            match arguments.get("code") {
+                Some(Value::String(code)) => self.run(code).await,
+                _ => Err(ToolError::InvalidArguments {
+                    tool: "python".into(),
+                    message: "expected {\"code\": \"<Python program>\"}".into(),
+                }),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn run(output: &str, cut: bool, raw_status: i32) -> Run {
+        Run {
+            output: output.as_bytes().to_vec(),
+            cut,
+            status: ExitStatus::from_raw(raw_status),
+        }
+    }
+
+    #[test]
+    fn the_model_is_told_how_a_run_ended() {
+        assert_eq!(describe(&run("42\n", false, 0)), "42\n");
+        assert_eq!(
+            describe(&run("", false, 0)),
+            "(no output; print() what you want to see)"
+        );
+        assert_eq!(
+            describe(&run("Traceback", false, 1 << 8)),
+            "Traceback\n[exit status 1]"
+        );
+        assert_eq!(
+            describe(&run("xx", true, 9)),
+            "xx\n[output cut at 2 bytes; the program was stopped]"
+        );
+        assert_eq!(
+            describe(&run("", false, 24)),
+            "[killed by signal 24 (CPU time limit)]"
+        );
+    }
+
+    #[tokio::test]
+    async fn output_is_read_up_to_the_limit() {
+        let mut text: &[u8] = &[7u8; 20_000];
+        let (kept, cut) = read_at_most(&mut text, 10_000).await.unwrap();
+        assert_eq!((kept.len(), cut), (10_000, true));
+        let mut short: &[u8] = b"abc";
+        assert_eq!(
+            read_at_most(&mut short, 3).await.unwrap(),
+            (b"abc".to_vec(), false)
+        );
+    }
+}
