@@ -17,6 +17,7 @@ use gym::rollout::eval::{Condition, EvalReport, EvalSettings, evaluate};
 use gym::rollout::prompt::Shown;
 
 use super::backend_args::{BackendArgs, SamplingArgs, runtime};
+use super::tool_args::ToolArgs;
 
 /// Where the queries come from.
 #[derive(Debug, Clone, Args)]
@@ -160,6 +161,9 @@ pub struct EvalArgs {
 
     #[command(flatten)]
     sampling: SamplingArgs,
+
+    #[command(flatten)]
+    tools: ToolArgs,
 }
 
 /// `NAME` or `NAME@VERSION`.
@@ -207,12 +211,14 @@ impl EvalArgs {
         };
         let backend = self.backend.build()?;
         let verifier = self.reward.build(&dataset, &backend)?;
+        // One runtime for the whole command: MCP tool servers live on it.
+        let rt = runtime()?;
         let settings = EvalSettings {
             k: self.k,
             sampling: self.sampling.sampling(),
             concurrency: self.parallel,
             instruction: dataset.instruction.clone(),
-            agent: None,
+            agent: rt.block_on(self.tools.agent())?,
         };
         let started = Instant::now();
         let interactive = std::io::stderr().is_terminal();
@@ -226,7 +232,7 @@ impl EvalArgs {
                 eprintln!("eval: {done}/{total} groups");
             }
         };
-        let mut report = runtime()?.block_on(evaluate(
+        let mut report = rt.block_on(evaluate(
             backend.as_ref(),
             verifier.as_ref(),
             &dataset.samples,
@@ -236,7 +242,7 @@ impl EvalArgs {
         ))?;
         if let Some(fine_tune) = &self.compare_adapter {
             let tuned =
-                self.fine_tuned_report(fine_tune, &dataset, verifier.as_ref(), &settings)?;
+                self.fine_tuned_report(&rt, fine_tune, &dataset, verifier.as_ref(), &settings)?;
             append_condition(&mut report, tuned);
         }
         if let Some(out) = output.as_mut() {
@@ -280,6 +286,7 @@ impl EvalArgs {
     #[cfg(feature = "finetune")]
     fn fine_tuned_report(
         &self,
+        rt: &tokio::runtime::Runtime,
         fine_tune: &Path,
         dataset: &Dataset,
         verifier: &dyn Verifier,
@@ -299,7 +306,7 @@ impl EvalArgs {
             label: format!("with fine-tune {name}"),
             experiences: Vec::new(),
         };
-        Ok(runtime()?.block_on(evaluate(
+        Ok(rt.block_on(evaluate(
             &backend,
             verifier,
             &dataset.samples,
@@ -312,6 +319,7 @@ impl EvalArgs {
     #[cfg(not(feature = "finetune"))]
     fn fine_tuned_report(
         &self,
+        _: &tokio::runtime::Runtime,
         _: &Path,
         _: &Dataset,
         _: &dyn Verifier,
@@ -417,6 +425,19 @@ pub fn render_report(header: &str, report: &EvalReport) -> String {
             let _ = write!(line, "  {:<width$}", cell(c, i));
         }
         let _ = writeln!(out, "{}", line.trim_end());
+    }
+    let agent = report
+        .results
+        .iter()
+        .any(|r| r.group.answers.iter().any(|a| !a.steps.is_empty()));
+    if agent {
+        for c in &report.conditions {
+            let _ = writeln!(
+                out,
+                "tool calls ({}): {:.2} per answer, {} failed, {} answers at the step limit",
+                c.label, c.mean_tool_calls, c.failed_tool_calls, c.hit_step_limit
+            );
+        }
     }
     let retries: u64 = report.conditions.iter().map(|c| c.retries).sum();
     if retries > 0 {

@@ -19,6 +19,7 @@ use gym::run::{
 use super::backend_args::{BackendArgs, BackendKind, SamplingArgs, load_embedder, runtime};
 use super::eval::{DatasetArgs, RewardArgs, render_report};
 use super::fallback::{Checker, FallbackArgs, FallbackKind};
+use super::tool_args::ToolArgs;
 
 /// Flags a resumed run may change; everything else is fixed by the run's first start.
 const RESUMABLE_FLAGS: &[&str] = &[
@@ -170,6 +171,9 @@ pub struct GrpoArgs {
 
     #[command(flatten)]
     fallback: FallbackArgs,
+
+    #[command(flatten)]
+    tools: ToolArgs,
 }
 
 const ARGS_FILE: &str = "args.json";
@@ -284,6 +288,9 @@ impl GrpoArgs {
         };
         distill.sampling.temperature = self.distill_temperature;
         distill.sampling.seed = self.sampling.seed;
+        // One runtime for the whole run: MCP tool servers live on it.
+        let rt = runtime()?;
+        let agent = rt.block_on(self.tools.agent())?;
         let config = RunConfig {
             run_id: run_id.clone(),
             epochs: self.epochs,
@@ -296,11 +303,13 @@ impl GrpoArgs {
             duplicate_threshold: self.duplicate_threshold,
             budget_tokens: self.budget_tokens,
             budget_usd: self.budget_usd,
-            tools: Vec::new(),
-            max_tool_steps: None,
+            tools: agent
+                .as_ref()
+                .map(|a| a.toolbox.names())
+                .unwrap_or_default(),
+            max_tool_steps: agent.as_ref().map(|a| a.max_steps),
         };
         let control = RunControl::default();
-        let rt = runtime()?;
         let fallback = match self.fallback.fallback {
             None => None,
             Some(FallbackKind::Finetune) => {
@@ -315,7 +324,7 @@ impl GrpoArgs {
                         sampling: self.sampling.sampling(),
                         concurrency: self.parallel,
                         instruction: heldout.instruction.clone(),
-                        agent: None,
+                        agent: agent.clone(),
                     },
                     heldout: heldout.samples,
                     library_dir: self.library_dir.clone(),
@@ -349,7 +358,7 @@ impl GrpoArgs {
             events: Arc::clone(&events),
             control: control.clone(),
             backend_label: format!("{:?}", self.backend.backend).to_lowercase(),
-            agent: None,
+            agent: agent.clone(),
         };
         let (quit_tx, quit_rx) = tokio::sync::oneshot::channel::<()>();
         let mut screen = Screen {
@@ -465,7 +474,7 @@ impl GrpoArgs {
                 sampling: self.sampling.sampling(),
                 concurrency: self.parallel,
                 instruction: heldout.instruction.clone(),
-                agent: None,
+                agent: agent.clone(),
             };
             events.emit(RunEvent::Log {
                 level: "info".into(),

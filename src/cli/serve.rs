@@ -14,6 +14,7 @@ use gym::serve::router::{Router, Upstream};
 use gym::serve::{AppState, Catalog, Metrics, Retriever, ServeConfig, app};
 
 use super::backend_args::{BackendArgs, load_embedder, runtime};
+use super::tool_args::ToolArgs;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -135,6 +136,12 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     backend: BackendArgs,
+
+    /// The server's tools, run by the agent loop for requests with the header
+    /// `x-gym-tools: calc,python` (or `all`); clients that run their own tools send OpenAI
+    /// `tools` instead.
+    #[command(flatten)]
+    tools: ToolArgs,
 }
 
 /// The backend flags of one upstream, parsed from its table's keys.
@@ -274,7 +281,7 @@ impl ServeArgs {
                 escalate_theta: self.escalate_theta,
                 escalate_model: self.escalate_model.clone(),
                 runs_dir: self.runs_dir.clone(),
-                agent: None,
+                agent: runtime.block_on(self.tools.agent())?,
             }),
         };
         let model = state.router.models().join(", ");

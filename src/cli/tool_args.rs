@@ -31,9 +31,40 @@ pub struct ToolArgs {
     /// stopped.
     #[arg(long, default_value_t = 16384, value_name = "BYTES")]
     pub python_output_bytes: usize,
+
+    /// Model turns per answer that may call tools; the turn after the last must answer.
+    #[arg(long, env = "GYM_MAX_TOOL_STEPS", default_value_t = gym::agent::DEFAULT_MAX_STEPS)]
+    pub max_tool_steps: usize,
+
+    /// Whether an answer's first turn must call a tool (`required`) or may answer at once
+    /// (`auto`). Small models seldom call a tool unless made to.
+    #[arg(long, value_enum, default_value_t = FirstTurn::Auto)]
+    pub tool_choice: FirstTurn,
+}
+
+/// `--tool-choice`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum FirstTurn {
+    Auto,
+    Required,
 }
 
 impl ToolArgs {
+    /// The agent of `--tools` (its toolbox, step limit and first turn), or `None` without it.
+    pub async fn agent(&self) -> anyhow::Result<Option<gym::agent::Agent>> {
+        let Some(toolbox) = self.toolbox().await? else {
+            return Ok(None);
+        };
+        Ok(Some(gym::agent::Agent {
+            toolbox,
+            max_steps: self.max_tool_steps,
+            first_turn: match self.tool_choice {
+                FirstTurn::Auto => gym::backend::ToolChoice::Auto,
+                FirstTurn::Required => gym::backend::ToolChoice::Required,
+            },
+        }))
+    }
+
     /// The toolbox of `--tools`, or `None` when `--tools` is not given.
     pub async fn toolbox(&self) -> anyhow::Result<Option<Toolbox>> {
         match &self.tools {

@@ -44,7 +44,7 @@ impl std::fmt::Display for Num {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match *self {
             Num::Int(i) => write!(f, "{i}"),
-            Num::Float(x) if x == 0.0 => write!(f, "0"),
+            Num::Float(0.0) => write!(f, "0"),
             Num::Float(x) if x.abs() >= 1e16 || x.abs() < 1e-6 => write!(f, "{x:e}"),
             Num::Float(x) if x.fract() == 0.0 => write!(f, "{}", x as i128),
             Num::Float(x) => write!(f, "{x}"),

@@ -60,7 +60,12 @@ async fn the_server_runs_its_tools_between_turns_and_reports_the_steps() {
     let choice = &response["choices"][0];
     assert_eq!(choice["finish_reason"], "stop");
     assert!(choice["message"].get("tool_calls").is_none());
-    assert!(choice["message"]["content"].as_str().unwrap().ends_with("Answer: 3"));
+    assert!(
+        choice["message"]["content"]
+            .as_str()
+            .unwrap()
+            .ends_with("Answer: 3")
+    );
     let steps = choice["gym_tool_steps"].as_array().unwrap();
     assert_eq!(steps.len(), 1);
     assert_eq!(steps[0]["tool"], "calc");
@@ -68,7 +73,11 @@ async fn the_server_runs_its_tools_between_turns_and_reports_the_steps() {
     assert_eq!(steps[0]["result"], "42");
 
     let bodies = f.server.bodies();
-    assert_eq!(bodies.len(), 2, "one turn with the call, one with the answer");
+    assert_eq!(
+        bodies.len(),
+        2,
+        "one turn with the call, one with the answer"
+    );
     assert_eq!(bodies[0]["tools"][0]["function"]["name"], "calc");
     let messages = bodies[1]["messages"].as_array().unwrap();
     let result = messages.last().unwrap();
@@ -108,7 +117,12 @@ async fn tool_requests_the_server_cannot_serve_are_refused_naming_the_header() {
     let (status, response) =
         json_call(&without.state, question(), &[("x-gym-tools", "calc")]).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(response["error"]["message"].as_str().unwrap().contains("--tools"));
+    assert!(
+        response["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--tools")
+    );
 
     let f = fixture(with_calculator()).await;
     let (status, response) = json_call(&f.state, question(), &[("x-gym-tools", "python")]).await;
@@ -121,7 +135,8 @@ async fn tool_requests_the_server_cannot_serve_are_refused_naming_the_header() {
         "{response}"
     );
     let mut own_tools = question();
-    own_tools["tools"] = json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]);
+    own_tools["tools"] =
+        json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]);
     let (status, _) = json_call(&f.state, own_tools, &[("x-gym-tools", "calc")]).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(f.server.bodies().is_empty(), "nothing reached the upstream");
