@@ -99,6 +99,30 @@ pub async fn run_group(
     join_all(runs).await.into_iter().collect()
 }
 
+/// The trajectories as one group (their final answers, usage and cost summed), and each
+/// one's tool steps and whether it hit the step limit, in the same order.
+pub fn into_group(trajectories: Vec<Trajectory>) -> (Group, Vec<(Vec<ToolStep>, bool)>) {
+    let mut usage = Usage::default();
+    let mut cost: Option<f64> = Some(0.0);
+    let mut retries = 0;
+    let mut completions = Vec::with_capacity(trajectories.len());
+    let mut steps = Vec::with_capacity(trajectories.len());
+    for trajectory in trajectories {
+        usage += trajectory.usage;
+        cost = cost.zip(trajectory.cost_usd).map(|(a, b)| a + b);
+        retries += trajectory.retries;
+        completions.push(trajectory.answer);
+        steps.push((trajectory.steps, trajectory.hit_step_limit));
+    }
+    let group = Group {
+        completions,
+        usage,
+        cost_usd: cost,
+        retries,
+    };
+    (group, steps)
+}
+
 /// With no tool rounds allowed the first turn must answer.
 fn first_choice(agent: &Agent) -> ToolChoice {
     if agent.max_steps == 0 {

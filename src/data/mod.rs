@@ -35,6 +35,7 @@ mod builtin;
 mod error;
 mod file;
 mod record;
+pub(crate) use record::json_kind;
 mod split;
 
 use serde::{Deserialize, Serialize};

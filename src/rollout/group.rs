@@ -127,24 +127,7 @@ pub async fn rollout(
     };
     let trajectories =
         crate::agent::run_group(backend, agent, messages, group_size, &sampling).await?;
-    let mut usage = Usage::default();
-    let mut cost: Option<f64> = Some(0.0);
-    let mut retries = 0;
-    let mut completions = Vec::with_capacity(trajectories.len());
-    let mut steps = Vec::with_capacity(trajectories.len());
-    for trajectory in trajectories {
-        usage += trajectory.usage;
-        cost = cost.zip(trajectory.cost_usd).map(|(a, b)| a + b);
-        retries += trajectory.retries;
-        completions.push(trajectory.answer);
-        steps.push((trajectory.steps, trajectory.hit_step_limit));
-    }
-    let group = Group {
-        completions,
-        usage,
-        cost_usd: cost,
-        retries,
-    };
+    let (group, steps) = crate::agent::into_group(trajectories);
     score(verifier, sample, group, steps).await
 }
 

@@ -16,7 +16,7 @@ use super::AppState;
 use super::error::ApiError;
 use super::router::{RouteError, Router};
 use crate::agent::{Agent, ToolStep, run_group};
-use crate::backend::{Backend, BackendError, ChatMessage, Group, GroupRequest, Sampling, Usage};
+use crate::backend::{Backend, BackendError, ChatMessage, Group, GroupRequest, Sampling};
 
 pub const HEADER: &str = "x-gym-tools";
 
@@ -86,27 +86,8 @@ pub async fn answer(
                     last: other,
                 }),
             })?;
-    let mut usage = Usage::default();
-    let mut cost: Option<f64> = Some(0.0);
-    let mut retries = 0;
-    let mut completions = Vec::with_capacity(trajectories.len());
-    let mut steps = Vec::with_capacity(trajectories.len());
-    for trajectory in trajectories {
-        usage += trajectory.usage;
-        cost = cost.zip(trajectory.cost_usd).map(|(a, b)| a + b);
-        retries += trajectory.retries;
-        completions.push(trajectory.answer);
-        steps.push(trajectory.steps);
-    }
-    Ok((
-        Group {
-            completions,
-            usage,
-            cost_usd: cost,
-            retries,
-        },
-        steps,
-    ))
+    let (group, steps) = crate::agent::into_group(trajectories);
+    Ok((group, steps.into_iter().map(|(steps, _)| steps).collect()))
 }
 
 /// `gym_tool_steps` of one choice: each call with its arguments and what came back.

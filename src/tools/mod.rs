@@ -167,20 +167,9 @@ fn parse_arguments(tool: &str, text: &str) -> Result<Value, ToolError> {
         Ok(value @ Value::Object(_)) => Ok(value),
         Ok(other) => Err(invalid(format!(
             "expected a JSON object, got {}",
-            json_kind(&other)
+            crate::data::json_kind(&other)
         ))),
         Err(error) => Err(invalid(format!("not JSON ({error})"))),
-    }
-}
-
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 
