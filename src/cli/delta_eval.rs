@@ -102,10 +102,7 @@ pub fn heldout_scores(
     // A judge verifier asks the base model, never a contributor's.
     let verifier = args.reward.build(&dataset, &base)?;
     let score = |backend: &dyn Backend, label: &str| -> anyhow::Result<f64> {
-        let condition = Condition {
-            label: label.to_string(),
-            experiences: Vec::new(),
-        };
+        let condition = Condition::with(label, Vec::new());
         let report = rt.block_on(evaluate(
             backend,
             verifier.as_ref(),

@@ -13,7 +13,9 @@ use gym::backend::Backend;
 use gym::data::{self, Dataset, DatasetSpec, Split};
 use gym::library::Library;
 use gym::reward::{self, Verifier, VerifierSpec};
-use gym::rollout::eval::{Condition, EvalReport, EvalSettings, evaluate};
+use gym::rollout::eval::{
+    Condition, Control, EvalReport, EvalSettings, evaluate, library_conditions,
+};
 use gym::rollout::prompt::Shown;
 
 use super::backend_args::{BackendArgs, SamplingArgs, runtime};
@@ -117,9 +119,21 @@ pub struct EvalArgs {
     #[command(flatten)]
     dataset: DatasetArgs,
 
-    /// Which split of the dataset.
-    #[arg(long, value_enum, default_value = "heldout")]
-    split: Split,
+    /// Which split of the dataset. Default: heldout; for a file without a `split` field, the
+    /// whole file.
+    #[arg(long, value_enum)]
+    split: Option<Split>,
+
+    /// The control condition shown beside the library: `placebo` (a neutral text of the same
+    /// length and form as the experiences, so a format nudge is not taken for learning) or
+    /// `none`. Only with --library.
+    #[arg(long, value_enum, default_value = "placebo")]
+    control: Control,
+
+    /// Evaluate one group at a time, so every answer is a function of its seed alone (batch
+    /// composition changes llama.cpp's numerics); slower. Same as --parallel 1.
+    #[arg(long)]
+    reproducible: bool,
 
     /// Also evaluate with this library's active experiences in the prompt: NAME or NAME@VERSION.
     #[arg(long)]
@@ -179,29 +193,54 @@ pub fn parse_library_ref(text: &str) -> anyhow::Result<(String, Option<u64>)> {
     }
 }
 
-fn library_condition(dir: &Path, reference: &str) -> anyhow::Result<Condition> {
+/// The label and active experiences of a library version.
+fn library_experiences(dir: &Path, reference: &str) -> anyhow::Result<(String, Vec<Shown>)> {
     let (name, version) = parse_library_ref(reference)?;
     let library = Library::open(dir, &name)?;
     let version = version.unwrap_or_else(|| library.head_version());
     let state = library.checkout(version)?;
-    let experiences = Shown::active(&state);
-    Ok(Condition {
-        label: format!("with {name}@{version}"),
-        experiences,
-    })
+    Ok((format!("with {name}@{version}"), Shown::active(&state)))
 }
 
 impl EvalArgs {
+    /// The asked-for split; without one, held-out, or the whole file when it has no `split`
+    /// field (datasets as users have them). Returns what was loaded and its description.
+    fn load_dataset(&self) -> anyhow::Result<(Dataset, String)> {
+        if let Some(split) = self.split {
+            return Ok((
+                self.dataset.load(split, self.sampling.seed)?,
+                split.to_string(),
+            ));
+        }
+        match self.dataset.load(Split::Heldout, self.sampling.seed) {
+            Err(error)
+                if matches!(
+                    error.downcast_ref::<data::DataError>(),
+                    Some(data::DataError::NoHeldout { .. })
+                ) =>
+            {
+                let dataset = self.dataset.load(Split::Train, self.sampling.seed)?;
+                eprintln!(
+                    "note: {} has no `split` field; evaluating all {} queries",
+                    self.dataset.dataset,
+                    dataset.samples.len()
+                );
+                Ok((dataset, "whole file".into()))
+            }
+            other => Ok((other?, Split::Heldout.to_string())),
+        }
+    }
+
     pub fn run(self) -> anyhow::Result<ExitCode> {
         anyhow::ensure!(self.k >= 1, "-k must be at least 1");
-        let dataset = self.dataset.load(self.split, self.sampling.seed)?;
-        let mut conditions = vec![Condition {
-            label: "without library".into(),
-            experiences: Vec::new(),
-        }];
-        if let Some(reference) = &self.library {
-            conditions.push(library_condition(&self.library_dir, reference)?);
-        }
+        let (dataset, split) = self.load_dataset()?;
+        let conditions = match &self.library {
+            Some(reference) => {
+                let (label, experiences) = library_experiences(&self.library_dir, reference)?;
+                library_conditions(label, experiences, self.control, self.sampling.seed)
+            }
+            None => vec![Condition::without_library()],
+        };
         let mut output = match &self.output {
             Some(path) => Some(std::io::BufWriter::new(
                 std::fs::File::create(path)
@@ -216,7 +255,7 @@ impl EvalArgs {
         let settings = EvalSettings {
             k: self.k,
             sampling: self.sampling.sampling(),
-            concurrency: self.parallel,
+            concurrency: if self.reproducible { 1 } else { self.parallel },
             instruction: dataset.instruction.clone(),
             agent: rt.block_on(self.tools.agent())?,
         };
@@ -256,7 +295,7 @@ impl EvalArgs {
         let header = format!(
             "dataset {} ({}, {} quer{})\nmodel   {}, k={}, reward {}, {:.1} s",
             self.dataset.dataset,
-            self.split,
+            split,
             queries,
             if queries == 1 { "y" } else { "ies" },
             backend.model(),
@@ -302,10 +341,7 @@ impl EvalArgs {
         let name = fine_tune
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-        let condition = Condition {
-            label: format!("with fine-tune {name}"),
-            experiences: Vec::new(),
-        };
+        let condition = Condition::with(format!("with fine-tune {name}"), Vec::new());
         Ok(rt.block_on(evaluate(
             &backend,
             verifier,
@@ -395,6 +431,16 @@ pub fn render_report(header: &str, report: &EvalReport) -> String {
             String::new(),
             String::new(),
         ));
+        if let (Some(mean), Some(pass)) = (report.vs_control_mean_at_k, report.vs_control_pass_at_k)
+        {
+            columns.push((
+                "library − placebo (paired)".into(),
+                signed(mean),
+                signed(pass),
+                String::new(),
+                String::new(),
+            ));
+        }
     }
     let rows = [
         ("", 0),

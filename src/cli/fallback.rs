@@ -221,10 +221,7 @@ async fn check(
     step: u32,
     events: &Events,
 ) -> Option<f64> {
-    let conditions = [Condition {
-        label: "with library".into(),
-        experiences,
-    }];
+    let conditions = [Condition::with("with library", experiences)];
     let report = evaluate(
         checker.backend.as_ref(),
         checker.verifier.as_ref(),

@@ -9,7 +9,7 @@ use clap::Args;
 use gym::data::Split;
 use gym::distill::DistillConfig;
 use gym::library::{Library, LibraryError, Settings};
-use gym::rollout::eval::{Condition, EvalSettings, evaluate};
+use gym::rollout::eval::{Control, EvalSettings, evaluate, library_conditions};
 use gym::rollout::prompt::Shown;
 use gym::run::dashboard::DashboardSink;
 use gym::run::{
@@ -145,6 +145,11 @@ pub struct GrpoArgs {
     /// Answers per query in the final evaluation.
     #[arg(long, default_value_t = 4)]
     eval_k: usize,
+
+    /// The final evaluation's control condition beside the library: `placebo` (a neutral text
+    /// of the same length and form) or `none`.
+    #[arg(long, value_enum, default_value = "placebo")]
+    eval_control: Control,
 
     /// Skip the final evaluation.
     #[arg(long)]
@@ -459,16 +464,12 @@ impl GrpoArgs {
             let library = Library::open(&self.library_dir, &self.library)?;
             let version = library.head_version();
             let experiences = Shown::active(library.head());
-            let conditions = vec![
-                Condition {
-                    label: "without library".into(),
-                    experiences: Vec::new(),
-                },
-                Condition {
-                    label: format!("with {}@{version}", self.library),
-                    experiences,
-                },
-            ];
+            let conditions = library_conditions(
+                format!("with {}@{version}", self.library),
+                experiences,
+                self.eval_control,
+                self.sampling.seed,
+            );
             let settings = EvalSettings {
                 k: self.eval_k,
                 sampling: self.sampling.sampling(),
@@ -493,7 +494,9 @@ impl GrpoArgs {
                 &|_, _| {},
             ))?;
             std::fs::write(dir.join("eval.json"), serde_json::to_vec_pretty(&report)?)?;
-            if let [without, with] = &report.conditions[..] {
+            if let (Some(without), Some(with)) =
+                (report.conditions.first(), report.conditions.last())
+            {
                 events.emit(RunEvent::Evaluated {
                     library_version: version,
                     queries: heldout.samples.len(),

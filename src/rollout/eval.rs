@@ -22,6 +22,60 @@ pub const SOLVED: f64 = 1.0 - 1e-9;
 pub struct Condition {
     pub label: String,
     pub experiences: Vec<Shown>,
+    /// The control the last condition is compared with (the placebo).
+    pub control: bool,
+}
+
+impl Condition {
+    /// The model as it is: no experiences.
+    pub fn without_library() -> Self {
+        Condition {
+            label: "without library".into(),
+            experiences: Vec::new(),
+            control: false,
+        }
+    }
+
+    /// A library's experiences under `label`.
+    pub fn with(label: impl Into<String>, experiences: Vec<Shown>) -> Self {
+        Condition {
+            label: label.into(),
+            experiences,
+            control: false,
+        }
+    }
+}
+
+/// What a library's gain is compared with besides the bare model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Control {
+    /// A neutral text of the same length and form as the experiences (see [`super::placebo`]).
+    #[default]
+    Placebo,
+    /// No control condition.
+    None,
+}
+
+/// The conditions that measure a library: without it, its control (placebo) when asked for,
+/// and with it, in that order; so the report's `delta_*` is library − without and its
+/// `vs_control_*` library − placebo.
+pub fn library_conditions(
+    label: impl Into<String>,
+    experiences: Vec<Shown>,
+    control: Control,
+    seed: u64,
+) -> Vec<Condition> {
+    let mut conditions = vec![Condition::without_library()];
+    if control == Control::Placebo && !experiences.is_empty() {
+        conditions.push(Condition {
+            label: "placebo".into(),
+            experiences: super::placebo::placebo(&experiences, seed),
+            control: true,
+        });
+    }
+    conditions.push(Condition::with(label, experiences));
+    conditions
 }
 
 #[derive(Debug, Clone)]
@@ -77,6 +131,11 @@ pub struct EvalReport {
     /// Last condition minus first, paired by query (present with two or more conditions).
     pub delta_mean_at_k: Option<Estimate>,
     pub delta_pass_at_k: Option<Estimate>,
+    /// Last condition minus the control (library − placebo), paired by query.
+    #[serde(default)]
+    pub vs_control_mean_at_k: Option<Estimate>,
+    #[serde(default)]
+    pub vs_control_pass_at_k: Option<Estimate>,
     pub results: Vec<QueryResult>,
 }
 
@@ -146,28 +205,41 @@ pub async fn evaluate(
         .map(|(condition, rows)| summarize(condition, rows))
         .collect();
     let (delta_mean_at_k, delta_pass_at_k) = match (per_condition.first(), per_condition.last()) {
-        (Some(first), Some(last)) if conditions.len() >= 2 => {
-            let means =
-                |rows: &[QueryResult]| rows.iter().map(|r| r.mean_reward).collect::<Vec<_>>();
-            let solved = |rows: &[QueryResult]| {
-                rows.iter()
-                    .map(|r| f64::from(u8::from(r.solved)))
-                    .collect::<Vec<_>>()
-            };
-            (
-                Some(Estimate::paired_difference(&means(first), &means(last))),
-                Some(Estimate::paired_difference(&solved(first), &solved(last))),
-            )
-        }
+        (Some(first), Some(last)) if conditions.len() >= 2 => paired(first, last),
         _ => (None, None),
     };
+    let control = conditions
+        .iter()
+        .position(|c| c.control)
+        .filter(|&i| i + 1 < conditions.len());
+    let (vs_control_mean_at_k, vs_control_pass_at_k) =
+        match (control.map(|i| per_condition[i]), per_condition.last()) {
+            (Some(control), Some(last)) => paired(control, last),
+            _ => (None, None),
+        };
     Ok(EvalReport {
         k: settings.k,
         conditions: summaries,
         delta_mean_at_k,
         delta_pass_at_k,
+        vs_control_mean_at_k,
+        vs_control_pass_at_k,
         results,
     })
+}
+
+/// `b − a` of Mean@k and Pass@k, paired by query (the rows are in the same query order).
+pub fn paired(a: &[QueryResult], b: &[QueryResult]) -> (Option<Estimate>, Option<Estimate>) {
+    let means = |rows: &[QueryResult]| rows.iter().map(|r| r.mean_reward).collect::<Vec<_>>();
+    let solved = |rows: &[QueryResult]| {
+        rows.iter()
+            .map(|r| f64::from(u8::from(r.solved)))
+            .collect::<Vec<_>>()
+    };
+    (
+        Some(Estimate::paired_difference(&means(a), &means(b))),
+        Some(Estimate::paired_difference(&solved(a), &solved(b))),
+    )
 }
 
 fn summarize(condition: &Condition, rows: &[QueryResult]) -> ConditionSummary {

@@ -3,6 +3,7 @@
 
 pub mod eval;
 mod group;
+pub mod placebo;
 pub mod prompt;
 pub mod stats;
 

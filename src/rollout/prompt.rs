@@ -1,10 +1,21 @@
 //! The solver prompt: the question, the answer-format instruction and, when a library is in use,
 //! its experiences. The templates are plain text under `prompts/` so they can be read, edited
 //! and hashed into provenance.
+//!
+//! **One injection.** Experiences reach a model through [`inject`] alone, rendered by
+//! [`render_experiences`] from `prompts/experiences.txt`: rollouts, `gym eval`, the validation
+//! gate and `gym serve` all call it, so what training measures is byte for byte what is served.
+//! The block is appended to the first system message (or becomes one) rather than put into the
+//! user turn, because:
+//! - a served request's user turn is the application's text; the system message is where
+//!   instructions go, and retrieval keeps searching with the user's own words;
+//! - the library is the same for every query of a step, so in the system message it is part of
+//!   the prompt prefix that every request shares, which the llama.cpp backend evaluates once;
+//! - chat templates weigh system instructions as standing guidance, which is what a lesson is.
 
 use sha2::{Digest, Sha256};
 
-use crate::backend::ChatMessage;
+use crate::backend::{ChatMessage, Role};
 use crate::data::Sample;
 
 pub const SOLVE_SYSTEM: &str = include_str!("../../prompts/solve_system.txt");
@@ -35,29 +46,67 @@ impl Shown {
     }
 }
 
-/// Builds the chat messages that ask the model to solve `sample`.
-pub fn solve_messages(
-    sample: &Sample,
-    instruction: Option<&str>,
-    experiences: &[Shown],
-) -> Vec<ChatMessage> {
-    let experiences = if experiences.is_empty() {
-        String::new()
-    } else {
-        let list: Vec<String> = experiences
-            .iter()
-            .map(|e| format!("[{}] {}", e.id, e.text))
-            .collect();
-        EXPERIENCES.replace("{experiences}", &list.join("\n"))
-    };
+impl From<&crate::library::Experience> for Shown {
+    fn from(experience: &crate::library::Experience) -> Self {
+        Shown {
+            id: experience.id.to_string(),
+            text: experience.text.clone(),
+        }
+    }
+}
+
+/// The block of experiences as the model sees it (empty for none).
+pub fn render_experiences(experiences: &[Shown]) -> String {
+    if experiences.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = experiences
+        .iter()
+        .map(|e| format!("[{}] {}", e.id, e.text))
+        .collect();
+    EXPERIENCES
+        .replace("{experiences}", &list.join("\n"))
+        .trim_end()
+        .to_owned()
+}
+
+/// `messages` with the experiences injected: the block is appended to the first system message,
+/// or becomes one when there is none; unchanged when there are no experiences.
+pub fn inject(mut messages: Vec<ChatMessage>, experiences: &[Shown]) -> Vec<ChatMessage> {
+    if experiences.is_empty() {
+        return messages;
+    }
+    let block = render_experiences(experiences);
+    match messages.first_mut() {
+        Some(first) if first.role == Role::System => {
+            if !first.content.trim().is_empty() {
+                first.content.push_str("\n\n");
+            }
+            first.content.push_str(&block);
+        }
+        _ => messages.insert(0, ChatMessage::system(block)),
+    }
+    messages
+}
+
+/// The messages of `sample` as a client would send them, before any injection.
+pub fn question_messages(sample: &Sample, instruction: Option<&str>) -> Vec<ChatMessage> {
     let user = SOLVE_USER
-        .replace("{experiences}", &experiences)
         .replace("{question}", sample.question.trim())
         .replace("{instruction}", instruction.unwrap_or(DEFAULT_INSTRUCTION));
     vec![
         ChatMessage::system(SOLVE_SYSTEM.trim_end()),
         ChatMessage::user(user.trim_end()),
     ]
+}
+
+/// Builds the chat messages that ask the model to solve `sample`, with `experiences` injected.
+pub fn solve_messages(
+    sample: &Sample,
+    instruction: Option<&str>,
+    experiences: &[Shown],
+) -> Vec<ChatMessage> {
+    inject(question_messages(sample, instruction), experiences)
 }
 
 /// SHA-256 over the solver templates, for provenance.
@@ -92,15 +141,17 @@ mod tests {
             text: "When adding, line up the digits.".into(),
         }];
         let with = solve_messages(&sample, Some("Reply with a number."), &shown);
-        insta::assert_snapshot!(with[1].content, @r"
+        insta::assert_snapshot!(with[0].content, @r"
+        You are a careful problem solver. Work through the problem step by step, then give the final answer.
+
         Lessons learned from earlier problems (use the ones that apply):
         [E0001] When adding, line up the digits.
-
+        ");
+        insta::assert_snapshot!(with[1].content, @r"
         What is 2 + 3?
 
         Reply with a number.
         ");
-        assert_eq!(with[0].content, plain[0].content);
         assert_eq!(templates_hash().len(), 64);
     }
 }

@@ -134,6 +134,14 @@ pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) 
                 delta.value, delta.low, delta.high
             );
         }
+        if let Some(delta) = &eval.vs_control_mean_at_k {
+            let _ = writeln!(
+                out,
+                "Δ Mean@k library − placebo: {:+.3} [{:+.3}, {:+.3}] (95% bootstrap interval; \
+                 the placebo is a neutral text of the same length and form).",
+                delta.value, delta.low, delta.high
+            );
+        }
     }
     out
 }

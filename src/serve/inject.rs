@@ -1,39 +1,15 @@
-//! Puts experiences into a request's prompt, through the template `prompts/inject.md`: the
-//! rendered block is appended to the first system message, or becomes one when there is none.
+//! Puts experiences into a request's prompt with the one injection training uses
+//! ([`crate::rollout::prompt::inject`]: the block from `prompts/experiences.txt` appended to the
+//! first system message, or as one), so a served prompt is byte for byte what was measured.
 
 use crate::backend::{ChatMessage, Role};
 use crate::library::Experience;
-
-pub const INJECT: &str = include_str!("../../prompts/inject.md");
-
-/// The block of experiences as the model sees it.
-pub fn render(experiences: &[&Experience]) -> String {
-    let list: Vec<String> = experiences
-        .iter()
-        .map(|e| format!("[{}] {}", e.id, e.text))
-        .collect();
-    INJECT
-        .replace("{experiences}", &list.join("\n"))
-        .trim_end()
-        .to_owned()
-}
+use crate::rollout::prompt::{self, Shown};
 
 /// `messages` with the experiences injected; unchanged when there are none.
-pub fn inject(mut messages: Vec<ChatMessage>, experiences: &[&Experience]) -> Vec<ChatMessage> {
-    if experiences.is_empty() {
-        return messages;
-    }
-    let block = render(experiences);
-    match messages.first_mut() {
-        Some(first) if first.role == Role::System => {
-            if !first.content.trim().is_empty() {
-                first.content.push_str("\n\n");
-            }
-            first.content.push_str(&block);
-        }
-        _ => messages.insert(0, ChatMessage::system(block)),
-    }
-    messages
+pub fn inject(messages: Vec<ChatMessage>, experiences: &[&Experience]) -> Vec<ChatMessage> {
+    let shown: Vec<Shown> = experiences.iter().map(|e| Shown::from(*e)).collect();
+    prompt::inject(messages, &shown)
 }
 
 /// The text retrieval searches with: the last user message.
@@ -94,6 +70,27 @@ mod tests {
         );
         let none = inject(vec![ChatMessage::user("Hi")], &[]);
         assert_eq!(none, vec![ChatMessage::user("Hi")]);
+    }
+
+    #[test]
+    fn serving_and_training_render_the_same_prompt_bytes() {
+        let state = experiences();
+        let sample = crate::data::Sample {
+            id: "q1".into(),
+            question: "How many r are in strawberry?".into(),
+            answer: "3".into(),
+        };
+        let instruction = Some("Reply with `Answer: N`.");
+        let trained = crate::rollout::prompt::solve_messages(
+            &sample,
+            instruction,
+            &crate::rollout::prompt::Shown::active(&state),
+        );
+        let client = crate::rollout::prompt::question_messages(&sample, instruction);
+        let served = inject(client, &state.active().collect::<Vec<_>>());
+        assert_eq!(served, trained);
+        let bytes = |m: &[ChatMessage]| serde_json::to_vec(m).unwrap();
+        assert_eq!(bytes(&served), bytes(&trained));
     }
 
     #[test]

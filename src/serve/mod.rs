@@ -1,7 +1,7 @@
 //! `gym serve`: an OpenAI-compatible HTTP server that puts a learned library to work. Each chat
 //! request names a library (model `MODEL@LIBRARY[:VERSION]`, header `x-gym-library`, or the
 //! server's default); the server retrieves the experiences closest to the request, injects them
-//! through `prompts/inject.md`, asks the model, and says in response headers which library
+//! through `prompts/experiences.txt` (the injection training uses), asks the model, and says in response headers which library
 //! version (and Merkle root) and which experiences it used.
 //!
 //! | module | what |
