@@ -110,6 +110,17 @@ pub struct GrpoArgs {
     #[arg(long, default_value_t = gym::embed::DEFAULT_DUPLICATE_THRESHOLD)]
     duplicate_threshold: f32,
 
+    /// Validation gate: before a step commits, A/B test its candidate library against the
+    /// current one on this many training queries outside the step's batch (same seeds,
+    /// --group-size answers each, paired); a worse candidate is refused and journaled. 0 turns
+    /// the gate off (the reference method's behaviour).
+    #[arg(long, default_value_t = 8)]
+    validate: usize,
+
+    /// Refuse a candidate whose paired Δ mean reward is below minus this.
+    #[arg(long, default_value_t = 0.0)]
+    validate_threshold: f64,
+
     /// Groups and stage calls in flight at once (llama.cpp decodes them in one batch).
     #[arg(long, default_value_t = 4)]
     parallel: usize,
@@ -313,6 +324,8 @@ impl GrpoArgs {
                 .map(|a| a.toolbox.names())
                 .unwrap_or_default(),
             max_tool_steps: agent.as_ref().map(|a| a.max_steps),
+            validate: self.validate,
+            validate_threshold: self.validate_threshold,
         };
         let control = RunControl::default();
         let fallback = match self.fallback.fallback {
@@ -755,11 +768,18 @@ fn render_summary(summary: &RunSummary, library: &str) -> String {
                 added,
                 updated,
                 deleted,
-            } => {
-                format!("v{version}: +{added} ~{updated} -{deleted}")
-            }
+            } => match &step.validation {
+                Some(validation) => format!(
+                    "v{version}: +{added} ~{updated} -{deleted}, {}",
+                    validation.summary()
+                ),
+                None => format!("v{version}: +{added} ~{updated} -{deleted}"),
+            },
             StepEnd::Skipped { reason } => format!("no change ({reason})"),
             StepEnd::Failed { reason } => format!("failed ({reason})"),
+            StepEnd::Rejected { validation, .. } => {
+                format!("candidate {}", validation.summary())
+            }
         };
         let _ = writeln!(
             out,
@@ -799,11 +819,12 @@ fn render_summary(summary: &RunSummary, library: &str) -> String {
     }
     let _ = writeln!(
         out,
-        "ops dropped {}, near-duplicates {}, verifier failures {}, failed steps {}",
+        "ops dropped {}, near-duplicates {}, verifier failures {}, failed steps {}, candidates rejected by validation {}",
         summary.dropped_ops,
         summary.near_duplicates,
         summary.verifier_failures,
-        summary.failed_steps
+        summary.failed_steps,
+        summary.rejected_steps
     );
     let total = summary.total_usage();
     let _ = writeln!(

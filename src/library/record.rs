@@ -63,7 +63,55 @@ pub enum Provenance {
         model: String,
         /// SHA-256 over the prompt templates the stages used.
         prompts_hash: String,
+        /// The A/B test that let the changes in (absent when the run did not validate).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        validation: Option<Validation>,
     },
+}
+
+/// A validation gate's evidence: the candidate library against the current one on training
+/// queries the step did not learn from, same queries and seeds, paired by query.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Validation {
+    /// Queries compared.
+    pub queries: usize,
+    /// Answers per query and condition.
+    pub group_size: usize,
+    /// Mean reward with the current library.
+    pub current_mean: f64,
+    /// Mean reward with the candidate.
+    pub candidate_mean: f64,
+    /// Candidate − current, paired by query, with its 95% interval.
+    pub delta: f64,
+    pub delta_low: f64,
+    pub delta_high: f64,
+    /// The candidate is refused when `delta` is below `-threshold`.
+    pub threshold: f64,
+    /// Whether the candidate passed.
+    pub accepted: bool,
+}
+
+impl Validation {
+    /// One short line, e.g. `validated on 8 queries x 4: Δ +0.063 [-0.021, +0.146]`.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} on {} quer{} x {}: Δ {:+.3} [{:+.3}, {:+.3}] ({:.3} → {:.3})",
+            if self.accepted {
+                "validated"
+            } else {
+                "rejected"
+            },
+            self.queries,
+            if self.queries == 1 { "y" } else { "ies" },
+            self.group_size,
+            self.delta,
+            self.delta_low,
+            self.delta_high,
+            self.current_mean,
+            self.candidate_mean
+        )
+    }
 }
 
 impl Provenance {
@@ -84,8 +132,22 @@ impl Provenance {
             } => format!("manual by {author}"),
             Self::Import { file, format } => format!("import {format} {file}"),
             Self::Run {
-                run, epoch, step, ..
+                run,
+                epoch,
+                step,
+                validation: None,
+                ..
             } => format!("run {run} epoch {epoch} step {step}"),
+            Self::Run {
+                run,
+                epoch,
+                step,
+                validation: Some(validation),
+                ..
+            } => format!(
+                "run {run} epoch {epoch} step {step}, {}",
+                validation.summary()
+            ),
         }
     }
 }

@@ -32,6 +32,11 @@ pub enum StepEnd {
     Skipped { reason: String },
     /// The stages failed; the library is unchanged and the failure is reported.
     Failed { reason: String },
+    /// The validation gate refused the candidate; the library is unchanged.
+    Rejected {
+        reason: String,
+        validation: crate::library::Validation,
+    },
 }
 
 impl std::fmt::Display for StepEnd {
@@ -45,6 +50,9 @@ impl std::fmt::Display for StepEnd {
             } => write!(f, "committed v{version} (+{added} ~{updated} -{deleted})"),
             StepEnd::Skipped { reason } => write!(f, "no change: {reason}"),
             StepEnd::Failed { reason } => write!(f, "FAILED: {reason}"),
+            StepEnd::Rejected { validation, .. } => {
+                write!(f, "candidate {}", validation.summary())
+            }
         }
     }
 }
@@ -69,6 +77,12 @@ pub enum Entry {
         stage: Stage,
         key: String,
         outcome: serde_json::Value,
+    },
+    /// The validation gate's verdict on a step's candidate.
+    Validated {
+        epoch: u32,
+        step: u32,
+        validation: crate::library::Validation,
     },
     /// A step is over.
     StepEnded { epoch: u32, step: u32, end: StepEnd },
@@ -97,6 +111,8 @@ pub struct Replay {
     pub rollouts: HashMap<(u32, String), RolloutGroup>,
     pub stages: HashMap<(u32, Stage, String), serde_json::Value>,
     pub ended: BTreeMap<u32, StepEnd>,
+    /// The validation gate's verdicts, by step.
+    pub validations: HashMap<u32, crate::library::Validation>,
     pub finished: bool,
     pub starts: usize,
     /// A torn last line left by a crash mid-write, ignored.
@@ -211,6 +227,11 @@ fn read(path: &Path) -> Result<Replay, JournalError> {
                 ..
             } => {
                 replay.stages.insert((step, stage, key), outcome);
+            }
+            Entry::Validated {
+                step, validation, ..
+            } => {
+                replay.validations.insert(step, validation);
             }
             Entry::StepEnded { step, end, .. } => {
                 replay.ended.insert(step, end);

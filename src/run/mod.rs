@@ -15,6 +15,7 @@ pub mod plateau;
 pub mod report;
 mod step;
 mod summary;
+mod validate;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -67,6 +68,12 @@ pub struct RunConfig {
     /// Tool rounds per agent trajectory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tool_steps: Option<usize>,
+    /// Training queries outside the batch each candidate is A/B tested on (0: no gate).
+    #[serde(default)]
+    pub validate: usize,
+    /// A candidate whose paired Δ mean reward is below `-validate_threshold` is refused.
+    #[serde(default)]
+    pub validate_threshold: f64,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -14,7 +14,7 @@ use crate::backend::Usage;
 use crate::data::Sample;
 use crate::distill::{self, Proposal, StageOutcome};
 use crate::embed::find_near_duplicates;
-use crate::library::{Change, Evidence, Op, Provenance, State};
+use crate::library::{Change, Evidence, Limits, Op, Provenance, State, Validation};
 use crate::rollout::prompt::{Shown, solve_messages};
 use crate::rollout::{RolloutGroup, rollout};
 
@@ -71,6 +71,7 @@ pub(super) async fn run_step(
             consolidate_fallback: false,
             reused: 0,
             library_size: 0,
+            validation: None,
         },
     };
     let run_id = runner.config.run_id.clone();
@@ -417,13 +418,44 @@ pub(super) async fn run_step(
             ),
         }
     } else {
-        let provenance = Provenance::Run {
+        let mut provenance = Provenance::Run {
             run: run_id,
             epoch,
             step,
             model: runner.distill_backend.model().to_string(),
             prompts_hash: prompts_hash(),
+            validation: None,
         };
+        let gate = gate(
+            runner,
+            journal,
+            replay,
+            epoch,
+            step,
+            queries,
+            &state,
+            &changes,
+            &provenance,
+        )
+        .await?;
+        match gate {
+            Gate::Stopped => return Ok(Stepped::Stopped),
+            Gate::Refused(end) => {
+                return end_step(journal, tally, epoch, step, end).map(Stepped::Done);
+            }
+            Gate::Pass(validation) => {
+                if let (
+                    Some(validation),
+                    Provenance::Run {
+                        validation: slot, ..
+                    },
+                ) = (&validation, &mut provenance)
+                {
+                    *slot = Some(validation.clone());
+                }
+                tally.report.validation = validation;
+            }
+        }
         match runner.library.commit(&changes, provenance) {
             Ok(version) => committed_end(version.version, &version.ops),
             Err(error) => StepEnd::Failed {
@@ -432,6 +464,107 @@ pub(super) async fn run_step(
         }
     };
     end_step(journal, tally, epoch, step, end).map(Stepped::Done)
+}
+
+/// What the validation gate decided.
+enum Gate {
+    /// Commit; with the evidence when the gate ran.
+    Pass(Option<Validation>),
+    /// The candidate was refused (or could not be built): the step ends so.
+    Refused(StepEnd),
+    Stopped,
+}
+
+/// Runs the validation gate on the candidate `state` + `changes` (see [`super::validate`]).
+#[allow(clippy::too_many_arguments)]
+async fn gate(
+    runner: &mut Runner,
+    journal: &mut Journal,
+    replay: &Replay,
+    epoch: u32,
+    step: u32,
+    queries: &[Sample],
+    state: &State,
+    changes: &[Change],
+    provenance: &Provenance,
+) -> Result<Gate, RunError> {
+    let count = runner.config.validate;
+    if count == 0 {
+        return Ok(Gate::Pass(None));
+    }
+    let validation = match replay.validations.get(&step) {
+        Some(validation) => validation.clone(),
+        None => {
+            let held_apart =
+                super::validate::validation_queries(&runner.samples, queries, step, count);
+            if held_apart.is_empty() {
+                runner.events.emit(RunEvent::Log {
+                    level: "warn".into(),
+                    text: format!(
+                        "step {step}: no training query outside the batch to validate on; committing unvalidated"
+                    ),
+                });
+                return Ok(Gate::Pass(None));
+            }
+            let limits = Limits {
+                max_words: runner.library.settings().max_words,
+            };
+            let mut candidate = state.clone();
+            let applied = candidate
+                .resolve(changes, limits)
+                .map_err(|error| error.to_string())
+                .and_then(|ops| {
+                    candidate
+                        .apply(runner.library.head_version() + 1, provenance, &ops)
+                        .map(drop)
+                        .map_err(|(index, error)| format!("change {index}: {error}"))
+                });
+            if let Err(reason) = applied {
+                return Ok(Gate::Refused(StepEnd::Failed {
+                    reason: format!("the library refused the changes: {reason}"),
+                }));
+            }
+            runner.events.emit(RunEvent::Log {
+                level: "info".into(),
+                text: format!(
+                    "step {step}: validating the candidate on {} held-apart training queries …",
+                    held_apart.len()
+                ),
+            });
+            if !runner.control.proceed().await {
+                return Ok(Gate::Stopped);
+            }
+            let validation = super::validate::validate(
+                runner,
+                &held_apart,
+                &Shown::active(state),
+                &Shown::active(&candidate),
+                runner.config.validate_threshold,
+            )
+            .await?;
+            journal.append(&Entry::Validated {
+                epoch,
+                step,
+                validation: validation.clone(),
+            })?;
+            validation
+        }
+    };
+    runner.events.emit(RunEvent::Log {
+        level: if validation.accepted { "info" } else { "warn" }.into(),
+        text: format!("step {step}: {}", validation.summary()),
+    });
+    if validation.accepted {
+        Ok(Gate::Pass(Some(validation)))
+    } else {
+        Ok(Gate::Refused(StepEnd::Rejected {
+            reason: format!(
+                "the candidate scored worse than the current library: {}",
+                validation.summary()
+            ),
+            validation,
+        }))
+    }
 }
 
 /// Journals how a step ended and returns its report.

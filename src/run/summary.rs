@@ -32,6 +32,9 @@ pub struct StepReport {
     /// Active experiences in the library after the step.
     #[serde(default)]
     pub library_size: usize,
+    /// The validation gate's evidence for the step's candidate (committed or rejected).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation: Option<crate::library::Validation>,
 }
 
 /// The whole run.
@@ -50,6 +53,9 @@ pub struct RunSummary {
     pub updated: usize,
     pub deleted: usize,
     pub failed_steps: usize,
+    /// Steps whose candidate the validation gate refused.
+    #[serde(default)]
+    pub rejected_steps: usize,
     pub library_version_start: u64,
     pub library_version_end: u64,
     pub budget_exhausted: bool,
@@ -75,6 +81,7 @@ impl RunSummary {
             updated: 0,
             deleted: 0,
             failed_steps: 0,
+            rejected_steps: 0,
             library_version_start,
             library_version_end: library_version_start,
             budget_exhausted: false,
@@ -106,6 +113,7 @@ impl RunSummary {
             }
             StepEnd::Failed { .. } => self.failed_steps += 1,
             StepEnd::Skipped { .. } => {}
+            StepEnd::Rejected { .. } => self.rejected_steps += 1,
         }
         self.steps.push(step);
     }

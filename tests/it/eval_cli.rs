@@ -26,7 +26,7 @@ fn jsonl(path: &std::path::Path) -> Vec<serde_json::Value> {
 
 #[cfg(feature = "llama")]
 #[test]
-fn eval_on_the_default_model_prints_both_columns_and_writes_results() {
+fn eval_on_the_default_model_prints_three_columns_reproducibly_and_writes_results() {
     let scratch = Scratch::new();
     scratch.ok(&["library", "init", "arith"]);
     scratch.ok(&[
@@ -36,29 +36,35 @@ fn eval_on_the_default_model_prints_both_columns_and_writes_results() {
         "--text",
         "When sharing items equally among friends, divide the total by the number of friends.",
     ]);
-    let (code, stdout, stderr) = gym(
-        &scratch,
-        &[
-            "eval",
-            "--dataset",
-            "builtin:arith",
-            "--limit",
-            "2",
-            "-k",
-            "2",
-            "--max-tokens",
-            "48",
-            "--library",
-            "arith",
-            "--output",
-            "results.jsonl",
-        ],
-    );
+    let eval = |output: &str| {
+        gym(
+            &scratch,
+            &[
+                "eval",
+                "--dataset",
+                "builtin:arith",
+                "--limit",
+                "2",
+                "-k",
+                "2",
+                "--max-tokens",
+                "48",
+                "--library",
+                "arith",
+                "--reproducible",
+                "--output",
+                output,
+            ],
+        )
+    };
+    let (code, stdout, stderr) = eval("results.jsonl");
     assert_eq!(code, 0, "{stderr}");
     for expected in [
         "without library",
+        "placebo (1 exp.)",
         "with arith@1 (1 exp.)",
         "difference (paired)",
+        "library − placebo (paired)",
         "Mean@2",
         "Pass@2",
     ] {
@@ -68,7 +74,7 @@ fn eval_on_the_default_model_prints_both_columns_and_writes_results() {
         );
     }
     let rows = jsonl(&scratch.dir.path().join("results.jsonl"));
-    assert_eq!(rows.len(), 4, "2 queries x 2 conditions");
+    assert_eq!(rows.len(), 6, "2 queries x 3 conditions");
     for row in &rows {
         let answers = row["group"]["answers"].as_array().unwrap();
         assert_eq!(answers.len(), 2);
@@ -80,8 +86,23 @@ fn eval_on_the_default_model_prints_both_columns_and_writes_results() {
     }
     assert_eq!(
         rows[0]["id"], rows[2]["id"],
-        "the same queries under both conditions"
+        "the same queries under every condition"
     );
+    assert_eq!(rows[0]["id"], rows[4]["id"]);
+    assert_eq!(rows[2]["condition"], "placebo");
+
+    // With --reproducible, a second run gives the same answers, so paired differences are
+    // differences of the prompts alone.
+    let (code, _, stderr) = eval("again.jsonl");
+    assert_eq!(code, 0, "{stderr}");
+    let again = jsonl(&scratch.dir.path().join("again.jsonl"));
+    let texts = |rows: &[serde_json::Value]| -> Vec<String> {
+        rows.iter()
+            .flat_map(|r| r["group"]["answers"].as_array().unwrap().clone())
+            .map(|a| a["text"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert_eq!(texts(&rows), texts(&again));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -102,8 +123,6 @@ async fn eval_through_an_openai_server_survives_faults_and_scores_exactly() {
                 "eval",
                 "--dataset",
                 "qa.jsonl",
-                "--split",
-                "train",
                 "-k",
                 "3",
                 "--backend",
@@ -130,6 +149,10 @@ async fn eval_through_an_openai_server_survives_faults_and_scores_exactly() {
     );
     assert!(stdout.contains("Pass@3    0.500"), "{stdout}");
     assert!(stdout.contains("retried requests: 2"), "{stdout}");
+    assert!(
+        stdout.contains("dataset qa.jsonl (whole file, 2 queries)"),
+        "a file without a split field is evaluated whole: {stdout}"
+    );
     assert!(
         stdout.contains("model   gpt-4o-mini, k=3, reward numeric"),
         "{stdout}"

@@ -49,6 +49,8 @@ struct Shared {
     answer: String,
     /// Answers the distillation stages' prompts instead (see [`FakeOpenAi::distiller`]).
     distiller: bool,
+    /// Both roles (see [`FakeOpenAi::policy`]): whether the lesson makes answers right.
+    lesson_helps: Option<bool>,
 }
 
 /// The lesson the distiller writes, as condition and strategy.
@@ -78,8 +80,29 @@ impl FakeOpenAi {
         Self::serve(true, "", true).await
     }
 
+    /// A server in both roles of a run: it answers the stages like [`FakeOpenAi::distiller`]
+    /// (always proposing [`LESSON`]), and answers questions as a policy model whose score the
+    /// lesson changes: without it every other draw says `Answer: 7`, the rest `Answer: 0`; with
+    /// the lesson in the system message, every draw says `Answer: 7` when `lesson_helps`, else
+    /// `Answer: 0`. So a run's candidate library is better or worse than the current one by
+    /// construction, which is what the validation gate must tell apart.
+    #[cfg_attr(not(feature = "llama"), allow(dead_code))]
+    pub async fn policy(lesson_helps: bool) -> Self {
+        Self::serve_with(true, "", false, Some(lesson_helps)).await
+    }
+
     async fn serve(honours_n: bool, answer: &str, distiller: bool) -> Self {
+        Self::serve_with(honours_n, answer, distiller, None).await
+    }
+
+    async fn serve_with(
+        honours_n: bool,
+        answer: &str,
+        distiller: bool,
+        lesson_helps: Option<bool>,
+    ) -> Self {
         let shared = Arc::new(Shared {
+            lesson_helps,
             faults: Mutex::new(VecDeque::new()),
             tool_replies: Mutex::new(VecDeque::new()),
             recorded: Mutex::new(Recorded::default()),
@@ -201,15 +224,24 @@ async fn chat(State(shared): State<Arc<Shared>>, body: String) -> Response {
                 .count()
         })
         .sum();
-    let answer = if shared.distiller {
+    let stage = shared.distiller || (shared.lesson_helps.is_some() && is_stage(&request));
+    let answer = if stage {
         distill_reply(&request)
     } else {
         shared.answer.clone()
     };
     let choices: Vec<Value> = (0..n)
         .map(|i| {
-            let content = if shared.distiller {
+            let content = if stage {
                 answer.clone()
+            } else if let Some(helps) = shared.lesson_helps {
+                let system = request["messages"][0]["content"].as_str().unwrap_or("");
+                let right = if system.contains(LESSON.1) {
+                    helps
+                } else {
+                    i % 2 == 0
+                };
+                format!("draw {seed}/{i}. Answer: {}", if right { 7 } else { 0 })
             } else {
                 format!("draw {seed}/{i}. {answer}")
             };
@@ -351,6 +383,19 @@ fn call_fragments(index: usize, call: &Value) -> Vec<Value> {
         }
     }
     fragments
+}
+
+/// Whether a request is one of the distillation stages' (they ask for structured output or
+/// use the stages' prompts).
+fn is_stage(request: &Value) -> bool {
+    let prompt = request["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("");
+    !request["response_format"].is_null()
+        || prompt.contains("Proposed changes:")
+        || prompt.contains("Attempts, graded:")
 }
 
 /// What a capable model answers to each of the distillation stages' prompts.

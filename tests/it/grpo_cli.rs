@@ -47,7 +47,11 @@ const TINY: &[&str] = &[
 ];
 
 fn versions_by_run(scratch: &Scratch) -> Vec<Value> {
-    let dir = scratch.libraries().join("tiny").join("versions");
+    versions_of(scratch, "tiny")
+}
+
+fn versions_of(scratch: &Scratch, library: &str) -> Vec<Value> {
+    let dir = scratch.libraries().join(library).join("versions");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -287,4 +291,132 @@ fn assert_journal_is_clean(path: &Path) {
             i + 1
         );
     }
+}
+
+/// Runs `gym grpo` against a policy server whose answers the lesson makes better or worse
+/// (see [`FakeOpenAi::policy`]), with the validation gate on; returns (stdout, journal).
+fn gated_run(lesson_helps: bool) -> (String, Vec<Value>, Scratch) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(FakeOpenAi::policy(lesson_helps));
+    let scratch = Scratch::new();
+    let lines: String = (0..8)
+        .map(|i| {
+            format!(
+                "{{\"id\": \"q{i}\", \"question\": \"What is {i} + {}?\", \"answer\": \"7\"}}\n",
+                7 - i
+            )
+        })
+        .collect();
+    std::fs::write(scratch.dir.path().join("sevens.jsonl"), lines).unwrap();
+    let base_url = server.base_url();
+    let args = [
+        "grpo",
+        "--dataset",
+        "sevens.jsonl",
+        "--reward",
+        "numeric",
+        "--batch-size",
+        "4",
+        "--group-size",
+        "2",
+        "--epochs",
+        "1",
+        "--validate",
+        "4",
+        "--library",
+        "gated",
+        "--run-id",
+        "gated",
+        "--no-eval",
+        "--backend",
+        "openai",
+        "--base-url",
+        &base_url,
+        "--model",
+        "policy",
+        "--distill-backend",
+        "openai",
+        "--distill-base-url",
+        &base_url,
+        "--distill-model",
+        "policy",
+    ];
+    let output = scratch.model_command(&args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    drop(server);
+    let entries = journal(&scratch, "gated");
+    (stdout, entries, scratch)
+}
+
+#[test]
+fn the_validation_gate_commits_a_better_candidate_with_its_evidence() {
+    let (stdout, entries, scratch) = gated_run(true);
+    let verdicts: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e["kind"] == "validated")
+        .collect();
+    assert_eq!(verdicts.len(), 1, "step 1 was validated once: {stdout}");
+    let verdict = &verdicts[0]["validation"];
+    assert_eq!(verdict["accepted"], true);
+    assert_eq!(verdict["queries"], 4);
+    assert!(
+        (verdict["current_mean"].as_f64().unwrap() - 0.5).abs() < 1e-9,
+        "{verdict}"
+    );
+    assert!(
+        (verdict["candidate_mean"].as_f64().unwrap() - 1.0).abs() < 1e-9,
+        "{verdict}"
+    );
+
+    let versions = versions_of(&scratch, "gated");
+    assert_eq!(versions.len(), 2, "{stdout}");
+    let validation = &versions[1]["provenance"]["validation"];
+    assert_eq!(
+        validation, verdict,
+        "the evidence is in the version's provenance"
+    );
+    let log = scratch.ok(&["library", "log", "gated"]);
+    assert!(
+        log.contains("validated on 4 queries x 2: Δ +0.500"),
+        "library log shows the evidence:\n{log}"
+    );
+    assert!(
+        stdout.contains("candidates rejected by validation 0"),
+        "{stdout}"
+    );
+    scratch.ok(&["library", "verify", "gated"]);
+}
+
+#[test]
+fn the_validation_gate_rejects_a_worse_candidate_and_journals_it() {
+    let (stdout, entries, scratch) = gated_run(false);
+    let verdict = entries
+        .iter()
+        .find(|e| e["kind"] == "validated" && e["step"] == 1)
+        .expect("step 1's verdict is journaled");
+    assert_eq!(verdict["validation"]["accepted"], false);
+    assert!((verdict["validation"]["delta"].as_f64().unwrap() + 0.5).abs() < 1e-9);
+    let ended = entries
+        .iter()
+        .find(|e| e["kind"] == "step_ended" && e["step"] == 1)
+        .unwrap();
+    assert_eq!(ended["end"]["status"], "rejected", "{ended}");
+    assert!(
+        versions_by_run(&scratch).len() == 1,
+        "nothing committed: {stdout}"
+    );
+    assert!(
+        stdout.contains("candidate rejected on 4 queries x 2"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("candidates rejected by validation"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("candidates rejected by validation 0"),
+        "{stdout}"
+    );
 }

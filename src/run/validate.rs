@@ -1,0 +1,152 @@
+//! The validation gate: before a step commits, its candidate library is A/B tested against the
+//! current one, and the step commits only when the candidate is not worse.
+//!
+//! The reference method commits whatever the stages propose; a small distiller's lesson can
+//! then make the policy worse and stay. Here the candidate and the current library answer the
+//! same `--validate` training queries (ones the step did not learn from), with the same seeds,
+//! G answers each, and their per-query mean rewards are compared pairwise. The candidate is
+//! refused when the paired difference is below `-threshold`. The evidence goes into the
+//! version's provenance when it commits, and into the journal and the step report either way.
+
+use futures::StreamExt;
+
+use super::{RunError, Runner};
+use crate::data::Sample;
+use crate::library::Validation;
+use crate::rollout::prompt::{Shown, solve_messages};
+use crate::rollout::rollout;
+use crate::rollout::stats::Estimate;
+
+/// The validation queries of a step: up to `count` training queries outside the step's batch,
+/// a different window each step so the gate does not tune to a fixed few.
+pub(super) fn validation_queries(
+    samples: &[Sample],
+    batch: &[Sample],
+    step: u32,
+    count: usize,
+) -> Vec<Sample> {
+    let outside: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| !batch.iter().any(|b| b.id == s.id))
+        .collect();
+    if outside.is_empty() || count == 0 {
+        return Vec::new();
+    }
+    let count = count.min(outside.len());
+    let start = (step.saturating_sub(1) as usize * count) % outside.len();
+    (0..count)
+        .map(|i| outside[(start + i) % outside.len()].clone())
+        .collect()
+}
+
+/// Runs both libraries on `queries` (same seeds) and judges the candidate.
+pub(super) async fn validate(
+    runner: &Runner,
+    queries: &[Sample],
+    current: &[Shown],
+    candidate: &[Shown],
+    threshold: f64,
+) -> Result<Validation, RunError> {
+    let config = &runner.config;
+    let jobs = queries
+        .iter()
+        .enumerate()
+        .flat_map(|(i, sample)| [(i, sample, current, 0), (i, sample, candidate, 1)]);
+    let mut means = vec![[0.0_f64; 2]; queries.len()];
+    let mut stream = futures::stream::iter(jobs.map(|(i, sample, shown, side)| async move {
+        let messages = solve_messages(sample, runner.instruction.as_deref(), shown);
+        let group = rollout(
+            runner.rollout_backend.as_ref(),
+            runner.verifier.as_ref(),
+            sample,
+            messages,
+            config.group_size,
+            &config.sampling,
+            runner.agent.as_ref(),
+        )
+        .await?;
+        Ok::<_, RunError>((i, side, group.mean_reward()))
+    }))
+    .buffer_unordered(config.parallel.max(1));
+    while let Some(result) = stream.next().await {
+        let (i, side, mean) = result?;
+        means[i][side] = mean;
+    }
+    drop(stream);
+    Ok(judge(&means, config.group_size, threshold))
+}
+
+/// The verdict from per-query `[current, candidate]` mean rewards.
+pub(super) fn judge(means: &[[f64; 2]], group_size: usize, threshold: f64) -> Validation {
+    let current: Vec<f64> = means.iter().map(|m| m[0]).collect();
+    let candidate: Vec<f64> = means.iter().map(|m| m[1]).collect();
+    let delta = Estimate::paired_difference(&current, &candidate);
+    let average = |v: &[f64]| {
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
+    Validation {
+        queries: means.len(),
+        group_size,
+        current_mean: average(&current),
+        candidate_mean: average(&candidate),
+        delta: delta.value,
+        delta_low: delta.low,
+        delta_high: delta.high,
+        threshold,
+        accepted: delta.value >= -threshold,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(id: &str) -> Sample {
+        Sample {
+            id: id.into(),
+            question: format!("question {id}"),
+            answer: "1".into(),
+        }
+    }
+
+    #[test]
+    fn validation_queries_come_from_outside_the_batch_and_move_each_step() {
+        let samples: Vec<Sample> = (0..10).map(|i| sample(&format!("q{i}"))).collect();
+        let batch = &samples[0..4];
+        let first = validation_queries(&samples, batch, 1, 3);
+        let second = validation_queries(&samples, batch, 2, 3);
+        let ids = |v: &[Sample]| v.iter().map(|s| s.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&first), ["q4", "q5", "q6"]);
+        assert_eq!(ids(&second), ["q7", "q8", "q9"]);
+        assert_eq!(
+            ids(&validation_queries(&samples, batch, 3, 3)),
+            ["q4", "q5", "q6"]
+        );
+        assert_eq!(validation_queries(&samples, batch, 1, 100).len(), 6);
+        assert!(validation_queries(&samples, &samples, 1, 3).is_empty());
+        assert!(validation_queries(&samples, batch, 1, 0).is_empty());
+    }
+
+    #[test]
+    fn a_worse_candidate_is_refused_and_an_equal_or_better_one_kept() {
+        let worse = judge(&[[1.0, 0.5], [0.5, 0.25], [0.75, 0.75]], 4, 0.0);
+        assert!(!worse.accepted);
+        assert!(worse.delta < 0.0);
+        assert_eq!(worse.queries, 3);
+        let better = judge(&[[0.0, 0.5], [0.25, 0.25]], 4, 0.0);
+        assert!(better.accepted);
+        assert!((better.delta - 0.25).abs() < 1e-9);
+        assert!((better.candidate_mean - 0.375).abs() < 1e-9);
+        let slightly_worse = judge(&[[0.5, 0.45]], 4, 0.1);
+        assert!(slightly_worse.accepted, "within the threshold");
+        assert!(
+            worse
+                .summary()
+                .starts_with("rejected on 3 queries x 4: Δ -0.250")
+        );
+    }
+}
