@@ -90,6 +90,11 @@ pub struct Validation {
     pub threshold: f64,
     /// Whether the candidate passed.
     pub accepted: bool,
+    /// Queries on which the candidate scored higher, and lower, than the current library.
+    #[serde(default)]
+    pub better: usize,
+    #[serde(default)]
+    pub worse: usize,
 }
 
 impl Validation {
@@ -176,11 +181,12 @@ impl Evidence {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Usage {
-    /// Times the experience was injected into a prompt.
+    /// Times the experience was injected into a prompt (one per answer sampled with it).
     pub injected: u64,
-    /// Times an answer it was injected into was judged correct or helpful.
+    /// Paired comparisons (one query, same seeds) where the prompt with it scored higher than
+    /// without it: from a run's validation gate and from `gym eval`-style with/without checks.
     pub helpful: u64,
-    /// Times an answer it was injected into was judged wrong or harmful.
+    /// Paired comparisons where the prompt with it scored lower than without it.
     pub harmful: u64,
 }
 

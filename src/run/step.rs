@@ -14,7 +14,7 @@ use crate::backend::Usage;
 use crate::data::Sample;
 use crate::distill::{self, Proposal, StageOutcome};
 use crate::embed::find_near_duplicates;
-use crate::library::{Change, Evidence, Limits, Op, Provenance, State, Validation};
+use crate::library::{Change, Evidence, ExperienceId, Limits, Op, Provenance, State, Validation};
 use crate::rollout::prompt::{Shown, solve_messages};
 use crate::rollout::{RolloutGroup, rollout};
 
@@ -115,6 +115,7 @@ pub(super) async fn run_step(
 
     // Rollouts: reuse what the journal has, sample the rest.
     let mut groups: BTreeMap<String, RolloutGroup> = BTreeMap::new();
+    let mut sampled_answers = 0_u64;
     let mut pending = Vec::new();
     for sample in queries {
         match replay.rollouts.get(&(step, sample.id.clone())) {
@@ -181,9 +182,13 @@ pub(super) async fn run_step(
                     .collect(),
                 retries: group.retries,
             });
+            sampled_answers += group.answers.len() as u64;
             groups.insert(group.sample_id.clone(), group);
         }
     }
+    // Every answer sampled in this process had the step's experiences injected (answers read
+    // back from the journal were counted by the process that sampled them).
+    record_usage(runner, &state, sampled_answers, None)?;
     if runner.control.stop_requested() {
         return Ok(Stepped::Stopped);
     }
@@ -457,13 +462,57 @@ pub(super) async fn run_step(
             }
         }
         match runner.library.commit(&changes, provenance) {
-            Ok(version) => committed_end(version.version, &version.ops),
+            Ok(version) => {
+                let end = committed_end(version.version, &version.ops);
+                if let Some(validation) = &tally.report.validation {
+                    let touched: Vec<ExperienceId> = version
+                        .ops
+                        .iter()
+                        .filter(|op| op.kind() != "delete")
+                        .map(Op::id)
+                        .collect();
+                    record_usage(runner, &state, 0, Some((validation, &touched)))?;
+                }
+                end
+            }
             Err(error) => StepEnd::Failed {
                 reason: format!("the library refused the changes: {error}"),
             },
         }
     };
     end_step(journal, tally, epoch, step, end).map(Stepped::Done)
+}
+
+/// Adds to the library's usage counts (`usage.json`): `answers` injections of every
+/// experience active in `shown`; and, for a validated commit, the gate's injections of the
+/// current experiences and its paired verdicts on the experiences the commit added or changed
+/// (a query where the candidate scored higher is a helpful use, lower a harmful one).
+fn record_usage(
+    runner: &mut Runner,
+    shown: &State,
+    answers: u64,
+    validated: Option<(&Validation, &[ExperienceId])>,
+) -> Result<(), RunError> {
+    let mut deltas: BTreeMap<ExperienceId, crate::library::Usage> = BTreeMap::new();
+    let validation_answers = validated.map_or(0, |(v, _)| (v.queries * v.group_size) as u64);
+    for experience in shown.active() {
+        deltas.entry(experience.id).or_default().injected += answers + validation_answers;
+    }
+    if let Some((validation, touched)) = validated {
+        for id in touched {
+            let usage = deltas.entry(*id).or_default();
+            usage.injected += validation_answers;
+            usage.helpful += validation.better as u64;
+            usage.harmful += validation.worse as u64;
+        }
+    }
+    deltas.retain(|_, usage| *usage != crate::library::Usage::default());
+    if deltas.is_empty() {
+        return Ok(());
+    }
+    let deltas: Vec<_> = deltas.into_iter().collect();
+    runner.library.record_usage(&deltas)?;
+    Ok(())
 }
 
 /// What the validation gate decided.

@@ -98,6 +98,8 @@ pub(super) fn judge(means: &[[f64; 2]], group_size: usize, threshold: f64) -> Va
         delta_high: delta.high,
         threshold,
         accepted: delta.value >= -threshold,
+        better: means.iter().filter(|m| m[1] > m[0]).count(),
+        worse: means.iter().filter(|m| m[1] < m[0]).count(),
     }
 }
 
@@ -135,6 +137,7 @@ mod tests {
     fn a_worse_candidate_is_refused_and_an_equal_or_better_one_kept() {
         let worse = judge(&[[1.0, 0.5], [0.5, 0.25], [0.75, 0.75]], 4, 0.0);
         assert!(!worse.accepted);
+        assert_eq!((worse.better, worse.worse), (0, 2));
         assert!(worse.delta < 0.0);
         assert_eq!(worse.queries, 3);
         let better = judge(&[[0.0, 0.5], [0.25, 0.25]], 4, 0.0);

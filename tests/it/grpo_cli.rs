@@ -387,6 +387,19 @@ fn the_validation_gate_commits_a_better_candidate_with_its_evidence() {
         "{stdout}"
     );
     scratch.ok(&["library", "verify", "gated"]);
+
+    // Usage: the gate's 4 queries x 2 answers with the lesson, all 4 better than without it;
+    // then step 2's 4 x 2 rollouts with it.
+    let usage: Value = serde_json::from_slice(
+        &std::fs::read(scratch.libraries().join("gated/usage.json")).unwrap(),
+    )
+    .unwrap();
+    let lesson = &usage["usage"]["E0001"];
+    assert_eq!(lesson["injected"], 16, "{usage}");
+    assert_eq!(lesson["helpful"], 4, "{usage}");
+    assert_eq!(lesson["harmful"], 0, "{usage}");
+    let show = scratch.ok(&["library", "show", "gated"]);
+    assert!(show.contains("injected 16"), "{show}");
 }
 
 #[test]
@@ -404,7 +417,7 @@ fn the_validation_gate_rejects_a_worse_candidate_and_journals_it() {
         .unwrap();
     assert_eq!(ended["end"]["status"], "rejected", "{ended}");
     assert!(
-        versions_by_run(&scratch).len() == 1,
+        versions_of(&scratch, "gated").len() == 1,
         "nothing committed: {stdout}"
     );
     assert!(
