@@ -24,6 +24,7 @@ mod stream;
 pub mod text_tools;
 
 use std::fmt;
+use std::path::PathBuf;
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -33,6 +34,28 @@ pub use grammar::{GrammarError, json_schema_to_gbnf};
 pub use price::{Price, PriceTable, PriceTableError};
 pub use stop::StopMatcher;
 pub use stream::{Delta, DeltaSender, TextRelease, complete_utf8_len};
+
+/// Where `scripts/setup` places the local models: `$GYM_MODELS_DIR`, default `models/`.
+pub fn models_dir() -> PathBuf {
+    std::env::var_os("GYM_MODELS_DIR").map_or_else(|| PathBuf::from("models"), PathBuf::from)
+}
+
+/// The file name of the default model (rollouts, evaluation, serving): SmolLM2-135M-Instruct.
+pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// The default model fetched by `scripts/setup`, under [`models_dir`].
+pub fn default_model_path() -> PathBuf {
+    models_dir().join(DEFAULT_MODEL_FILE)
+}
+
+/// The file name of the default model of the distillation stages (`gym grpo`):
+/// Qwen2.5-Coder-1.5B-Instruct Q4_K_M, which `scripts/setup` assembles from 22 wheels.
+pub const DEFAULT_DISTILL_MODEL_FILE: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
+
+/// The default model of the distillation stages on llama.cpp, under [`models_dir`].
+pub fn default_distill_model_path() -> PathBuf {
+    models_dir().join(DEFAULT_DISTILL_MODEL_FILE)
+}
 
 /// Who said a chat message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

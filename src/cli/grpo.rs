@@ -65,8 +65,10 @@ pub struct GrpoArgs {
     )]
     library_dir: PathBuf,
 
-    /// Model for the three distillation stages (default: the rollout model). With the llama
-    /// backend a GGUF path, with openai the model name sent to the server.
+    /// Model for the three distillation stages. With the llama backend a GGUF path (default:
+    /// Qwen2.5-Coder-1.5B-Instruct Q4_K_M, which `make setup` fetches into $GYM_MODELS_DIR; the
+    /// rollouts stay on --model), with openai the model name sent to the server (default:
+    /// --model when the stages share the rollout backend).
     #[arg(long, env = "GYM_DISTILL_MODEL")]
     distill_model: Option<String>,
 
@@ -224,10 +226,19 @@ impl GrpoArgs {
         self.execute(run_id, dir)
     }
 
+    /// Whether the distillation stages run on the default distiller: on llama with no
+    /// `--distill-model`, they get the 1.5B model `make setup` fetches, not the rollout model.
+    fn distill_uses_default_model(&self) -> bool {
+        self.distill_backend.unwrap_or(self.backend.backend) == BackendKind::Llama
+            && self.distill_model.is_none()
+    }
+
     /// The backend flags of the distillation stages, or `None` when they share the rollout
     /// backend (and its loaded model).
     fn distill_backend_args(&self) -> Option<BackendArgs> {
-        if self.distill_model.is_none()
+        let default_model = self.distill_uses_default_model();
+        if !default_model
+            && self.distill_model.is_none()
             && self.distill_backend.is_none()
             && self.distill_base_url.is_none()
             && self.distill_api_key_env.is_none()
@@ -244,6 +255,9 @@ impl GrpoArgs {
         }
         if let Some(model) = &self.distill_model {
             args.model = Some(model.clone());
+        } else if default_model {
+            let path = gym::backend::default_distill_model_path();
+            args.model = Some(path.display().to_string());
         }
         if let Some(url) = &self.distill_base_url {
             args.base_url = Some(url.clone());
@@ -251,7 +265,46 @@ impl GrpoArgs {
         if let Some(env) = &self.distill_api_key_env {
             args.api_key_env = env.clone();
         }
+        // The same GGUF file as the rollouts: share the loaded model rather than load it twice.
+        let local_path = |args: &BackendArgs| {
+            args.model
+                .as_ref()
+                .map_or_else(gym::backend::default_model_path, PathBuf::from)
+        };
+        if args.backend == BackendKind::Llama
+            && self.backend.backend == BackendKind::Llama
+            && local_path(&args) == local_path(&self.backend)
+        {
+            return None;
+        }
         Some(args)
+    }
+
+    /// The distillation backend: the rollout backend, or one built from the `--distill-*` flags.
+    fn build_distill_backend(
+        &self,
+        rollout_backend: &Arc<dyn gym::backend::Backend>,
+    ) -> anyhow::Result<Arc<dyn gym::backend::Backend>> {
+        match self.distill_backend_args() {
+            None => Ok(Arc::clone(rollout_backend)),
+            Some(args) => args.build().context("distillation backend"),
+        }
+    }
+
+    /// Fails, before any model is loaded, when the stages would run on the default distiller
+    /// and `make setup` has not fetched it.
+    fn check_default_distill_model(&self) -> anyhow::Result<()> {
+        if self.distill_uses_default_model() {
+            let path = gym::backend::default_distill_model_path();
+            anyhow::ensure!(
+                path.is_file(),
+                "the default distillation model {} is missing: run `make setup` to fetch it \
+                 (Qwen2.5-Coder-1.5B-Instruct, 1.1 GB), or pass --distill-model PATH (a GGUF \
+                 file, e.g. the rollout model) or --distill-backend openai",
+                path.display()
+            );
+        }
+        Ok(())
     }
 
     fn execute(self, run_id: String, dir: PathBuf) -> anyhow::Result<ExitCode> {
@@ -263,12 +316,10 @@ impl GrpoArgs {
             self.batch_size >= 1 && self.epochs >= 1,
             "--batch-size and --epochs must be at least 1"
         );
+        self.check_default_distill_model()?;
         let train = self.dataset.load(Split::Train, self.sampling.seed)?;
         let rollout_backend = self.backend.build()?;
-        let distill_backend = match self.distill_backend_args() {
-            None => Arc::clone(&rollout_backend),
-            Some(args) => args.build().context("distillation backend")?,
-        };
+        let distill_backend = self.build_distill_backend(&rollout_backend)?;
         let verifier = self.reward.build(&train, &distill_backend)?;
         let library = open_or_init(&self.library_dir, &self.library)?;
         let embedder = load_embedder()?;
@@ -837,4 +888,89 @@ fn render_summary(summary: &RunSummary, library: &str) -> String {
         summary.elapsed_s
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    fn grpo(flags: &[&str]) -> GrpoArgs {
+        let argv = ["gym", "grpo"].iter().chain(flags);
+        let cli = super::super::Cli::try_parse_from(argv).unwrap();
+        let super::super::Command::Grpo(args) = cli.command else {
+            panic!("not gym grpo");
+        };
+        *args
+    }
+
+    fn distill(flags: &[&str]) -> Option<(BackendKind, Option<String>)> {
+        grpo(flags)
+            .distill_backend_args()
+            .map(|args| (args.backend, args.model))
+    }
+
+    #[test]
+    fn the_stages_default_to_the_distiller_on_llama_and_the_rollouts_stay() {
+        let qwen = gym::backend::default_distill_model_path();
+        assert!(qwen.ends_with("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"));
+        let qwen = Some(qwen.display().to_string());
+        let args = grpo(&[]);
+        assert!(args.distill_uses_default_model());
+        assert_eq!(
+            args.backend.model, None,
+            "rollouts stay on the default model"
+        );
+        assert_eq!(distill(&[]), Some((BackendKind::Llama, qwen.clone())));
+        assert_eq!(
+            distill(&["--model", "other.gguf"]),
+            Some((BackendKind::Llama, qwen.clone()))
+        );
+        assert_eq!(
+            distill(&["--backend", "openai", "--distill-backend", "llama"]),
+            Some((BackendKind::Llama, qwen.clone()))
+        );
+        // The distiller as the rollout model too: loaded once.
+        assert_eq!(distill(&["--model", qwen.as_deref().unwrap()]), None);
+    }
+
+    #[test]
+    fn explicit_distill_flags_win_over_the_default_distiller() {
+        assert_eq!(
+            distill(&["--distill-model", "small.gguf"]),
+            Some((BackendKind::Llama, Some("small.gguf".into())))
+        );
+        let small = gym::backend::default_model_path().display().to_string();
+        assert_eq!(distill(&["--distill-model", &small]), None, "shared");
+        assert_eq!(
+            distill(&["--model", "a.gguf", "--distill-model", "a.gguf"]),
+            None
+        );
+        assert!(!grpo(&["--distill-model", &small]).distill_uses_default_model());
+        assert_eq!(
+            distill(&[
+                "--backend",
+                "openai",
+                "--model",
+                "m",
+                "--base-url",
+                "http://x/v1"
+            ]),
+            None
+        );
+        assert_eq!(
+            distill(&[
+                "--distill-backend",
+                "openai",
+                "--distill-model",
+                "strong",
+                "--distill-base-url",
+                "http://x/v1"
+            ]),
+            Some((BackendKind::Openai, Some("strong".into())))
+        );
+        let args = grpo(&["--distill-backend", "openai", "--distill-model", "strong"]);
+        assert!(!args.distill_uses_default_model());
+        assert!(args.check_default_distill_model().is_ok());
+    }
 }

@@ -42,6 +42,11 @@ pub(crate) fn lesson_flaw(text: &str) -> Option<String> {
     if states_an_answer(text) {
         return Some("states one problem's answer, not a general lesson".to_owned());
     }
+    if let Some(quoted) = quotes_an_instance(text) {
+        return Some(format!(
+            "quotes \"{quoted}\" from one problem instead of naming the kind of task"
+        ));
+    }
     if repeats_itself(&format!("{condition} {strategy}")) {
         return Some("repeats a phrase over and over".to_owned());
     }
@@ -70,6 +75,26 @@ fn states_an_answer(text: &str) -> bool {
         Regex::new(r"(?i)\banswer\s*(is|was|=|:|of)\s*[-+]?\$?\d").expect("valid regex")
     });
     ANSWER.is_match(text)
+}
+
+/// A quoted token, "spaghetti" or 'spaghetti' (or in curly quotes): a word lifted from one
+/// problem ("When the word 'spaghetti' has 2 't's, …"), which binds the lesson to that instance.
+/// Apostrophes ("don't", "the word's") are not quotes.
+fn quotes_an_instance(text: &str) -> Option<String> {
+    static QUOTED: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(
+            r#"(?x)
+            "([^"\n]{1,40})"
+            | \x{201C}([^\x{201D}\n]{1,40})\x{201D}
+            | \x{2018}([^\x{2019}\n]{1,40})\x{2019}
+            | (?:^|[\s(\[])'([^'\s][^'\n]{0,39}?)'(?:[^\p{L}\p{N}]|s\b|$)
+            "#,
+        )
+        .expect("valid regex")
+    });
+    let captures = QUOTED.captures(text)?;
+    let quoted = (1..=4).find_map(|i| captures.get(i))?.as_str().trim();
+    (!quoted.is_empty()).then(|| quoted.to_owned())
 }
 
 /// Whether some four words occur twice, some word pair three times, or one word makes up half
@@ -111,6 +136,8 @@ mod tests {
             "When a problem gives a total and a share, divide the total by the share.",
             "If the question asks for a difference, subtract the smaller number.",
             "When adding 2 prices, line up the decimal points before adding.",
+            "When a word's letters repeat, don't skip the second one.",
+            "When counting letters in a word, spell it out letter by letter.",
         ] {
             assert_eq!(lesson_flaw(text), None, "{text}");
         }
@@ -136,6 +163,22 @@ mod tests {
             (
                 "When solving it, 12: 12: 12: 12: 12: 12: 12.",
                 "without a word",
+            ),
+            (
+                "When the word 'spaghetti' contains only 2 't's, count each t.",
+                "quotes \"spaghetti\" from one problem",
+            ),
+            (
+                "When asked about \"banana\", count the a's one by one.",
+                "quotes \"banana\"",
+            ),
+            (
+                "When the letter \u{2018}r\u{2019} appears twice, count both.",
+                "quotes \"r\"",
+            ),
+            (
+                "When counting \u{201C}strawberry\u{201D}, spell it out.",
+                "quotes \"strawberry\"",
             ),
         ] {
             let flaw = lesson_flaw(text).unwrap_or_else(|| panic!("{text} passed"));

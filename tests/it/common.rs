@@ -39,7 +39,9 @@ impl Scratch {
     }
 
     /// `gym ARGS…` against the default local model, with the library directory set and the
-    /// caller's backend, model and config settings cleared.
+    /// caller's backend, model, distillation and config settings cleared. (`gym grpo` runs its
+    /// stages on the 1.5B distiller unless given `--distill-model`: tests that are not about it
+    /// pass [`small_distiller`].)
     pub fn model_command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_gym"));
         command
@@ -53,7 +55,10 @@ impl Scratch {
             .env("USER", "tester")
             .env_remove("GYM_BACKEND")
             .env_remove("GYM_MODEL")
-            .env_remove("GYM_CONFIG");
+            .env_remove("GYM_CONFIG")
+            .env_remove("GYM_DISTILL_MODEL")
+            .env_remove("GYM_DISTILL_BACKEND")
+            .env_remove("GYM_DISTILL_BASE_URL");
         command
     }
 
@@ -79,6 +84,12 @@ pub fn model_path() -> PathBuf {
         PathBuf::from,
     );
     dir.join("SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+/// `--distill-model` flags that keep the distillation stages of `gym grpo` on the small default
+/// model, for speed (the default distiller is the 1.5B model).
+pub fn small_distiller() -> [String; 2] {
+    ["--distill-model".into(), model_path().display().to_string()]
 }
 
 /// The Python with the `openai` package (from the venv `make setup` creates).

@@ -85,7 +85,7 @@ fn write_script(scratch: &Scratch, args: &[&str]) -> std::path::PathBuf {
     if let Ok(value) = std::env::var("ORT_DYLIB_PATH") {
         script += &format!("export ORT_DYLIB_PATH={}\n", shell_quote(&value));
     }
-    script += "unset GYM_BACKEND GYM_MODEL GYM_CONFIG GYM_NO_TUI\n";
+    script += "unset GYM_BACKEND GYM_MODEL GYM_CONFIG GYM_NO_TUI GYM_DISTILL_MODEL GYM_DISTILL_BACKEND GYM_DISTILL_BASE_URL\n";
     script += &format!(
         "cd {}\n",
         shell_quote(&scratch.dir.path().display().to_string())
@@ -140,6 +140,9 @@ fn the_dashboard_draws_a_real_run_and_q_leaves_it_resumable() {
             "--no-eval",
             "--run-id",
             "tui",
+            // The stages on the small model too, for speed.
+            "--distill-model",
+            &model_path().display().to_string(),
         ],
     );
     let tmux = Tmux {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::Scratch;
+use crate::common::{Scratch, small_distiller};
 use crate::fake_openai::{FakeOpenAi, LESSON};
 
 fn journal(scratch: &Scratch, run: &str) -> Vec<Value> {
@@ -191,8 +191,10 @@ fn wait_for_lines(
 #[test]
 fn a_run_killed_at_any_point_resumes_without_redoing_or_double_committing() {
     let scratch = Scratch::new();
+    let small = small_distiller();
     let mut args = TINY.to_vec();
     args.extend(["--samples", "6", "--batch-size", "2", "--run-id", "killed"]);
+    args.extend(small.iter().map(String::as_str));
     let mut kills = 0;
     let mut finished = false;
     // Kill after the first rollout, in the middle of the stages, and a step later.
@@ -432,4 +434,30 @@ fn the_validation_gate_rejects_a_worse_candidate_and_journals_it() {
         !stdout.contains("candidates rejected by validation 0"),
         "{stdout}"
     );
+}
+
+/// Without `--distill-model` the stages run on the 1.5B distiller; when `make setup` has not
+/// fetched it, the run fails before loading anything and says what to do.
+#[test]
+fn a_missing_default_distiller_fails_with_what_to_do() {
+    let scratch = Scratch::new();
+    let models = tempfile::tempdir().unwrap();
+    let output = scratch
+        .model_command(&["grpo", "--samples", "2", "--batch-size", "2"])
+        .env("GYM_MODELS_DIR", models.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let path = models
+        .path()
+        .join("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf");
+    assert!(
+        stderr.contains(&format!(
+            "the default distillation model {} is missing: run `make setup`",
+            path.display()
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--distill-model PATH"), "{stderr}");
 }

@@ -39,4 +39,5 @@ mod serve_qdrant;
 mod serve_socket;
 mod serve_stream;
 mod serve_tools;
+mod setup_models;
 mod tools;

@@ -241,12 +241,4 @@ fn load_model(runtime: &LlamaRuntime, config: &LlamaConfig) -> Result<LlamaModel
     })
 }
 
-/// The default model fetched by `scripts/setup`, under `$GYM_MODELS_DIR` (default `models/`).
-pub fn default_model_path() -> PathBuf {
-    let dir =
-        std::env::var_os("GYM_MODELS_DIR").map_or_else(|| PathBuf::from("models"), PathBuf::from);
-    dir.join(DEFAULT_MODEL_FILE)
-}
-
-/// The file name of the default model.
-pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+pub use super::{DEFAULT_MODEL_FILE, default_model_path};
