@@ -208,7 +208,11 @@ fn retrieve_and_inject(bencher: Bencher, questions_asked: &str) {
             .iter()
             .filter_map(|h| snapshot.state.get_active(h.id))
             .collect();
-        gym::serve::inject::render(&shown)
+        let shown: Vec<gym::rollout::prompt::Shown> = shown
+            .into_iter()
+            .map(gym::rollout::prompt::Shown::from)
+            .collect();
+        gym::rollout::prompt::render_experiences(&shown)
     });
 }
 

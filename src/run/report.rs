@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use super::StepEnd;
 use super::summary::RunSummary;
 use crate::rollout::eval::EvalReport;
 
@@ -80,7 +81,11 @@ pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) 
             step.groups,
             step.library_size,
             tokens.prompt_tokens + tokens.completion_tokens,
-            cell(&step.end.to_string()),
+            cell(&match (&step.end, &step.validation) {
+                (StepEnd::Committed { .. }, Some(validation)) =>
+                    format!("{}, {}", step.end, validation.summary()),
+                _ => step.end.to_string(),
+            }),
         );
     }
     if !summary.stages.is_empty() {
@@ -332,6 +337,7 @@ mod tests {
             consolidate_fallback: false,
             reused: 0,
             library_size: size,
+            validation: None,
         }
     }
 
