@@ -21,6 +21,8 @@ use crate::rollout::{RolloutGroup, rollout};
 use super::events::{AnswerView, RunEvent};
 
 /// How a step ended for the run loop.
+// A step ends once; boxing its report would only add an allocation per step.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Stepped {
     Done(StepReport),
     /// The user asked to stop; what finished is journaled and the step resumes later.
