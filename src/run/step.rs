@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures::StreamExt;
 use serde::Serialize;
@@ -39,6 +40,9 @@ impl Tally {
         self.report.cost_usd += outcome.cost_usd;
         if reused {
             self.report.reused += 1;
+        } else {
+            self.report.stage_tokens +=
+                outcome.usage.prompt_tokens + outcome.usage.completion_tokens;
         }
     }
 }
@@ -71,6 +75,8 @@ pub(super) async fn run_step(
             consolidate_fallback: false,
             reused: 0,
             library_size: 0,
+            stage_seconds: 0.0,
+            stage_tokens: 0,
         },
     };
     let run_id = runner.config.run_id.clone();
@@ -223,6 +229,7 @@ pub(super) async fn run_step(
         }
     }
     stage_started(runner, step, Stage::Summarize, todo.len());
+    let started = Instant::now();
     let control = &runner.control;
     let mut stream = futures::stream::iter(todo.into_iter().map(|(sample, group, index, key)| {
         let (backend, cfg) = (Arc::clone(&backend), &cfg);
@@ -235,7 +242,7 @@ pub(super) async fn run_step(
             Some((sample.id.clone(), index, key, outcome))
         }
     }))
-    .buffer_unordered(runner.config.parallel.max(1));
+    .buffer_unordered(runner.config.stage_parallel.max(1));
     while let Some(done) = stream.next().await {
         let Some((id, index, key, outcome)) = done else {
             continue;
@@ -254,6 +261,7 @@ pub(super) async fn run_step(
         summaries.insert((id, index), outcome);
     }
     drop(stream);
+    tally.report.stage_seconds += started.elapsed().as_secs_f64();
     if runner.control.stop_requested() {
         return Ok(Stepped::Stopped);
     }
@@ -277,6 +285,7 @@ pub(super) async fn run_step(
         }
     }
     stage_started(runner, step, Stage::Extract, todo.len());
+    let started = Instant::now();
     let mut stream = futures::stream::iter(todo.into_iter().map(|(sample, group)| {
         let texts: Vec<String> = (0..group.answers.len())
             .map(|i| {
@@ -298,7 +307,7 @@ pub(super) async fn run_step(
             Some((sample, group, outcome))
         }
     }))
-    .buffer_unordered(runner.config.parallel.max(1));
+    .buffer_unordered(runner.config.stage_parallel.max(1));
     while let Some(done) = stream.next().await {
         let Some((sample, group, outcome)) = done else {
             continue;
@@ -322,6 +331,7 @@ pub(super) async fn run_step(
         ));
     }
     drop(stream);
+    tally.report.stage_seconds += started.elapsed().as_secs_f64();
     if runner.control.stop_requested() {
         return Ok(Stepped::Stopped);
     }
@@ -354,7 +364,9 @@ pub(super) async fn run_step(
             if !runner.control.proceed().await {
                 return Ok(Stepped::Stopped);
             }
+            let started = Instant::now();
             let outcome = distill::consolidate(backend.as_ref(), &proposals, &state, &cfg).await;
+            tally.report.stage_seconds += started.elapsed().as_secs_f64();
             record(
                 journal,
                 &runner.events,
