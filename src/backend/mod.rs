@@ -326,6 +326,10 @@ pub struct BackendStats {
     pub timeouts: u64,
     pub connection_errors: u64,
     pub failed_requests: u64,
+    /// Prompt tokens not evaluated because their KV cells were borrowed from another request
+    /// with the same prefix (llama.cpp only).
+    #[serde(default)]
+    pub prompt_tokens_reused: u64,
 }
 
 /// A chat model that samples groups of completions.

@@ -15,6 +15,10 @@ enum BenchCommand {
     /// Tokens/s of one group of G answers: the shared-prompt group path versus G independent
     /// sequences (each evaluating the prompt itself), on the llama.cpp backend.
     Rollout(RolloutBench),
+    /// Tokens/s of one step's stage calls (summarize, then extract) on the distiller model:
+    /// sent together, so llama.cpp decodes them in one batch with their common prompt prefix
+    /// evaluated once, versus one at a time.
+    Stages(StagesBench),
     /// Latency percentiles and recall@k of top-k search over N stored vectors: exact search
     /// versus the IVF index `gym serve` uses for large libraries.
     Index(IndexBench),
@@ -68,10 +72,39 @@ struct RolloutBench {
     gpu_layers: u32,
 }
 
+/// The distiller model `gym bench stages` loads by default, under `$GYM_MODELS_DIR`.
+const DISTILLER_MODEL_FILE: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
+
+#[derive(Debug, Args)]
+struct StagesBench {
+    /// GGUF model (default: qwen2.5-coder-1.5b-instruct-q4_k_m.gguf under $GYM_MODELS_DIR).
+    #[arg(long)]
+    model: Option<String>,
+    /// Queries in the step: one extract call each.
+    #[arg(long, default_value_t = 2)]
+    queries: usize,
+    /// Answers per query: one summarize call each.
+    #[arg(long, default_value_t = 4)]
+    group: usize,
+    /// Most tokens a stage call may generate.
+    #[arg(long, default_value_t = 96)]
+    max_tokens: u32,
+    /// CPU threads (default: all cores).
+    #[arg(long, env = "GYM_THREADS")]
+    threads: Option<u32>,
+    /// Layers to offload to a GPU (needs a GPU-enabled build).
+    #[arg(long, default_value_t = 0)]
+    gpu_layers: u32,
+    /// Print the figures as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
 impl BenchArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         match self.command {
             BenchCommand::Rollout(args) => args.run(),
+            BenchCommand::Stages(args) => args.run(),
             BenchCommand::Index(args) => args.run(),
         }
     }
@@ -170,6 +203,272 @@ impl RolloutBench {
     #[cfg(not(feature = "llama"))]
     fn run(self) -> anyhow::Result<ExitCode> {
         anyhow::bail!("`gym bench rollout` needs the `llama` feature")
+    }
+}
+
+/// What one mode of `gym bench stages` measured.
+#[derive(Debug, Default, serde::Serialize)]
+struct StagesFigures {
+    calls: usize,
+    prompt_tokens: u64,
+    /// Prompt tokens whose KV cells were borrowed from another call's prompt.
+    prompt_tokens_reused: u64,
+    generated_tokens: u64,
+    seconds: f64,
+    summarize_seconds: f64,
+    extract_seconds: f64,
+    /// Prompt and generated tokens over the wall time.
+    tokens_per_second: f64,
+    generated_tokens_per_second: f64,
+    #[serde(skip)]
+    outputs: Vec<Vec<String>>,
+}
+
+impl StagesBench {
+    #[cfg(feature = "llama")]
+    fn run(self) -> anyhow::Result<ExitCode> {
+        use std::time::Instant;
+
+        use futures::future::join_all;
+        use gym::backend::llama::{LlamaBackend, LlamaConfig};
+        use gym::backend::{Backend, FinishReason, Sampling, Usage};
+        use gym::data::Sample;
+        use gym::distill::{self, DistillConfig, StageOutcome};
+        use gym::library::State;
+        use gym::rollout::{RolloutGroup, ScoredAnswer};
+
+        anyhow::ensure!(
+            self.queries >= 1 && self.group >= 1 && self.max_tokens >= 1,
+            "--queries, --group and --max-tokens must be at least 1"
+        );
+        let path = self.model.as_ref().map_or_else(
+            || {
+                std::env::var_os("GYM_MODELS_DIR")
+                    .map_or_else(|| "models".into(), std::path::PathBuf::from)
+                    .join(DISTILLER_MODEL_FILE)
+            },
+            Into::into,
+        );
+        let mut config = LlamaConfig::new(&path);
+        config.threads = self.threads;
+        config.gpu_layers = self.gpu_layers;
+        let backend = LlamaBackend::load(config)?;
+        let rt = super::backend_args::runtime()?;
+        let cfg = DistillConfig {
+            attempts: 1,
+            sampling: Sampling {
+                max_tokens: self.max_tokens,
+                ..DistillConfig::default().sampling
+            },
+            ..DistillConfig::default()
+        };
+
+        // A letter-counting step: G answers per word, some right and some wrong.
+        const WORDS: [&str; 8] = [
+            "strawberry",
+            "bookkeeper",
+            "mississippi",
+            "occurrence",
+            "committee",
+            "bubblegum",
+            "assessment",
+            "parallel",
+        ];
+        let steps: Vec<(Sample, RolloutGroup)> = (0..self.queries)
+            .map(|q| {
+                let word = WORDS[q % WORDS.len()];
+                let letter = word.chars().max_by_key(|&c| word.matches(c).count()).unwrap_or('a');
+                let count = word.matches(letter).count();
+                let sample = Sample {
+                    id: format!("letters-{q}"),
+                    question: format!(
+                        "How many times does the letter '{letter}' appear in the word '{word}'? \
+                         Answer with a number."
+                    ),
+                    answer: count.to_string(),
+                };
+                let answers = (0..self.group)
+                    .map(|a| {
+                        let right = a % 2 == 0;
+                        let said = if right { count } else { count + 1 + a % 3 };
+                        let spelled: Vec<String> = word
+                            .chars()
+                            .enumerate()
+                            .map(|(i, c)| format!("{}. {c}{}", i + 1, if c == letter { " <-" } else { "" }))
+                            .collect();
+                        let text = if right {
+                            format!(
+                                "Let me spell the word letter by letter:\n{}\nThe arrows mark each '{letter}', \
+                                 so the letter appears {said} times.\n\nAnswer: {said}",
+                                spelled.join("\n")
+                            )
+                        } else {
+                            format!(
+                                "The word '{word}' has double letters, and '{letter}' is one of \
+                                 the common ones, so counting by sound it appears about {said} \
+                                 times.\n\nAnswer: {said}"
+                            )
+                        };
+                        ScoredAnswer {
+                            tokens: (text.len() / 4) as u32,
+                            text,
+                            reward: if right { 1.0 } else { 0.0 },
+                            reason: if right {
+                                String::new()
+                            } else {
+                                format!("expected {count}, got {said}")
+                            },
+                            seed: 1000 + a as u64,
+                            finish: FinishReason::Stop,
+                            verifier_failed: false,
+                            steps: Vec::new(),
+                            hit_step_limit: false,
+                        }
+                    })
+                    .collect();
+                let group = RolloutGroup {
+                    sample_id: sample.id.clone(),
+                    answers,
+                    usage: Usage::default(),
+                    cost_usd: Some(0.0),
+                    retries: 0,
+                };
+                (sample, group)
+            })
+            .collect();
+        let summaries: Vec<String> = (0..self.group)
+            .map(|a| {
+                if a % 2 == 0 {
+                    "The attempt spelled the word out and counted each occurrence, which gave \
+                     the right total."
+                        .to_owned()
+                } else {
+                    "The attempt guessed from how the word sounds instead of counting the \
+                     letters, and overcounted."
+                        .to_owned()
+                }
+            })
+            .collect();
+        let library = State::default();
+
+        fn text<T>(outcome: &StageOutcome<T>) -> String {
+            outcome.raw_outputs.join("\u{1f}")
+        }
+        let cfg = &cfg;
+        let measure = |batched: bool| -> StagesFigures {
+            let mut figures = StagesFigures::default();
+            let reused_before = backend.stats().prompt_tokens_reused;
+            let backend: &dyn Backend = &backend;
+            let started = Instant::now();
+            let summarize = steps.iter().flat_map(|(sample, group)| {
+                group
+                    .answers
+                    .iter()
+                    .map(move |answer| distill::summarize(backend, sample, answer, cfg))
+            });
+            let summarized: Vec<StageOutcome<String>> = if batched {
+                rt.block_on(join_all(summarize))
+            } else {
+                summarize.map(|call| rt.block_on(call)).collect()
+            };
+            figures.summarize_seconds = started.elapsed().as_secs_f64();
+            let extract = steps.iter().map(|(sample, group)| {
+                distill::extract(backend, sample, group, &summaries, &library, cfg)
+            });
+            let extracted: Vec<StageOutcome<_>> = if batched {
+                rt.block_on(join_all(extract))
+            } else {
+                extract.map(|call| rt.block_on(call)).collect()
+            };
+            figures.seconds = started.elapsed().as_secs_f64();
+            figures.extract_seconds = figures.seconds - figures.summarize_seconds;
+            let mut usage = Usage::default();
+            for outcome in &summarized {
+                usage += outcome.usage;
+            }
+            for outcome in &extracted {
+                usage += outcome.usage;
+            }
+            figures.calls = summarized.len() + extracted.len();
+            figures.prompt_tokens = usage.prompt_tokens;
+            figures.generated_tokens = usage.completion_tokens;
+            figures.prompt_tokens_reused = backend.stats().prompt_tokens_reused - reused_before;
+            figures.tokens_per_second =
+                (usage.prompt_tokens + usage.completion_tokens) as f64 / figures.seconds;
+            figures.generated_tokens_per_second = usage.completion_tokens as f64 / figures.seconds;
+            figures.outputs = vec![
+                summarized.iter().map(text).collect(),
+                extracted.iter().map(text).collect(),
+            ];
+            figures
+        };
+        // Warm up caches and thread pools so the first timed run is not an outlier.
+        let warm = gym::backend::GroupRequest {
+            tools: Vec::new(),
+            tool_choice: Default::default(),
+            messages: vec![gym::backend::ChatMessage::user("Hi")],
+            n: 1,
+            sampling: Sampling {
+                max_tokens: 4,
+                ..Sampling::default()
+            },
+        };
+        rt.block_on(backend.generate(&warm))?;
+        let batched = measure(true);
+        let sequential = measure(false);
+        let speedup = sequential.seconds / batched.seconds;
+        let same = batched.outputs == sequential.outputs;
+        if self.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "model": path.display().to_string(),
+                    "queries": self.queries,
+                    "group": self.group,
+                    "max_tokens": self.max_tokens,
+                    "batched": batched,
+                    "sequential": sequential,
+                    "speedup": speedup,
+                    "same_outputs": same,
+                })
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        println!(
+            "stages benchmark: {}, {} queries x {} answers: {} summarize + {} extract calls, at most {} tokens each",
+            path.display(),
+            self.queries,
+            self.group,
+            self.queries * self.group,
+            self.queries,
+            self.max_tokens
+        );
+        println!(
+            "mode        prompt tok  reused  generated   summarize    extract      total     tok/s  gen tok/s"
+        );
+        for (name, f) in [("batched", &batched), ("sequential", &sequential)] {
+            println!(
+                "{name:<11} {:>10} {:>7} {:>10} {:>10.2} s {:>8.2} s {:>8.2} s {:>9.1} {:>10.1}",
+                f.prompt_tokens,
+                f.prompt_tokens_reused,
+                f.generated_tokens,
+                f.summarize_seconds,
+                f.extract_seconds,
+                f.seconds,
+                f.tokens_per_second,
+                f.generated_tokens_per_second
+            );
+        }
+        println!(
+            "speed-up of batched stage calls: {speedup:.2}x (same outputs in both modes: {})",
+            if same { "yes" } else { "no" }
+        );
+        Ok(ExitCode::SUCCESS)
+    }
+
+    #[cfg(not(feature = "llama"))]
+    fn run(self) -> anyhow::Result<ExitCode> {
+        anyhow::bail!("`gym bench stages` needs the `llama` feature")
     }
 }
 

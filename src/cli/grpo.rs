@@ -28,6 +28,7 @@ const RESUMABLE_FLAGS: &[&str] = &[
     "--events-jsonl",
     "--no-tui",
     "--parallel",
+    "--stage-parallel",
     "--eval-limit",
     "--eval-k",
     "--no-eval",
@@ -123,9 +124,14 @@ pub struct GrpoArgs {
     #[arg(long, default_value_t = 0.0)]
     validate_threshold: f64,
 
-    /// Groups and stage calls in flight at once (llama.cpp decodes them in one batch).
+    /// Groups in flight at once (llama.cpp decodes them in one batch).
     #[arg(long, default_value_t = 4)]
     parallel: usize,
+
+    /// Stage calls in flight at once (llama.cpp decodes them in one batch, sharing their
+    /// common prompt prefix); lower it for a rate-limited API.
+    #[arg(long, default_value_t = gym::run::DEFAULT_STAGE_PARALLEL)]
+    stage_parallel: usize,
 
     /// Stop (resumably) once this many tokens were spent.
     #[arg(long)]
@@ -366,6 +372,7 @@ impl GrpoArgs {
             sampling: self.sampling.sampling(),
             min_reward_std: self.min_reward_std,
             parallel: self.parallel,
+            stage_parallel: self.stage_parallel,
             distill,
             duplicate_threshold: self.duplicate_threshold,
             budget_tokens: self.budget_tokens,

@@ -45,6 +45,13 @@ use crate::embed::{EmbedError, Embedder};
 use crate::library::{Library, LibraryError};
 use crate::reward::Verifier;
 
+/// Stage calls in flight at once unless set (runs from before the setting used `parallel`).
+pub const DEFAULT_STAGE_PARALLEL: usize = 16;
+
+fn default_stage_parallel() -> usize {
+    DEFAULT_STAGE_PARALLEL
+}
+
 /// The knobs of a run that shape what it learns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunConfig {
@@ -55,8 +62,12 @@ pub struct RunConfig {
     pub sampling: Sampling,
     /// Groups whose reward standard deviation is at most this teach nothing and are skipped.
     pub min_reward_std: f64,
-    /// Groups and stage calls in flight at once.
+    /// Groups in flight at once.
     pub parallel: usize,
+    /// Stage calls in flight at once: on llama.cpp they are decoded as one batch and share
+    /// their common prompt prefix, so more is faster until the batch fills the context.
+    #[serde(default = "default_stage_parallel")]
+    pub stage_parallel: usize,
     pub distill: DistillConfig,
     /// Cosine similarity at or above which a new experience is a near-duplicate.
     pub duplicate_threshold: f32,

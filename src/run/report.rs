@@ -66,14 +66,19 @@ pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) 
     );
     let _ = writeln!(
         out,
-        "| step | epoch | mean reward | groups kept | library size | tokens | outcome |\n|---:|---:|---:|---:|---:|---:|---|"
+        "| step | epoch | mean reward | groups kept | library size | tokens | stage time | stage tok/s | outcome |\n|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     );
     for step in &summary.steps {
         let mut tokens = step.rollout_usage;
         tokens += step.distill_usage;
+        // Steps that ran no stage call (or journals from before stage timing) show a dash.
+        let (stage_time, stage_rate) = match step.stage_tokens_per_second() {
+            Some(rate) => (format!("{:.1} s", step.stage_seconds), format!("{rate:.1}")),
+            None => ("–".to_owned(), "–".to_owned()),
+        };
         let _ = writeln!(
             out,
-            "| {} | {} | {:.3} | {}/{} | {} | {} | {} |",
+            "| {} | {} | {:.3} | {}/{} | {} | {} | {stage_time} | {stage_rate} | {} |",
             step.step,
             step.epoch,
             step.mean_reward,
@@ -338,6 +343,8 @@ mod tests {
             reused: 0,
             library_size: size,
             validation: None,
+            stage_seconds: if n == 1 { 12.5 } else { 0.0 },
+            stage_tokens: if n == 1 { 1000 } else { 0 },
         }
     }
 
@@ -376,7 +383,14 @@ mod tests {
         );
         assert!(text.contains("![mean reward and library size per step](report.svg)"));
         assert!(
-            text.contains("| 1 | 1 | 0.250 | 2/4 | 2 | 0 | committed v1 (+2 ~0 -0) |"),
+            text.contains(
+                "| 1 | 1 | 0.250 | 2/4 | 2 | 0 | 12.5 s | 80.0 | committed v1 (+2 ~0 -0) |"
+            ),
+            "{text}"
+        );
+        // A step without stage calls has no stage rate.
+        assert!(
+            text.contains("| 2 | 1 | 0.500 | 2/4 | 2 | 0 | – | – |"),
             "{text}"
         );
         // A pipe inside a reason does not split the cell.

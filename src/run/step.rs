@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures::StreamExt;
 use serde::Serialize;
@@ -41,6 +42,9 @@ impl Tally {
         self.report.cost_usd += outcome.cost_usd;
         if reused {
             self.report.reused += 1;
+        } else {
+            self.report.stage_tokens +=
+                outcome.usage.prompt_tokens + outcome.usage.completion_tokens;
         }
     }
 }
@@ -74,6 +78,8 @@ pub(super) async fn run_step(
             reused: 0,
             library_size: 0,
             validation: None,
+            stage_seconds: 0.0,
+            stage_tokens: 0,
         },
     };
     let run_id = runner.config.run_id.clone();
@@ -231,6 +237,7 @@ pub(super) async fn run_step(
         }
     }
     stage_started(runner, step, Stage::Summarize, todo.len());
+    let started = Instant::now();
     let control = &runner.control;
     let mut stream = futures::stream::iter(todo.into_iter().map(|(sample, group, index, key)| {
         let (backend, cfg) = (Arc::clone(&backend), &cfg);
@@ -243,7 +250,7 @@ pub(super) async fn run_step(
             Some((sample.id.clone(), index, key, outcome))
         }
     }))
-    .buffer_unordered(runner.config.parallel.max(1));
+    .buffer_unordered(runner.config.stage_parallel.max(1));
     while let Some(done) = stream.next().await {
         let Some((id, index, key, outcome)) = done else {
             continue;
@@ -262,6 +269,7 @@ pub(super) async fn run_step(
         summaries.insert((id, index), outcome);
     }
     drop(stream);
+    tally.report.stage_seconds += started.elapsed().as_secs_f64();
     if runner.control.stop_requested() {
         return Ok(Stepped::Stopped);
     }
@@ -285,6 +293,7 @@ pub(super) async fn run_step(
         }
     }
     stage_started(runner, step, Stage::Extract, todo.len());
+    let started = Instant::now();
     let mut stream = futures::stream::iter(todo.into_iter().map(|(sample, group)| {
         let texts: Vec<String> = (0..group.answers.len())
             .map(|i| {
@@ -306,7 +315,7 @@ pub(super) async fn run_step(
             Some((sample, group, outcome))
         }
     }))
-    .buffer_unordered(runner.config.parallel.max(1));
+    .buffer_unordered(runner.config.stage_parallel.max(1));
     while let Some(done) = stream.next().await {
         let Some((sample, group, outcome)) = done else {
             continue;
@@ -330,6 +339,7 @@ pub(super) async fn run_step(
         ));
     }
     drop(stream);
+    tally.report.stage_seconds += started.elapsed().as_secs_f64();
     if runner.control.stop_requested() {
         return Ok(Stepped::Stopped);
     }
@@ -362,7 +372,9 @@ pub(super) async fn run_step(
             if !runner.control.proceed().await {
                 return Ok(Stepped::Stopped);
             }
+            let started = Instant::now();
             let outcome = distill::consolidate(backend.as_ref(), &proposals, &state, &cfg).await;
+            tally.report.stage_seconds += started.elapsed().as_secs_f64();
             record(
                 journal,
                 &runner.events,

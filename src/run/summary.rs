@@ -35,6 +35,20 @@ pub struct StepReport {
     /// The validation gate's evidence for the step's candidate (committed or rejected).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validation: Option<crate::library::Validation>,
+    /// Wall time of the step's stage calls (summarize, extract, consolidate), in seconds;
+    /// outputs read back from the journal take none.
+    #[serde(default)]
+    pub stage_seconds: f64,
+    /// Prompt and generated tokens of those calls.
+    #[serde(default)]
+    pub stage_tokens: u64,
+}
+
+impl StepReport {
+    /// Stage tokens (prompt and generated) per second of stage time, when the stages ran.
+    pub fn stage_tokens_per_second(&self) -> Option<f64> {
+        (self.stage_seconds > 0.0).then(|| self.stage_tokens as f64 / self.stage_seconds)
+    }
 }
 
 /// The whole run.

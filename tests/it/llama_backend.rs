@@ -177,6 +177,74 @@ async fn shared_and_independent_prompts_sample_the_same_answers() {
     assert_eq!(texts(&shared), texts(&independent));
 }
 
+#[tokio::test]
+async fn requests_sharing_a_prompt_prefix_sample_what_they_would_alone() {
+    let sampling = Sampling {
+        max_tokens: 10,
+        temperature: 0.0,
+        seed: 3,
+        ..Sampling::default()
+    };
+    let instructions = "You are reviewing short answers to arithmetic problems. Read the \
+        problem and the attempt below, then say in one sentence whether the attempt is right.";
+    let requests: Vec<GroupRequest> = [
+        "Problem: 2 + 2. Attempt: 4.",
+        "Problem: 3 + 5. Attempt: 9.",
+        "Problem: 7 - 4. Attempt: 3.",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, data)| {
+        ask(
+            &format!("{instructions}\n\n{data}"),
+            1 + i % 2,
+            sampling.clone(),
+        )
+    })
+    .collect();
+    let texts = |groups: Vec<gym::backend::Group>| {
+        groups
+            .into_iter()
+            .map(|g| {
+                g.completions
+                    .into_iter()
+                    .map(|c| c.text)
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>()
+    };
+    let before = backend().stats().prompt_tokens_reused;
+    // Sent together, they land in one round of the worker and share the instructions' cells.
+    let shared = futures::future::try_join_all(
+        requests
+            .iter()
+            .map(|r| backend().generate_with(r, PromptMode::Shared)),
+    )
+    .await
+    .unwrap();
+    assert!(
+        backend().stats().prompt_tokens_reused > before,
+        "the common prefix was evaluated once"
+    );
+    let independent = futures::future::try_join_all(
+        requests
+            .iter()
+            .map(|r| backend().generate_with(r, PromptMode::Independent)),
+    )
+    .await
+    .unwrap();
+    let one_by_one = {
+        let mut groups = Vec::new();
+        for request in &requests {
+            groups.push(backend().generate(request).await.unwrap());
+        }
+        groups
+    };
+    let shared = texts(shared);
+    assert_eq!(shared, texts(independent));
+    assert_eq!(shared, texts(one_by_one));
+}
+
 #[test]
 fn unreadable_and_invalid_model_files_are_clear_errors() {
     let missing = LlamaBackend::load(LlamaConfig::new("/nonexistent/model.gguf"))

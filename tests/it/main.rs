@@ -2,6 +2,8 @@
 
 #[cfg(feature = "llama")]
 mod agent_llama;
+#[cfg(feature = "llama")]
+mod bench_cli;
 mod common;
 mod dashboard_stream;
 #[cfg(feature = "llama")]

@@ -7,6 +7,15 @@
 //! then every step decodes one token of every unfinished sequence in a single batch, each
 //! sequence drawing from its own seeded sampler. Groups requested at the same time are decoded
 //! together in one batch (see `worker`).
+//!
+//! Requests of one round also share their common prompt *prefix*: a run's stage calls render
+//! the same chat-template system prompt and stage instructions before their own data (the
+//! templates under `prompts/` put the constant part first for this reason), so a prompt that
+//! starts like one evaluated earlier in the round copies that prefix's KV cells (`seq_cp` of
+//! the prefix's position range, again a metadata copy in the unified cache) and evaluates only
+//! its own suffix. On a CPU, evaluating prompts is compute-bound and dominates short stage
+//! calls, so tokens not evaluated are most of what batching the stage calls saves.
+//! [`PromptMode::Independent`] turns all sharing off, for measurements and tests.
 
 mod sequence;
 mod worker;
@@ -57,9 +66,10 @@ impl LlamaConfig {
 /// How a group's prompt is evaluated; `Independent` exists to measure what sharing saves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PromptMode {
-    /// Evaluate the prompt once and share its KV cells with every sequence.
+    /// Evaluate the prompt once and share its KV cells with every sequence; a prefix it has in
+    /// common with another prompt of the same round is borrowed from that one's cells.
     Shared,
-    /// Evaluate the prompt separately for every sequence.
+    /// Evaluate the whole prompt separately for every sequence: nothing is shared.
     Independent,
 }
 

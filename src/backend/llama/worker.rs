@@ -1,6 +1,19 @@
 //! The model thread: gathers the jobs that arrive together into a *round* and decodes all their
 //! sequences in one batch per step, so concurrent groups (an eval's parallel queries, a run's
 //! stage calls) share the CPU the way one large group does.
+//!
+//! Prefix sharing: prompts are evaluated in admission order, and a `Shared` prompt first looks
+//! for the earlier prompt of the round with the longest common token prefix. When that prefix
+//! is long enough ([`MIN_SHARED_PREFIX`]) its cells are copied into the new sequence with
+//! `seq_cp` over positions `[0, length)` and only the rest of the prompt is decoded; the last
+//! prompt token is always decoded, since its logits give the first draw. Borrowed lengths are
+//! cut to a multiple of [`PREFIX_ALIGN`] so a borrowed cell holds the same bits a fresh
+//! evaluation would (greedy outputs are the same with sharing on and off). A cell is freed when
+//! no sequence holds it any more, which in practice is when the round ends and the cache is
+//! cleared: the context is sized for every admitted job's full prompt and answers, so
+//! borrowing never needs more cells than not borrowing. Prefixes are shared within a round
+//! only: a request that arrives while a round runs waits for the next one and evaluates its
+//! prompt again.
 
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
@@ -27,6 +40,15 @@ use crate::backend::{
 /// How long the thread waits for more jobs after the first one of a round arrives.
 const GATHER: Duration = Duration::from_millis(5);
 
+/// The shortest common prompt prefix worth borrowing from another sequence.
+const MIN_SHARED_PREFIX: usize = 32;
+
+/// Borrowed prefixes are cut to a multiple of this. llama.cpp's CPU kernels multiply rows in
+/// blocks (of 4 or 8) and the rows left over one by one, so a token's KV values can differ in
+/// the last bits with its place in a batch; a prefix cut at a block boundary lies in whole
+/// blocks both in the prompt it is borrowed from and in the one borrowing it.
+const PREFIX_ALIGN: usize = 32;
+
 pub(super) struct Job {
     pub request: GroupRequest,
     pub mode: PromptMode,
@@ -48,6 +70,8 @@ struct Admitted {
     deltas: Option<DeltaSender>,
     /// Per sequence, how much of its text was streamed.
     released: Vec<TextRelease>,
+    /// Prompt tokens whose KV cells were borrowed from an earlier prompt of the round.
+    reused: usize,
 }
 
 impl Admitted {
@@ -230,6 +254,7 @@ impl<'m> Worker<'m> {
                 stop,
                 deltas: job.deltas,
                 released,
+                reused: 0,
             });
         }
         round
@@ -319,8 +344,11 @@ impl<'m> Worker<'m> {
         let mut batch = LlamaBatch::new(batch_size.max(total), 1);
 
         // Prompts first; each prompt's logits are overwritten by the next decode, so its
-        // sequences draw their first token right away.
-        for admitted in round.iter_mut() {
+        // sequences draw their first token right away. A prompt that starts like one evaluated
+        // earlier in the round borrows that prefix's KV cells and evaluates only the rest.
+        for index in 0..round.len() {
+            let (earlier, rest) = round.split_at_mut(index);
+            let admitted = &mut rest[0];
             let Admitted {
                 request,
                 mode,
@@ -328,6 +356,7 @@ impl<'m> Worker<'m> {
                 first_seq,
                 sequences,
                 stop,
+                reused,
                 ..
             } = admitted;
             let sampling = &request.sampling;
@@ -341,7 +370,18 @@ impl<'m> Worker<'m> {
             };
             match mode {
                 PromptMode::Shared => {
-                    let last = decode_prompt(context, &mut batch, prompt, first, batch_size)?;
+                    let start = match shared_prefix(earlier, prompt) {
+                        Some((source, length)) => {
+                            context
+                                .kv_cache_seq_cp(source as i32, first, None, Some(length as u32))
+                                .map_err(|e| BackendError::Llama(e.to_string()))?;
+                            length
+                        }
+                        None => 0,
+                    };
+                    *reused = start;
+                    let last =
+                        decode_prompt(context, &mut batch, prompt, start, first, batch_size)?;
                     for offset in 1..sequences.len() as i32 {
                         context
                             .kv_cache_seq_cp(first, first + offset, None, None)
@@ -354,10 +394,16 @@ impl<'m> Worker<'m> {
                 PromptMode::Independent => {
                     for (offset, seq) in sequences.iter_mut().enumerate() {
                         let id = first + offset as i32;
-                        let last = decode_prompt(context, &mut batch, prompt, id, batch_size)?;
+                        let last = decode_prompt(context, &mut batch, prompt, 0, id, batch_size)?;
                         draw(seq, context, last);
                     }
                 }
+            }
+        }
+        {
+            let mut stats = self.stats.lock().expect("stats lock");
+            for admitted in round.iter() {
+                stats.prompt_tokens_reused += admitted.reused as u64;
             }
         }
 
@@ -448,18 +494,42 @@ impl<'m> Worker<'m> {
     }
 }
 
-/// Decodes `prompt` as sequence `seq` in chunks; returns the batch index of its last logits.
+/// The earlier prompt of the round sharing the longest token prefix with `prompt`, as (its
+/// sequence, the shared length). The length stops one short of `prompt`'s end, since its last
+/// token must be evaluated for its logits, and is cut to a multiple of [`PREFIX_ALIGN`];
+/// prefixes under [`MIN_SHARED_PREFIX`] are not worth it.
+fn shared_prefix(earlier: &[Admitted], prompt: &[LlamaToken]) -> Option<(usize, usize)> {
+    earlier
+        .iter()
+        .filter(|a| a.mode == PromptMode::Shared)
+        .map(|a| {
+            let common = a
+                .prompt
+                .iter()
+                .zip(prompt)
+                .take_while(|(x, y)| x == y)
+                .count();
+            let length = common.min(prompt.len().saturating_sub(1));
+            (a.first_seq, length - length % PREFIX_ALIGN)
+        })
+        .filter(|&(_, length)| length >= MIN_SHARED_PREFIX)
+        .max_by_key(|&(seq, length)| (length, std::cmp::Reverse(seq)))
+}
+
+/// Decodes `prompt[start..]` as sequence `seq` (whose cells already hold `prompt[..start]`) in
+/// chunks; returns the batch index of its last logits.
 fn decode_prompt(
     context: &mut LlamaContext<'_>,
     batch: &mut LlamaBatch<'_>,
     prompt: &[LlamaToken],
+    start: usize,
     seq: i32,
     batch_size: usize,
 ) -> Result<i32, BackendError> {
     let mut last = 0;
-    for (chunk_index, chunk) in prompt.chunks(batch_size).enumerate() {
+    for (chunk_index, chunk) in prompt[start..].chunks(batch_size).enumerate() {
         batch.clear();
-        let offset = chunk_index * batch_size;
+        let offset = start + chunk_index * batch_size;
         for (i, &token) in chunk.iter().enumerate() {
             let is_last = offset + i + 1 == prompt.len();
             batch
