@@ -247,7 +247,7 @@ mod tests {
             "```\n```",
             "{\"summary\":",
             "{\"summary\": \"<one to three sentences>\"}",
-            "{\"summary\": \"Say what this attempt did and the step where it went right or wrong.\"}",
+            "{\"summary\": \"Say what the attempt below did and the step where it went right or wrong.\"}",
         ] {
             assert!(parse_summary(output).is_err(), "{output:?}");
         }

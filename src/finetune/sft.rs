@@ -217,7 +217,8 @@ mod tests {
             retries: 0,
         };
         let with_library = solve_messages(&sample, Some("Say `Answer: N`."), &experiences);
-        assert!(with_library[1].content.contains("spell the word out"));
+        // The library goes into the system message (the one injection).
+        assert!(with_library[0].content.contains("spell the word out"));
         let examples = from_group(&sample, &group, Some("Say `Answer: N`."), 2);
         let answers: Vec<&str> = examples.iter().map(|e| e.answer.as_str()).collect();
         assert_eq!(answers, ["Answer: 1", "one. Answer: 1"]);
@@ -227,7 +228,12 @@ mod tests {
                 example.messages,
                 solve_messages(&sample, Some("Say `Answer: N`."), &[])
             );
-            assert!(!example.messages[1].content.contains("spell the word out"));
+            assert!(
+                !example
+                    .messages
+                    .iter()
+                    .any(|m| m.content.contains("spell the word out"))
+            );
             assert!(example.messages[1].content.contains("Say `Answer: N`."));
         }
         assert!(from_group(&sample, &group, None, 0).is_empty());
