@@ -385,14 +385,19 @@ fn call_fragments(index: usize, call: &Value) -> Vec<Value> {
     fragments
 }
 
-/// Whether a request is one of the distillation stages' (they ask for structured output or
-/// use the stages' prompts).
-fn is_stage(request: &Value) -> bool {
-    let prompt = request["messages"]
+/// The text of a request's last message ("" when there is none).
+fn last_message(request: &Value) -> &str {
+    request["messages"]
         .as_array()
         .and_then(|m| m.last())
         .and_then(|m| m["content"].as_str())
-        .unwrap_or("");
+        .unwrap_or("")
+}
+
+/// Whether a request is one of the distillation stages' (they ask for structured output or
+/// use the stages' prompts).
+fn is_stage(request: &Value) -> bool {
+    let prompt = last_message(request);
     !request["response_format"].is_null()
         || prompt.contains("Proposed changes:")
         || prompt.contains("Attempts, graded:")
@@ -400,11 +405,7 @@ fn is_stage(request: &Value) -> bool {
 
 /// What a capable model answers to each of the distillation stages' prompts.
 fn distill_reply(request: &Value) -> String {
-    let prompt = request["messages"]
-        .as_array()
-        .and_then(|m| m.last())
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or("");
+    let prompt = last_message(request);
     let (condition, strategy) = LESSON;
     if prompt.contains("Proposed changes:") {
         json!({"ops": [{"from": [1], "condition": condition, "strategy": strategy, "op": "add"}]})
