@@ -149,6 +149,7 @@ static SERVED: LazyLock<Option<Served>> = LazyLock::new(|| {
         .collect();
     library.commit(&changes, Provenance::Init).unwrap();
     let state = AppState {
+        usage: Default::default(),
         router: Arc::new(gym::serve::router::Router::single(Arc::new(Instant))),
         catalog: Arc::new(Catalog::new(
             root.path(),
@@ -241,6 +242,7 @@ fn health(bencher: Bencher) {
     let runtime = runtime();
     let dir = tempfile::tempdir().unwrap();
     let state = AppState {
+        usage: Default::default(),
         router: Arc::new(gym::serve::router::Router::single(Arc::new(Instant))),
         catalog: Arc::new(Catalog::new(dir.path(), std::time::Duration::from_secs(1))),
         retriever: None,

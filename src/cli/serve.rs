@@ -14,6 +14,9 @@ use gym::serve::router::{Router, Upstream};
 use gym::serve::{AppState, Catalog, Metrics, Retriever, ServeConfig, app};
 
 use super::backend_args::{BackendArgs, load_embedder, runtime};
+
+/// How often injections counted by the server are written to the libraries' `usage.json`.
+const USAGE_FLUSH_PERIOD: Duration = Duration::from_secs(5);
 use super::tool_args::ToolArgs;
 
 #[derive(Debug, Args)]
@@ -266,10 +269,12 @@ impl ServeArgs {
         } else {
             format!("{} API key(s) for library writes", keys.len())
         };
+        let usage = Arc::new(gym::serve::usage::ServedUsage::default());
         let state = AppState {
+            usage: Arc::clone(&usage),
             keys: Arc::new(keys),
             router: Arc::new(router),
-            catalog,
+            catalog: Arc::clone(&catalog),
             retriever,
             metrics: Arc::new(Metrics::default()),
             config: Arc::new(ServeConfig {
@@ -299,11 +304,25 @@ impl ServeArgs {
                 gov_dir: self.gov_dir.clone(),
                 library_dir: self.library_dir.clone(),
             });
-            axum::serve(listener, app(state).merge(gov))
+            let flusher = tokio::spawn(gym::serve::usage::flush_every(
+                Arc::clone(&usage),
+                Arc::clone(&catalog),
+                USAGE_FLUSH_PERIOD,
+            ));
+            let served = axum::serve(listener, app(state).merge(gov))
                 .with_graceful_shutdown(shutdown_signal())
                 .await
-                .context("the server failed")?;
-            println!("gym serve: stopped after finishing the requests in flight");
+                .context("the server failed");
+            flusher.abort();
+            let written = tokio::task::spawn_blocking(move || usage.flush(&catalog)).await?;
+            served?;
+            match written {
+                Ok(flushed) => println!(
+                    "gym serve: stopped after finishing the requests in flight ({} experience injection(s) written to usage.json at exit)",
+                    flushed.injections
+                ),
+                Err(error) => eprintln!("gym serve: stopped; usage counts not written: {error}"),
+            }
             anyhow::Ok(())
         })?;
         Ok(ExitCode::SUCCESS)

@@ -1,17 +1,24 @@
 //! Stage 3: all ops proposed in a batch and the current library → one final, deduplicated list.
 //!
-//! Every final op keeps the evidence behind it: the model names the proposals it merged
-//! (`"from": [1, 3]`), or, when it does not, an op identical to a proposal takes that
-//! proposal's evidence, and any other op the evidence of the whole batch. A reply that keeps
-//! nothing is a failure (`value: None`): the caller then falls back to [`super::resolve`]
-//! alone and reports it.
+//! The model chooses rather than rewrites: it keeps at most [`MOST_KEPT`] proposals by number,
+//! each with the numbers of the proposals that say the same thing (`{"keep": [{"covers": [2,
+//! 5]}]}`). A 1.5B model asked to rewrite a batch into new ops wrote a thousand tokens of
+//! conditions equal to their strategies; asked to choose, it answers in a few tokens and
+//! cannot damage a lesson's wording, which stage 2 already checked. Replies in the op shape
+//! (`{"ops": [{"from": [1, 3], "op": "add", …}]}`), as servers that ignore the schema write
+//! them, are read too.
+//!
+//! Every final op keeps the evidence behind it: the proposals it covers, or, when the model
+//! names none, an op identical to a proposal takes that proposal's evidence, and any other op
+//! the evidence of the whole batch. A reply that keeps nothing is a failure (`value: None`):
+//! the caller then falls back to [`super::resolve`] alone and reports it.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::DistillConfig;
 use super::attempt::Call;
 use super::error::ParseError;
-use super::extract::{op_variants, ops_schema};
+use super::json::extract_json;
 use super::ops::{Rules, read_ops};
 use super::outcome::StageOutcome;
 use super::prompt::{CONSOLIDATE, library_lines, render};
@@ -20,10 +27,9 @@ use super::resolve::normalize;
 use crate::backend::Backend;
 use crate::library::{Evidence, State};
 
-/// Tokens allowed per proposal in the reply: one op with its `from` list.
-const TOKENS_PER_OP: u32 = 96;
-/// The most tokens asked for however large the batch.
-const MAX_TOKENS: u32 = 2048;
+/// Most proposals one batch keeps: a library grows by a few tested lessons per step rather
+/// than by every group's proposal.
+pub const MOST_KEPT: usize = 3;
 
 /// Merges a batch's proposals into the final ops. An empty batch gives `Some(vec![])` without
 /// asking the model.
@@ -40,16 +46,11 @@ pub async fn consolidate(
         };
     }
     let count = proposals.len();
-    let mut sampling = cfg.sampling.clone();
-    // The reply lists up to one op per proposal; a cut-off list loses its tail.
-    sampling.max_tokens = sampling
-        .max_tokens
-        .max(TOKENS_PER_OP.saturating_mul(count as u32).min(MAX_TOKENS));
     let call = Call {
         backend,
         prompt: consolidate_prompt(proposals, library, cfg),
         schema: consolidate_schema(proposals, library, cfg),
-        sampling,
+        sampling: cfg.sampling.clone(),
         attempts: cfg.attempts,
         salt: format!("consolidate/{count}/{}", proposals[0].op.describe()),
     };
@@ -59,6 +60,19 @@ pub async fn consolidate(
         template: CONSOLIDATE,
     };
     call.run(|output, dropped| {
+        if let Some(kept) = read_kept(output, count, dropped) {
+            return kept.map(|kept| {
+                kept.into_iter()
+                    .map(|covers| {
+                        let op = proposals[covers[0] - 1].op.clone();
+                        Proposal {
+                            evidence: evidence_for(&op, &covers, proposals),
+                            op,
+                        }
+                    })
+                    .collect()
+            });
+        }
         let read = read_ops(output, &rules, true, dropped)?;
         if read.items.is_empty() {
             return Err(ParseError::NothingKept { proposals: count });
@@ -73,6 +87,64 @@ pub async fn consolidate(
             .collect())
     })
     .await
+}
+
+/// The proposals a `{"keep": […]}` reply keeps, each as the 1-based numbers it covers with
+/// the kept one first; `None` when the reply is not of that shape. An item may be
+/// `{"covers": [2, 5]}`, `[2, 5]` or `2`; numbers out of range, and a proposal kept twice, are
+/// dropped with the reason.
+fn read_kept(
+    output: &str,
+    count: usize,
+    dropped: &mut Vec<String>,
+) -> Option<Result<Vec<Vec<usize>>, ParseError>> {
+    let value = extract_json(output).ok()?.value;
+    let items = value.get("keep")?.as_array()?.clone();
+    let number = |v: &Value| {
+        v.as_u64()
+            .or_else(|| v.as_str().and_then(|s| s.trim().trim_start_matches('#').parse().ok()))
+    };
+    let mut kept: Vec<Vec<usize>> = Vec::new();
+    for item in items.iter().take(MOST_KEPT.max(1) * 2) {
+        let listed: Vec<u64> = match item {
+            Value::Object(map) => ["covers", "from", "proposals", "numbers"]
+                .iter()
+                .find_map(|key| map.get(*key))
+                .map(|v| match v {
+                    Value::Array(list) => list.iter().filter_map(number).collect(),
+                    other => number(other).into_iter().collect(),
+                })
+                .unwrap_or_default(),
+            Value::Array(list) => list.iter().filter_map(number).collect(),
+            other => number(other).into_iter().collect(),
+        };
+        let mut covers: Vec<usize> = Vec::new();
+        for n in listed {
+            match usize::try_from(n) {
+                Ok(n) if (1..=count).contains(&n) => {
+                    if !covers.contains(&n) {
+                        covers.push(n);
+                    }
+                }
+                _ => dropped.push(format!("keep names proposal {n}, not one of 1..={count}")),
+            }
+        }
+        match covers.first() {
+            None => dropped.push(format!("keep item without a proposal number: {item}")),
+            Some(first) if kept.iter().any(|k| k[0] == *first) => {
+                dropped.push(format!("proposal {first} kept twice"));
+            }
+            Some(_) if kept.len() >= MOST_KEPT => {
+                dropped.push(format!("over the limit of {MOST_KEPT} kept: {item}"));
+            }
+            Some(_) => kept.push(covers),
+        }
+    }
+    Some(if kept.is_empty() {
+        Err(ParseError::NothingKept { proposals: count })
+    } else {
+        Ok(kept)
+    })
 }
 
 /// The evidence of the proposals numbered in `from` (1-based); failing that, of proposals
@@ -106,7 +178,7 @@ fn evidence_for(op: &ProposedOp, from: &[usize], proposals: &[Proposal]) -> Evid
 }
 
 /// The stage 3 prompt: the library, then the proposals numbered from 1.
-pub fn consolidate_prompt(proposals: &[Proposal], library: &State, cfg: &DistillConfig) -> String {
+pub fn consolidate_prompt(proposals: &[Proposal], library: &State, _cfg: &DistillConfig) -> String {
     let listed: Vec<String> = proposals
         .iter()
         .enumerate()
@@ -115,17 +187,46 @@ pub fn consolidate_prompt(proposals: &[Proposal], library: &State, cfg: &Distill
     render(
         CONSOLIDATE,
         &[
-            ("max_words", &cfg.max_words.to_string()),
+            ("max_kept", &MOST_KEPT.min(proposals.len().max(1)).to_string()),
             ("library", &library_lines(library)),
             ("proposals", &listed.join("\n")),
         ],
     )
 }
 
-/// `{"ops": [1..=n ops, each with "from": [proposal numbers]]}`.
-pub fn consolidate_schema(proposals: &[Proposal], library: &State, cfg: &DistillConfig) -> Value {
+/// `{"keep": [1..=MOST_KEPT items {"covers": [proposal numbers, the kept one first]}]}`.
+pub fn consolidate_schema(
+    proposals: &[Proposal],
+    _library: &State,
+    _cfg: &DistillConfig,
+) -> Value {
     let count = proposals.len().max(1);
-    ops_schema(count, op_variants(library, cfg.max_words, Some(count)))
+    let numbers: Vec<usize> = (1..=count).collect();
+    json!({
+        "type": "object",
+        "properties": {
+            "keep": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MOST_KEPT.min(count),
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "covers": {
+                            "type": "array",
+                            "items": {"enum": numbers},
+                            "minItems": 1,
+                            "maxItems": count
+                        }
+                    },
+                    "required": ["covers"],
+                    "additionalProperties": false
+                }
+            }
+        },
+        "required": ["keep"],
+        "additionalProperties": false
+    })
 }
 
 #[cfg(test)]
@@ -174,9 +275,11 @@ mod tests {
         let prompt = consolidate_prompt(&batch(), &library(), &DistillConfig::default());
         assert!(prompt.contains("1. add: When items come in groups, multiply.\n2. add: When there are groups, multiply them.\n3. delete E0001"), "{prompt}");
         assert!(prompt.contains("[E0001] When stuck, guess."), "{prompt}");
+        assert!(prompt.contains("at most 3."), "{prompt}");
         let schema = consolidate_schema(&batch(), &library(), &DistillConfig::default());
+        assert_eq!(schema["properties"]["keep"]["maxItems"], 3);
         let grammar = json_schema_to_gbnf(&schema).unwrap();
-        assert!(grammar.contains("\"3\""), "{grammar}");
+        assert!(grammar.contains("3"), "{grammar}");
     }
 
     #[tokio::test]
@@ -227,9 +330,30 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_reply_may_be_longer_than_a_single_op() {
-        let backend = Replay::new([Ok(r#"{"ops": [{"op": "delete", "id": "E0001"}]}"#)]);
-        let _ = consolidate(&backend, &batch(), &library(), &DistillConfig::default()).await;
-        assert_eq!(backend.requests()[0].sampling.max_tokens, 288);
+    async fn kept_proposals_come_back_unchanged_with_the_evidence_they_cover() {
+        let outcome = run(&[Ok(
+            r#"{"keep": [{"covers": [2, 1, 9]}, {"covers": [2]}, [3], {"covers": []}]}"#,
+        )])
+        .await;
+        let ops = outcome.value.unwrap();
+        assert_eq!(ops.len(), 2);
+        assert_eq!(
+            ops[0].op,
+            ProposedOp::Add {
+                text: "When there are groups, multiply them.".into()
+            }
+        );
+        assert_eq!(ops[0].evidence.query_ids, vec!["q2", "q1"]);
+        assert_eq!(ops[1].op, ProposedOp::Delete { id: id(1) });
+        assert_eq!(
+            outcome.dropped,
+            [
+                "attempt 1: keep names proposal 9, not one of 1..=3",
+                "attempt 1: proposal 2 kept twice",
+                "attempt 1: keep item without a proposal number: {\"covers\":[]}"
+            ]
+        );
+        let nothing = run(&[Ok(r#"{"keep": [{"covers": [7]}]}"#)]).await;
+        assert_eq!(nothing.value, None);
     }
 }

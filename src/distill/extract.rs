@@ -18,7 +18,10 @@ use crate::rollout::RolloutGroup;
 const QUESTION_MAX_CHARS: usize = 600;
 const REFERENCE_MAX_CHARS: usize = 200;
 const SUMMARY_MAX_CHARS: usize = 300;
-const ANSWER_MAX_CHARS: usize = 300;
+/// Answers up to this long are shown whole, so stage 1 skips them (see
+/// [`worth_summarizing`](super::summarize::worth_summarizing)).
+pub(crate) const ANSWER_MAX_CHARS: usize = 300;
+const MISTAKE_MAX_CHARS: usize = 240;
 
 /// Characters a text may have in the schema per allowed word: generous, since the word limit
 /// itself is checked when reading and a text over it is dropped, not cut.
@@ -69,8 +72,7 @@ pub async fn extract(
     .await
 }
 
-/// The stage 2 prompt. Answers without a summary (stage 1 failed on them) are shown by their
-/// grader's reason, so the group still counts.
+/// The stage 2 prompt: each answer with its grade, and its summary where stage 1 wrote one.
 pub fn extract_prompt(
     sample: &Sample,
     group: &RolloutGroup,
@@ -83,25 +85,23 @@ pub fn extract_prompt(
         .iter()
         .enumerate()
         .map(|(index, answer)| {
+            // The answer itself: it shows the step where right and wrong attempts part. A
+            // summary only where stage 1 wrote one (answers too long to show whole), and tool
+            // calls, so a lesson can say how to use the tools.
             let summary = summaries
                 .get(index)
                 .map(|s| s.trim())
                 .filter(|s| !s.is_empty())
-                .map_or_else(
-                    || format!("(no summary; grader: {})", clip(&answer.reason, 160)),
-                    |s| clip(s, SUMMARY_MAX_CHARS),
-                );
-            // The answer itself as well as its summary: a small model's summary may say
-            // little, and the answer shows the step where right and wrong attempts part.
-            // Tool calls too, so a lesson can say how to use the tools.
+                .map(|s| format!("\n   Summary: {}", clip(s, SUMMARY_MAX_CHARS)))
+                .unwrap_or_default();
             let tools: String = crate::agent::render_steps(&answer.steps, 160)
                 .iter()
                 .map(|line| format!("\n   Tool call: {line}"))
                 .collect();
             format!(
-                "{}. {} (reward {:.1}){tools}\n   Answer: {}\n   Summary: {summary}",
+                "{}. {} (reward {:.1}){tools}\n   Answer: {}{summary}",
                 index + 1,
-                grade(answer.reward),
+                grade(answer.reward).to_uppercase(),
                 answer.reward,
                 clip(&answer.text.replace('\n', " "), ANSWER_MAX_CHARS)
             )
@@ -129,11 +129,20 @@ pub fn extract_prompt(
 /// `none` is left out on purpose: a group reaches this stage only when its answers differ, so
 /// there is something to learn, and a small model offered "none" takes it every time. Readers
 /// still accept `none` from servers that ignore the schema.
+///
+/// A `mistake` sentence comes first: a small model that names what the wrong attempts did
+/// before it writes lessons writes lessons about that, rather than describing the attempts.
+/// It is read by nobody but the model itself.
 pub fn extract_schema(library: &State, cfg: &DistillConfig) -> Value {
-    ops_schema(
+    let mut schema = ops_schema(
         cfg.max_experiences.max(1),
         op_variants(library, cfg.max_words, None),
-    )
+    );
+    let mistake = json!({"type": "string", "minLength": 5, "maxLength": MISTAKE_MAX_CHARS});
+    let ops = schema["properties"]["ops"].take();
+    schema["properties"] = json!({"mistake": mistake, "ops": ops});
+    schema["required"] = json!(["mistake", "ops"]);
+    schema
 }
 
 /// `{"ops": [1..=max_items items, each one of `variants`]}`: the reply shape of stages 2 and 3.
@@ -155,8 +164,9 @@ pub(crate) fn ops_schema(max_items: usize, variants: Vec<Value>) -> Value {
 
 /// The schema of each op kind; with `from = Some(n)`, each also lists proposal numbers `1..=n`.
 ///
-/// A text is asked for as `condition` and `strategy` (read back as "When <condition>,
-/// <strategy>."): a small model given one free `text` field fills it with anything.
+/// A text is asked for as `when` and `do` (read back as "When <when>, <do>."): a small model
+/// given one free `text` field fills it with anything, and one given `condition` and `strategy`
+/// describes the attempts ("The attempt correctly identified …") instead of advising.
 pub(crate) fn op_variants(library: &State, max_words: usize, from: Option<usize>) -> Vec<Value> {
     // Bounds generous enough that a string the grammar cuts off is over the word limit, so it
     // is dropped rather than kept half-written.
@@ -186,9 +196,9 @@ pub(crate) fn op_variants(library: &State, max_words: usize, from: Option<usize>
             required.push("id");
         }
         if with_text {
-            properties.insert("condition".into(), part(2));
-            properties.insert("strategy".into(), part(3));
-            required.extend(["condition", "strategy"]);
+            properties.insert("when".into(), part(2));
+            properties.insert("do".into(), part(3));
+            required.extend(["when", "do"]);
         }
         properties.insert("op".into(), json!({"const": op}));
         required.push("op");
@@ -242,11 +252,11 @@ mod tests {
         );
         assert!(prompt.contains("write up to 2 lessons"), "{prompt}");
         assert!(
-            prompt.contains("1. correct (reward 1.0)\n   Answer: 3 bags times 4 apples is 12. Answer: 12\n   Summary: It multiplied 3 by 4."),
+            prompt.contains("1. CORRECT (reward 1.0)\n   Answer: 3 bags times 4 apples is 12. Answer: 12\n   Summary: It multiplied 3 by 4."),
             "{prompt}"
         );
         assert!(
-            prompt.contains("2. wrong (reward 0.0)\n   Answer: 3 plus 4 is 7. Answer: 7\n   Summary: (no summary; grader: expected 12)"),
+            prompt.contains("2. WRONG (reward 0.0)\n   Answer: 3 plus 4 is 7. Answer: 7\n\nLessons"),
             "{prompt}"
         );
         assert!(
@@ -266,7 +276,7 @@ mod tests {
             &DistillConfig::default(),
         );
         assert!(
-            empty.contains("Lessons you already have:\n(none yet)"),
+            empty.contains("Lessons the student already has:\n(none yet)"),
             "{empty}"
         );
     }

@@ -2,7 +2,7 @@
 //!
 //! | stage | function | input → output |
 //! |---|---|---|
-//! | 1 | [`summarize`] | one scored answer → a short summary of what it did |
+//! | 1 | [`summarize`] | one scored answer too long to show whole → a short summary of what it did |
 //! | 2 | [`extract`] | one group's summaries and rewards + the library → at most K [`ProposedOp`]s |
 //! | 3 | [`consolidate`] | a batch's [`Proposal`]s + the library → the final proposals |
 //! | — | [`resolve()`] | proposals → library [`Change`](crate::library::Change)s, deterministically |
@@ -46,7 +46,7 @@ pub use outcome::{Stage, StageOutcome, StageStats};
 pub use prompt::prompts_hash;
 pub use proposal::{Proposal, ProposedOp, group_evidence, union_evidence};
 pub use resolve::{DeleteRules, Resolution, normalize, resolve};
-pub use summarize::{parse_summary, summarize, summarize_prompt, summary_schema};
+pub use summarize::{parse_summary, summarize, summarize_prompt, summary_schema, worth_summarizing};
 
 /// Two groups must agree before an experience is deleted.
 pub const DEFAULT_DELETE_QUORUM: usize = 2;

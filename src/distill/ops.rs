@@ -317,7 +317,28 @@ fn compose(map: &Map<String, Value>) -> Option<String> {
     if condition.is_empty() || strategy.is_empty() {
         return Some(String::new());
     }
-    Some(format!("When {condition}, {strategy}."))
+    Some(format!(
+        "When {}, {}.",
+        lower_first_word(condition),
+        lower_first_word(strategy)
+    ))
+}
+
+/// "Count the letters" → "count the letters", "A word" → "a word", as they read inside
+/// "When …, …."; acronyms, names in capitals and "I" stay as they are.
+fn lower_first_word(text: &str) -> String {
+    let word = text.split_whitespace().next().unwrap_or("");
+    let mut chars = word.chars();
+    let capitalized = chars.next().is_some_and(char::is_uppercase)
+        && chars.all(|c| !c.is_uppercase())
+        && word != "I";
+    match text.chars().next() {
+        Some(first) if capitalized => first
+            .to_lowercase()
+            .chain(text[first.len_utf8()..].chars())
+            .collect(),
+        _ => text.to_owned(),
+    }
 }
 
 /// Proposal numbers: `[1, 3]`, `2`, `"1, 3"`, `["#1", "P3"]`.
@@ -490,12 +511,21 @@ fn has_form(text: &str) -> bool {
     matches!(first, "when" | "whenever" | "if")
 }
 
-/// Whether `text` (three words or more) appears in `template`: small models copy a prompt's
-/// example instead of writing their own.
+/// Whether `text` (three words or more), or the condition of a "When <condition>, …" lesson
+/// (four words or more), appears in `template`: small models copy a prompt's example instead
+/// of writing their own, sometimes with a changed word in its strategy.
 pub(crate) fn copied_from(template: &str, text: &str) -> bool {
-    let text = normalize(text);
-    text.split(' ').count() >= 3
-        && format!(" {} ", normalize(template)).contains(&format!(" {text} "))
+    let template = format!(" {} ", normalize(template));
+    let inside = |part: &str, min_words: usize| {
+        let part = normalize(part);
+        part.split(' ').count() >= min_words && template.contains(&format!(" {part} "))
+    };
+    let condition = text
+        .trim_start()
+        .strip_prefix("When ")
+        .and_then(|rest| rest.split_once(','))
+        .map(|(condition, _)| condition);
+    inside(text, 3) || condition.is_some_and(|condition| inside(condition, 4))
 }
 
 /// The id an update or delete names (given, or tagged at the start of its text), which must be

@@ -11,7 +11,7 @@ pub const SUMMARIZE: &str = include_str!("../../prompts/summarize.txt");
 pub const EXTRACT: &str = include_str!("../../prompts/extract.txt");
 /// Stage 2, added when the group's answers called tools.
 pub const EXTRACT_TOOLS: &str = include_str!("../../prompts/extract_tools.txt");
-/// Stage 3: `{max_words}`, `{library}`, `{proposals}`.
+/// Stage 3: `{max_kept}`, `{library}`, `{proposals}`.
 pub const CONSOLIDATE: &str = include_str!("../../prompts/consolidate.txt");
 
 /// Shown instead of an empty library, so the model does not invent one.
@@ -129,7 +129,7 @@ mod tests {
                     "max_words",
                 ],
             ),
-            (CONSOLIDATE, &["max_words", "library", "proposals"]),
+            (CONSOLIDATE, &["max_kept", "library", "proposals"]),
         ];
         for (template, names) in expected {
             for name in names {
@@ -140,9 +140,10 @@ mod tests {
 
     #[test]
     fn templates_stay_short_for_small_models() {
+        // Stage 2 is the longest: its instructions and two example lessons.
         for template in [SUMMARIZE, EXTRACT, EXTRACT_TOOLS, CONSOLIDATE] {
             let words = template.split_whitespace().count();
-            assert!(words < 150, "{words} words");
+            assert!(words < 250, "{words} words");
         }
     }
 

@@ -171,6 +171,14 @@ impl Change {
     pub fn delete(id: ExperienceId) -> Self {
         Self::Delete { id, reason: None }
     }
+
+    /// The experience an update or delete acts on (`None` for an add).
+    pub fn target(&self) -> Option<ExperienceId> {
+        match self {
+            Self::Add { .. } => None,
+            Self::Update { id, .. } | Self::Delete { id, .. } => Some(*id),
+        }
+    }
 }
 
 /// Limits the library enforces on the content of ops it is asked to apply.

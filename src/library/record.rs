@@ -190,6 +190,22 @@ pub struct Usage {
     pub harmful: u64,
 }
 
+/// Fewest harmful paired comparisons before usage alone argues for deleting an experience.
+pub const HARMFUL_MIN: u64 = 3;
+
+impl Usage {
+    /// Why the counts argue for deleting the experience: at least [`HARMFUL_MIN`] harmful
+    /// comparisons and at least twice as many harmful as helpful ones. `None` otherwise.
+    pub fn judged_harmful(&self) -> Option<String> {
+        (self.harmful >= HARMFUL_MIN && self.harmful >= 2 * self.helpful).then(|| {
+            format!(
+                "judged harmful in use: worse in {} and better in {} paired comparisons, over {} injections",
+                self.harmful, self.helpful, self.injected
+            )
+        })
+    }
+}
+
 /// One experience as it stands at some version of a library.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -222,5 +238,25 @@ impl Experience {
     /// Whether the experience is part of the library.
     pub fn is_active(&self) -> bool {
         self.status == Status::Active
+    }
+}
+
+#[cfg(test)]
+mod usage_tests {
+    use super::*;
+
+    #[test]
+    fn only_clearly_harmful_usage_argues_for_a_delete() {
+        let usage = |helpful, harmful| Usage {
+            injected: 40,
+            helpful,
+            harmful,
+        };
+        assert_eq!(usage(0, 2).judged_harmful(), None, "too few verdicts");
+        assert_eq!(usage(2, 3).judged_harmful(), None, "helpful nearly as often");
+        assert_eq!(
+            usage(1, 3).judged_harmful().unwrap(),
+            "judged harmful in use: worse in 3 and better in 1 paired comparisons, over 40 injections"
+        );
     }
 }

@@ -219,13 +219,16 @@ pub(super) async fn run_step(
         return end_step(journal, tally, epoch, step, end).map(Stepped::Done);
     }
 
-    // Stage 1: summarize every answer of every kept group.
+    // Stage 1: summarize the answers of kept groups that are too long for stage 2 to show whole.
     let cfg = runner.config.distill.clone();
     let backend = Arc::clone(&runner.distill_backend);
     let mut summaries: BTreeMap<(String, usize), StageOutcome<String>> = BTreeMap::new();
     let mut todo = Vec::new();
     for (sample, group) in &kept {
         for index in 0..group.answers.len() {
+            if !distill::worth_summarizing(&group.answers[index]) {
+                continue;
+            }
             let key = format!("{}/{index}", sample.id);
             match reuse::<String>(replay, step, Stage::Summarize, &key) {
                 Some(outcome) => {
@@ -300,9 +303,7 @@ pub(super) async fn run_step(
                 summaries
                     .get(&(sample.id.clone(), i))
                     .and_then(|o| o.value.clone())
-                    .unwrap_or_else(|| {
-                        "(no summary: the summarize stage failed for this answer)".into()
-                    })
+                    .unwrap_or_default()
             })
             .collect();
         let (backend, cfg, state) = (Arc::clone(&backend), &cfg, &state);
@@ -429,6 +430,8 @@ pub(super) async fn run_step(
         });
     }
 
+    harmful_deletes(runner.library.usage(), &state, &mut changes);
+
     let end = if changes.is_empty() {
         StepEnd::Skipped {
             reason: format!(
@@ -495,6 +498,29 @@ pub(super) async fn run_step(
         }
     };
     end_step(journal, tally, epoch, step, end).map(Stepped::Done)
+}
+
+/// Adds a delete for every active experience that `usage.json` judges harmful
+/// ([`Usage::judged_harmful`](crate::library::Usage::judged_harmful)) and the step's changes do
+/// not already touch, with the counts as its reason. The deletes go through the validation
+/// gate with the rest of the candidate, so usage proposes and the paired test decides.
+fn harmful_deletes(
+    usage: &BTreeMap<ExperienceId, crate::library::Usage>,
+    state: &State,
+    changes: &mut Vec<Change>,
+) {
+    let touched: Vec<ExperienceId> = changes.iter().filter_map(Change::target).collect();
+    for experience in state.active() {
+        if touched.contains(&experience.id) {
+            continue;
+        }
+        if let Some(reason) = usage.get(&experience.id).and_then(|u| u.judged_harmful()) {
+            changes.push(Change::Delete {
+                id: experience.id,
+                reason: Some(reason),
+            });
+        }
+    }
 }
 
 /// Adds to the library's usage counts (`usage.json`): `answers` injections of every
@@ -810,4 +836,46 @@ async fn near_duplicates(
     .await
     .expect("the embedding task does not panic")?;
     Ok(found.into_iter().map(|d| d.index).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::library::Usage;
+
+    #[test]
+    fn experiences_judged_harmful_in_use_are_proposed_for_deletion_once() {
+        // E0001 and E0002 active, E0003 deleted.
+        let state = crate::distill::testing::library();
+        let ids: Vec<ExperienceId> = (1..=3).map(crate::distill::testing::id).collect();
+        let harmful = Usage {
+            injected: 64,
+            helpful: 0,
+            harmful: 4,
+        };
+        let usage = BTreeMap::from([
+            (ids[0], harmful),
+            (ids[1], harmful),
+            (
+                ids[2],
+                Usage {
+                    helpful: 3,
+                    ..harmful
+                },
+            ),
+        ]);
+        // The step already updates the second one and the third is gone: only the first is
+        // proposed.
+        let mut changes = vec![Change::update_text(ids[1], "When c, do d twice.")];
+        harmful_deletes(&usage, &state, &mut changes);
+        assert_eq!(changes.len(), 2);
+        let Change::Delete { id, reason } = &changes[1] else {
+            panic!("{changes:?}")
+        };
+        assert_eq!(*id, ids[0]);
+        assert!(
+            reason.as_deref().unwrap().contains("worse in 4 and better in 0"),
+            "{reason:?}"
+        );
+    }
 }

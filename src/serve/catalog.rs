@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::library::{
-    Change, Digest, Library, LibraryError, Provenance, State, Version, stored_head,
+    Change, Digest, ExperienceId, Library, LibraryError, Provenance, State, Usage, Version,
+    stored_head,
 };
 
 /// Versions kept checked out per library, besides the head.
@@ -127,6 +128,35 @@ impl Catalog {
         let mut entries = self.lock();
         let entry = self.fresh(&mut entries, name, false)?;
         read(&entry.library)
+    }
+
+    /// Adds `deltas` to the usage counts of library `name`, skipping experiences no longer
+    /// active at its head (deleted since they were counted); returns how many injections were
+    /// skipped. Blocking.
+    pub fn record_usage(
+        &self,
+        name: &str,
+        deltas: &[(ExperienceId, Usage)],
+    ) -> Result<u64, LibraryError> {
+        let mut entries = self.lock();
+        let entry = self.fresh(&mut entries, name, true)?;
+        let (active, gone): (Vec<_>, Vec<_>) = deltas
+            .iter()
+            .copied()
+            .partition(|(id, _)| entry.library.head().get_active(*id).is_some());
+        entry.library.record_usage(&active)?;
+        Ok(gone.iter().map(|(_, usage)| usage.injected).sum())
+    }
+
+    /// The usage counts of every library the server has opened, as last read or written.
+    pub fn usage(&self) -> Vec<(String, BTreeMap<ExperienceId, Usage>)> {
+        let entries = self.lock();
+        let mut all: Vec<_> = entries
+            .iter()
+            .map(|(name, entry)| (name.clone(), entry.library.usage().clone()))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
     }
 
     /// Commits `changes` to library `name` as one new version. Blocking. The library is

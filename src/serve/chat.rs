@@ -179,6 +179,9 @@ pub async fn completions(
             ids.len(),
             started.elapsed(),
         );
+        // One injection per answer asked for, as training counts one per sampled answer.
+        app.usage
+            .note(&snapshot.library, &ids, checked.n.max(1) as u64);
         injected = Some(Injected { snapshot, ids });
     }
 

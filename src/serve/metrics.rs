@@ -196,6 +196,52 @@ impl Metrics {
     }
 }
 
+/// Each experience's usage counts (`usage.json` of the libraries the server has opened:
+/// injections in training and served answers, helpful and harmful paired verdicts), and the
+/// served injections not yet written there.
+pub fn usage_lines(
+    libraries: &[(String, BTreeMap<crate::library::ExperienceId, crate::library::Usage>)],
+    pending: u64,
+) -> String {
+    let mut out = String::new();
+    for (name, help, count) in [
+        (
+            "gym_experience_injected",
+            "Answers given with the experience in the prompt (usage.json)",
+            (|u: &crate::library::Usage| u.injected) as fn(&crate::library::Usage) -> u64,
+        ),
+        (
+            "gym_experience_helpful",
+            "Paired comparisons the experience won (usage.json)",
+            |u| u.helpful,
+        ),
+        (
+            "gym_experience_harmful",
+            "Paired comparisons the experience lost (usage.json)",
+            |u| u.harmful,
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}.");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        for (library, usage) in libraries {
+            for (id, uses) in usage {
+                let _ = writeln!(
+                    out,
+                    "{name}{{library=\"{library}\",experience=\"{id}\"}} {}",
+                    count(uses)
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP gym_experience_injections_pending Served injections not yet written to usage.json."
+    );
+    let _ = writeln!(out, "# TYPE gym_experience_injections_pending gauge");
+    let _ = writeln!(out, "gym_experience_injections_pending {pending}");
+    out
+}
+
 /// The router's per-upstream counters.
 pub fn upstream_lines(router: &super::router::Router) -> String {
     use std::sync::atomic::Ordering::Relaxed;

@@ -19,6 +19,7 @@
 //! | [`hllm`] | Θ (uncertainty), Ψ (library mass), κ, and escalation to a stronger model |
 //! | `runs` | the runs under `--runs-dir`, and a run's journal as server-sent events for remote dashboards |
 //! | [`metrics`] | Prometheus counters |
+//! | [`usage`] | injections of experiences in served answers, written to each library's `usage.json` |
 //! | [`error`] | errors in OpenAI's error shape |
 //!
 //! The library store stays synchronous; its reads run on the blocking pool.
@@ -40,6 +41,7 @@ pub mod router;
 mod runs;
 mod stream;
 mod tool_wire;
+pub mod usage;
 pub mod wire;
 
 use std::sync::Arc;
@@ -114,6 +116,8 @@ pub struct AppState {
     pub config: Arc<ServeConfig>,
     /// Keys accepted on the routes that write (none: every write gets 401).
     pub keys: Arc<keys::ApiKeys>,
+    /// Injections served and not yet written to the libraries' `usage.json`.
+    pub usage: Arc<usage::ServedUsage>,
 }
 
 /// The server's routes.
@@ -201,6 +205,7 @@ async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         app.metrics.render()
+            + &metrics::usage_lines(&app.catalog.usage(), app.usage.pending())
             + &metrics::upstream_lines(&app.router)
             + &app
                 .retriever

@@ -400,7 +400,7 @@ fn is_stage(request: &Value) -> bool {
     let prompt = last_message(request);
     !request["response_format"].is_null()
         || prompt.contains("Proposed changes:")
-        || prompt.contains("Attempts, graded:")
+        || prompt.contains("Attempts:\n")
 }
 
 /// What a capable model answers to each of the distillation stages' prompts.
@@ -410,7 +410,7 @@ fn distill_reply(request: &Value) -> String {
     if prompt.contains("Proposed changes:") {
         json!({"ops": [{"from": [1], "condition": condition, "strategy": strategy, "op": "add"}]})
             .to_string()
-    } else if prompt.contains("Attempts, graded:") {
+    } else if prompt.contains("Attempts:\n") {
         format!(
             "Here is the lesson:\n```json\n{{\"ops\": [{{\"condition\": \"{condition}\", \"strategy\": \"{strategy}\", \"op\": \"add\"}},]}}\n```\nIt applies to any word."
         )

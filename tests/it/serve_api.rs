@@ -71,6 +71,7 @@ pub(crate) async fn fixture(config: ServeConfig) -> Fixture {
     let retriever = crate::common::embedder()
         .map(|embedder| Arc::new(Retriever::new(embedder, Arc::new(IvfIndex::exact(8)))));
     let state = AppState {
+        usage: Default::default(),
         router: Arc::new(gym::serve::router::Router::single(backend)),
         catalog: Arc::new(Catalog::new(dir.path(), Duration::ZERO)),
         retriever,
@@ -230,6 +231,7 @@ async fn retrieval_can_use_an_openai_compatible_embeddings_endpoint() {
     })
     .await;
     let state = AppState {
+        usage: Default::default(),
         retriever: Some(Arc::new(Retriever::new(
             Arc::new(embedder),
             Arc::new(IvfIndex::exact(4)),
@@ -661,6 +663,7 @@ async fn requests_fail_over_to_the_next_upstream_of_the_model() {
     );
     let f = fixture(ServeConfig::default()).await;
     let state = AppState {
+        usage: Default::default(),
         router: Arc::new(router),
         ..f.state.clone()
     };
@@ -784,5 +787,51 @@ proptest::proptest! {
             }
             Ok(())
         })?;
+    }
+}
+
+#[tokio::test]
+async fn served_injections_are_counted_per_answer_and_written_to_usage_json() {
+    let f = fixture(ServeConfig {
+        top_k: 0,
+        ..ServeConfig::default()
+    })
+    .await;
+    let mut two = question("gym@letters");
+    two["n"] = json!(2);
+    let (status, headers, body) = call(&f.state, post(two, &[])).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(
+        header(&headers, "x-gym-experiences"),
+        "E0001,E0002,E0003,E0004"
+    );
+    // Two answers with four experiences each: eight injections, not yet on disk.
+    assert_eq!(f.state.usage.pending(), 8);
+    let get = Request::get("/metrics").body(Body::empty()).unwrap();
+    let (_, _, text) = call(&f.state, get).await;
+    let text = String::from_utf8(text).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l == "gym_experience_injections_pending 8"),
+        "{text}"
+    );
+    let (state, catalog) = (f.state.clone(), Arc::clone(&f.state.catalog));
+    let flushed = tokio::task::spawn_blocking(move || state.usage.flush(&catalog))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((flushed.injections, flushed.dropped), (8, 0));
+    let on_disk = Library::open(f.state.catalog.root(), "letters").unwrap();
+    let injected: Vec<u64> = on_disk.usage().values().map(|u| u.injected).collect();
+    assert_eq!(injected, [2, 2, 2, 2]);
+    let get = Request::get("/metrics").body(Body::empty()).unwrap();
+    let (_, _, text) = call(&f.state, get).await;
+    let text = String::from_utf8(text).unwrap();
+    for line in [
+        "gym_experience_injected{library=\"letters\",experience=\"E0001\"} 2",
+        "gym_experience_harmful{library=\"letters\",experience=\"E0004\"} 0",
+        "gym_experience_injections_pending 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
     }
 }
