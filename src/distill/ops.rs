@@ -468,7 +468,7 @@ fn check_text(name: &str, text: &str, rules: &Rules<'_>) -> Result<String, Strin
         Err(format!("{name} with an empty text"))
     } else if is_placeholder(text) {
         Err(format!("{name} with a placeholder for a text: \"{text}\""))
-    } else if copied_from(rules.template, text) {
+    } else if copied_from(rules.template, text) || shares_a_run(rules.template, text) {
         Err(format!("{name} copies the prompt: \"{text}\""))
     } else if !has_form(text) {
         Err(format!(
@@ -511,21 +511,28 @@ fn has_form(text: &str) -> bool {
     matches!(first, "when" | "whenever" | "if")
 }
 
-/// Whether `text` (three words or more), or the condition of a "When <condition>, …" lesson
-/// (four words or more), appears in `template`: small models copy a prompt's example instead
-/// of writing their own, sometimes with a changed word in its strategy.
+/// Whether `text` (three words or more) appears in `template`: small models copy a prompt's
+/// example instead of writing their own.
 pub(crate) fn copied_from(template: &str, text: &str) -> bool {
+    let text = normalize(text);
+    text.split(' ').count() >= 3
+        && format!(" {} ", normalize(template)).contains(&format!(" {text} "))
+}
+
+/// Words in a row a lesson may share with its prompt: "how many days lie between two dates"
+/// from an example is a copy, "a problem asks for the" is not.
+const COPIED_RUN: usize = 5;
+
+/// Whether some [`COPIED_RUN`] words in a row of `lesson` appear in `template`: a copied
+/// example with a word changed ("When a problem asks for the number of days lie between two
+/// dates, …") is still a copy.
+fn shares_a_run(template: &str, lesson: &str) -> bool {
     let template = format!(" {} ", normalize(template));
-    let inside = |part: &str, min_words: usize| {
-        let part = normalize(part);
-        part.split(' ').count() >= min_words && template.contains(&format!(" {part} "))
-    };
-    let condition = text
-        .trim_start()
-        .strip_prefix("When ")
-        .and_then(|rest| rest.split_once(','))
-        .map(|(condition, _)| condition);
-    inside(text, 3) || condition.is_some_and(|condition| inside(condition, 4))
+    let lesson = normalize(lesson);
+    let words: Vec<&str> = lesson.split(' ').filter(|w| !w.is_empty()).collect();
+    words
+        .windows(COPIED_RUN)
+        .any(|run| template.contains(&format!(" {} ", run.join(" "))))
 }
 
 /// The id an update or delete names (given, or tagged at the start of its text), which must be
