@@ -101,8 +101,10 @@ fn read_kept(
     let value = extract_json(output).ok()?.value;
     let items = value.get("keep")?.as_array()?.clone();
     let number = |v: &Value| {
-        v.as_u64()
-            .or_else(|| v.as_str().and_then(|s| s.trim().trim_start_matches('#').parse().ok()))
+        v.as_u64().or_else(|| {
+            v.as_str()
+                .and_then(|s| s.trim().trim_start_matches('#').parse().ok())
+        })
     };
     let mut kept: Vec<Vec<usize>> = Vec::new();
     for item in items.iter().take(MOST_KEPT.max(1) * 2) {
@@ -187,7 +189,10 @@ pub fn consolidate_prompt(proposals: &[Proposal], library: &State, _cfg: &Distil
     render(
         CONSOLIDATE,
         &[
-            ("max_kept", &MOST_KEPT.min(proposals.len().max(1)).to_string()),
+            (
+                "max_kept",
+                &MOST_KEPT.min(proposals.len().max(1)).to_string(),
+            ),
             ("library", &library_lines(library)),
             ("proposals", &listed.join("\n")),
         ],
@@ -195,11 +200,7 @@ pub fn consolidate_prompt(proposals: &[Proposal], library: &State, _cfg: &Distil
 }
 
 /// `{"keep": [1..=MOST_KEPT items {"covers": [proposal numbers, the kept one first]}]}`.
-pub fn consolidate_schema(
-    proposals: &[Proposal],
-    _library: &State,
-    _cfg: &DistillConfig,
-) -> Value {
+pub fn consolidate_schema(proposals: &[Proposal], _library: &State, _cfg: &DistillConfig) -> Value {
     let count = proposals.len().max(1);
     let numbers: Vec<usize> = (1..=count).collect();
     json!({

@@ -256,7 +256,8 @@ mod tests {
             "{prompt}"
         );
         assert!(
-            prompt.contains("2. WRONG (reward 0.0)\n   Answer: 3 plus 4 is 7. Answer: 7\n\nLessons"),
+            prompt
+                .contains("2. WRONG (reward 0.0)\n   Answer: 3 plus 4 is 7. Answer: 7\n\nLessons"),
             "{prompt}"
         );
         assert!(

@@ -46,7 +46,9 @@ pub use outcome::{Stage, StageOutcome, StageStats};
 pub use prompt::prompts_hash;
 pub use proposal::{Proposal, ProposedOp, group_evidence, union_evidence};
 pub use resolve::{DeleteRules, Resolution, normalize, resolve};
-pub use summarize::{parse_summary, summarize, summarize_prompt, summary_schema, worth_summarizing};
+pub use summarize::{
+    parse_summary, summarize, summarize_prompt, summary_schema, worth_summarizing,
+};
 
 /// Two groups must agree before an experience is deleted.
 pub const DEFAULT_DELETE_QUORUM: usize = 2;

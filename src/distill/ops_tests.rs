@@ -277,7 +277,9 @@ fn valid_json_without_a_lesson_is_dropped_item_by_item() {
 #[test]
 fn when_and_do_read_as_one_sentence_and_a_copied_example_condition_is_dropped() {
     assert_eq!(
-        ops(r#"{"mistake": "They guessed.", "ops": [{"when": "A word is spelled", "do": "Count each letter in turn", "op": "add"}]}"#),
+        ops(
+            r#"{"mistake": "They guessed.", "ops": [{"when": "A word is spelled", "do": "Count each letter in turn", "op": "add"}]}"#
+        ),
         vec![add("When a word is spelled, count each letter in turn.")]
     );
     // The template's example with a new strategy is still the template's example.

@@ -46,8 +46,8 @@ pub use id::{ExperienceId, ParseIdError};
 pub use merkle::{EMPTY_ROOT, InclusionProof, LeafContent, ProofError};
 pub use op::{Change, Limits, Op};
 pub use record::{
-    DEFAULT_CONFIDENCE, DEFAULT_DOMAIN, Evidence, Experience, HARMFUL_MIN, Provenance, Status, Usage,
-    Validation,
+    DEFAULT_CONFIDENCE, DEFAULT_DOMAIN, Evidence, Experience, HARMFUL_MIN, Provenance, Status,
+    Usage, Validation,
 };
 pub use state::{State, Undo, diff};
 pub use store::{DEFAULT_MAX_WORDS, Library, Settings, library_dir, list_libraries, stored_head};

@@ -253,7 +253,11 @@ mod usage_tests {
             harmful,
         };
         assert_eq!(usage(0, 2).judged_harmful(), None, "too few verdicts");
-        assert_eq!(usage(2, 3).judged_harmful(), None, "helpful nearly as often");
+        assert_eq!(
+            usage(2, 3).judged_harmful(),
+            None,
+            "helpful nearly as often"
+        );
         assert_eq!(
             usage(1, 3).judged_harmful().unwrap(),
             "judged harmful in use: worse in 3 and better in 1 paired comparisons, over 40 injections"

@@ -874,7 +874,10 @@ mod tests {
         };
         assert_eq!(*id, ids[0]);
         assert!(
-            reason.as_deref().unwrap().contains("worse in 4 and better in 0"),
+            reason
+                .as_deref()
+                .unwrap()
+                .contains("worse in 4 and better in 0"),
             "{reason:?}"
         );
     }

@@ -200,7 +200,10 @@ impl Metrics {
 /// injections in training and served answers, helpful and harmful paired verdicts), and the
 /// served injections not yet written there.
 pub fn usage_lines(
-    libraries: &[(String, BTreeMap<crate::library::ExperienceId, crate::library::Usage>)],
+    libraries: &[(
+        String,
+        BTreeMap<crate::library::ExperienceId, crate::library::Usage>,
+    )],
     pending: u64,
 ) -> String {
     let mut out = String::new();

@@ -101,7 +101,10 @@ pub async fn flush_every(
         if usage.pending() == 0 {
             continue;
         }
-        let (usage, catalog) = (std::sync::Arc::clone(&usage), std::sync::Arc::clone(&catalog));
+        let (usage, catalog) = (
+            std::sync::Arc::clone(&usage),
+            std::sync::Arc::clone(&catalog),
+        );
         match tokio::task::spawn_blocking(move || usage.flush(&catalog)).await {
             Ok(Ok(_)) => {}
             Ok(Err(error)) => eprintln!("gym serve: usage counts not written yet: {error}"),
