@@ -134,40 +134,28 @@ pub fn extract_prompt(
 /// before it writes lessons writes lessons about that, rather than describing the attempts.
 /// It is read by nobody but the model itself.
 pub fn extract_schema(library: &State, cfg: &DistillConfig) -> Value {
-    let mut schema = ops_schema(
-        cfg.max_experiences.max(1),
-        op_variants(library, cfg.max_words, None),
-    );
-    let mistake = json!({"type": "string", "minLength": 5, "maxLength": MISTAKE_MAX_CHARS});
-    let ops = schema["properties"]["ops"].take();
-    schema["properties"] = json!({"mistake": mistake, "ops": ops});
-    schema["required"] = json!(["mistake", "ops"]);
-    schema
-}
-
-/// `{"ops": [1..=max_items items, each one of `variants`]}`: the reply shape of stages 2 and 3.
-pub(crate) fn ops_schema(max_items: usize, variants: Vec<Value>) -> Value {
     json!({
         "type": "object",
         "properties": {
+            "mistake": {"type": "string", "minLength": 5, "maxLength": MISTAKE_MAX_CHARS},
             "ops": {
                 "type": "array",
                 "minItems": 1,
-                "maxItems": max_items,
-                "items": {"anyOf": variants}
+                "maxItems": cfg.max_experiences.max(1),
+                "items": {"anyOf": op_variants(library, cfg.max_words)}
             }
         },
-        "required": ["ops"],
+        "required": ["mistake", "ops"],
         "additionalProperties": false
     })
 }
 
-/// The schema of each op kind; with `from = Some(n)`, each also lists proposal numbers `1..=n`.
+/// The schema of each op kind.
 ///
 /// A text is asked for as `when` and `do` (read back as "When <when>, <do>."): a small model
 /// given one free `text` field fills it with anything, and one given `condition` and `strategy`
 /// describes the attempts ("The attempt correctly identified …") instead of advising.
-pub(crate) fn op_variants(library: &State, max_words: usize, from: Option<usize>) -> Vec<Value> {
+fn op_variants(library: &State, max_words: usize) -> Vec<Value> {
     // Bounds generous enough that a string the grammar cuts off is over the word limit, so it
     // is dropped rather than kept half-written.
     let part = |share: usize| {
@@ -180,17 +168,9 @@ pub(crate) fn op_variants(library: &State, max_words: usize, from: Option<usize>
     let ids: Vec<String> = library.active().map(|e| e.id.to_string()).collect();
     let variant = |op: &str, with_id: bool, with_text: bool| {
         let mut properties = serde_json::Map::new();
-        // The grammar writes required keys in this order: what to do first, then its source
-        // and target, then the condition before the strategy.
+        // The grammar writes required keys in this order: the target, then the condition
+        // before the strategy, then the kind of op.
         let mut required = vec![];
-        if let Some(count) = from {
-            let numbers: Vec<usize> = (1..=count.max(1)).collect();
-            properties.insert(
-                "from".into(),
-                json!({"type": "array", "items": {"enum": numbers}, "minItems": 1, "maxItems": count.max(1)}),
-            );
-            required.push("from");
-        }
         if with_id {
             properties.insert("id".into(), json!({"enum": ids}));
             required.push("id");
