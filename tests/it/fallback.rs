@@ -20,8 +20,13 @@ fn a_plateaued_run_fine_tunes_on_its_own_journal() {
             "grpo",
             "--dataset",
             "builtin:letters",
-            // 12 queries x G=4 on a suite the small model gets right about one time in ten: no
-            // solved answer to learn from has odds of about 0.9^48, 0.6 %.
+            // The fine-tune needs a solved answer that ended on its own. The letters suite's own
+            // reward is solved about one time in ten and the one solved answer can be cut at
+            // --max-tokens, so this test counts any answer with a digit as solved: the small
+            // model writes one in about 3 answers of 4 (`gym eval --reward 'regex:[0-9]'` on 12
+            // training queries x 4 gave Mean@4 0.77), so 48 answers without one are out of reach.
+            "--reward",
+            "regex:[0-9]",
             "--samples",
             "12",
             "--batch-size",
