@@ -865,12 +865,13 @@ fn render_summary(summary: &RunSummary, library: &str) -> String {
         };
         let _ = writeln!(
             out,
-            "stage {:<11} {} calls, {} attempts, {} parse failures ({:.0}%), {} failed, {} items dropped",
+            "stage {:<11} {} calls, {} attempts, {} parse failures ({:.0}%), {} rejected, {} failed, {} items dropped",
             stage.as_str(),
             stats.calls,
             stats.attempts,
             stats.parse_failures,
             rate * 100.0,
+            stats.rejections,
             stats.failures,
             stats.dropped_items
         );

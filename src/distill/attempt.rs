@@ -96,7 +96,11 @@ impl Call<'_> {
                     break;
                 }
                 Err(error) => {
-                    outcome.parse_failures += 1;
+                    if error.is_rejection() {
+                        outcome.rejections += 1;
+                    } else {
+                        outcome.parse_failures += 1;
+                    }
                     outcome.errors.push(format!("attempt {number}: {error}"));
                 }
             }

@@ -315,7 +315,7 @@ mod tests {
         ])
         .await;
         assert_eq!(outcome.value, None);
-        assert_eq!(outcome.parse_failures, 3);
+        assert_eq!((outcome.rejections, outcome.parse_failures), (3, 0));
         assert_eq!(
             outcome.errors[0],
             "attempt 1: the model kept none of the 3 proposals"

@@ -60,6 +60,19 @@ pub enum ParseError {
     CopiedPrompt,
 }
 
+impl ParseError {
+    /// Whether the output was read but everything in it failed the checks (instance-bound,
+    /// copied or over-long lessons; nothing kept), as opposed to an output that could not be
+    /// read at all. Runs count the two apart: a rejection is the checks working, a parse
+    /// failure is the model or the grammar failing.
+    pub fn is_rejection(&self) -> bool {
+        matches!(
+            self,
+            Self::AllDropped { .. } | Self::NothingKept { .. } | Self::CopiedPrompt
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,6 +91,15 @@ mod tests {
         assert_eq!(
             ParseError::AllDropped { count: 3 }.to_string(),
             "all 3 items were dropped"
+        );
+        assert!(ParseError::AllDropped { count: 1 }.is_rejection());
+        assert!(ParseError::NothingKept { proposals: 2 }.is_rejection());
+        assert!(!ParseError::NoJson.is_rejection());
+        assert!(
+            !ParseError::NoOps {
+                found: "a number".into()
+            }
+            .is_rejection()
         );
     }
 }

@@ -327,8 +327,9 @@ mod tests {
                 outcome.parse_failures,
                 outcome.backend_errors
             ),
-            (3, 1, 1)
+            (3, 0, 1)
         );
+        assert_eq!(outcome.rejections, 1);
         assert_eq!(outcome.errors[0], "attempt 1: all 1 items were dropped");
         assert_eq!(
             outcome.dropped,

@@ -40,6 +40,10 @@ pub struct StageOutcome<T> {
     pub attempts: u32,
     /// Attempts whose output could not be read.
     pub parse_failures: u32,
+    /// Attempts whose output was read but every item in it failed the checks
+    /// ([`ParseError::is_rejection`](super::ParseError::is_rejection)).
+    #[serde(default)]
+    pub rejections: u32,
     /// Attempts the backend failed.
     pub backend_errors: u32,
     /// Why each failed attempt failed: `attempt N: <reason>`.
@@ -60,6 +64,7 @@ impl<T> Default for StageOutcome<T> {
             raw_outputs: Vec::new(),
             attempts: 0,
             parse_failures: 0,
+            rejections: 0,
             backend_errors: 0,
             errors: Vec::new(),
             dropped: Vec::new(),
@@ -82,6 +87,7 @@ impl<T> StageOutcome<T> {
             raw_outputs: self.raw_outputs,
             attempts: self.attempts,
             parse_failures: self.parse_failures,
+            rejections: self.rejections,
             backend_errors: self.backend_errors,
             errors: self.errors,
             dropped: self.dropped,
@@ -100,6 +106,9 @@ pub struct StageStats {
     pub attempts: u64,
     /// Attempts whose output could not be read.
     pub parse_failures: u64,
+    /// Attempts read whose every item failed the checks.
+    #[serde(default)]
+    pub rejections: u64,
     /// Attempts the backend failed.
     #[serde(default)]
     pub backend_errors: u64,
@@ -115,6 +124,7 @@ impl StageStats {
         self.calls += other.calls;
         self.attempts += other.attempts;
         self.parse_failures += other.parse_failures;
+        self.rejections += other.rejections;
         self.backend_errors += other.backend_errors;
         self.failures += other.failures;
         self.dropped_items += other.dropped_items;
@@ -125,6 +135,7 @@ impl StageStats {
         self.calls += 1;
         self.attempts += u64::from(outcome.attempts);
         self.parse_failures += u64::from(outcome.parse_failures);
+        self.rejections += u64::from(outcome.rejections);
         self.backend_errors += u64::from(outcome.backend_errors);
         self.failures += u64::from(outcome.value.is_none());
         self.dropped_items += outcome.dropped.len() as u64;
@@ -141,7 +152,7 @@ mod tests {
         stats.record(&StageOutcome {
             value: Some(1),
             attempts: 2,
-            parse_failures: 1,
+            rejections: 1,
             dropped: vec!["attempt 2: x".into()],
             ..StageOutcome::default()
         });
@@ -156,7 +167,8 @@ mod tests {
             StageStats {
                 calls: 2,
                 attempts: 5,
-                parse_failures: 3,
+                parse_failures: 2,
+                rejections: 1,
                 backend_errors: 1,
                 failures: 1,
                 dropped_items: 1,

@@ -90,6 +90,9 @@ pub enum RunEvent {
         ok: bool,
         attempts: u32,
         parse_failures: u32,
+        /// Attempts read whose every item failed the checks.
+        #[serde(default)]
+        rejections: u32,
         dropped: usize,
         reused: bool,
         #[serde(default)]

@@ -96,20 +96,25 @@ pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) 
     if !summary.stages.is_empty() {
         let _ = writeln!(
             out,
-            "\n| stage | calls | attempts | parse failures | backend errors | failed calls |\n|---|---:|---:|---:|---:|---:|"
+            "\n| stage | calls | attempts | parse failures | rejected | backend errors | failed calls |\n|---|---:|---:|---:|---:|---:|---:|"
         );
         for (stage, stats) in &summary.stages {
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} |",
                 stage.as_str(),
                 stats.calls,
                 stats.attempts,
                 stats.parse_failures,
+                stats.rejections,
                 stats.backend_errors,
                 stats.failures
             );
         }
+        let _ = writeln!(
+            out,
+            "\nParse failures are outputs that could not be read; rejected ones were read, but every lesson in them failed the checks (bound to one problem, copied from the prompt, too long)."
+        );
         let _ = writeln!(
             out,
             "\nOps dropped by resolution: {}; near-duplicates dropped: {}; verifier failures: {}.",

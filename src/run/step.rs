@@ -783,6 +783,7 @@ fn record<T: Serialize>(
         ok: outcome.value.is_some(),
         attempts: outcome.attempts,
         parse_failures: outcome.parse_failures,
+        rejections: outcome.rejections,
         dropped: outcome.dropped.len(),
         reused: false,
         backend_errors: outcome.backend_errors,

@@ -79,6 +79,7 @@ fn events() -> (Vec<RunEvent>, Vec<RunEvent>) {
             ok: true,
             attempts: 2,
             parse_failures: 1,
+            rejections: 0,
             dropped: 0,
             reused: false,
             backend_errors: 0,

@@ -236,7 +236,7 @@ pub struct Usage {
 pub struct Failures {
     /// Model outputs that could not be parsed, even tolerantly.
     pub parse_failures: u64,
-    /// Calls retried (after a parse failure or a backend error).
+    /// Calls retried (after a parse failure, a rejected output or a backend error).
     pub retries: u64,
     /// Backend calls that failed (HTTP errors, timeouts, llama.cpp errors).
     pub backend_errors: u64,
