@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use gym_tui::{
-    Answer, Group, LogLevel, LogLine, OpKind, OpLine, ProposedOp as OpProposal, RunState,
-    SharedSnapshot, Snapshot, StagePanel, StageProgress,
+    Answer, ExperienceUsage, Group, LogLevel, LogLine, OpKind, OpLine, ProposedOp as OpProposal,
+    RunState, SharedSnapshot, Snapshot, StagePanel, StageProgress,
 };
 
 use super::events::{EventSink, RunEvent};
@@ -189,6 +189,7 @@ impl DashboardFold {
                 elapsed_s,
                 ops,
                 experiences,
+                usage,
                 ..
             } => {
                 s.rewards.retain(|(done, _)| done != step);
@@ -197,6 +198,15 @@ impl DashboardFold {
                 s.progress.stage = None;
                 s.usage.cost_usd += cost_usd;
                 s.library.experiences = *experiences;
+                s.library.usage = usage
+                    .iter()
+                    .map(|u| ExperienceUsage {
+                        id: u.id.clone(),
+                        injected: u.injected,
+                        helpful: u.helpful,
+                        harmful: u.harmful,
+                    })
+                    .collect();
                 if let StepEnd::Committed { version, .. } = end {
                     s.library.version = *version;
                     s.header.library_version = *version;

@@ -25,6 +25,18 @@ pub struct AnswerView {
     pub tools: Vec<String>,
 }
 
+/// An active experience's usage counts (`usage.json`) after a step, as the dashboard shows them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageView {
+    pub id: String,
+    /// Answers sampled with it in the prompt.
+    pub injected: u64,
+    /// Paired comparisons where it helped.
+    pub helpful: u64,
+    /// Paired comparisons where it hurt.
+    pub harmful: u64,
+}
+
 /// One op of a committed version, as the dashboard shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OpView {
@@ -119,6 +131,9 @@ pub enum RunEvent {
         /// Active experiences after the step.
         #[serde(default)]
         experiences: usize,
+        /// The usage counts of the active experiences after the step, in id order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        usage: Vec<UsageView>,
     },
     /// The user paused (`true`) or resumed (`false`) the run.
     Paused { paused: bool },

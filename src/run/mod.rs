@@ -25,7 +25,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 pub use self::control::RunControl;
-pub use self::events::{AnswerView, EventSink, Events, JsonlSink, OpView, RunEvent};
+pub use self::events::{AnswerView, EventSink, Events, JsonlSink, OpView, RunEvent, UsageView};
 
 /// Whether `id` can name a run: letters, digits, `-`, `_` and `.`, not starting with `.` (so
 /// it is one plain directory under the runs directory, never `..`).
@@ -225,6 +225,7 @@ impl Runner {
                     elapsed_s: step_started.elapsed().as_secs_f64(),
                     ops: committed_ops(&self.library, &report.end),
                     experiences: report.library_size,
+                    usage: active_usage(&self.library),
                 });
                 summary.add(report);
                 if self.control.stop_requested() && step < self.total_steps() {
@@ -286,6 +287,24 @@ fn committed_ops(library: &Library, end: &StepEnd) -> Vec<OpView> {
                 kind: kind.into(),
                 id: op.id().to_string(),
                 text,
+            }
+        })
+        .collect()
+}
+
+/// The usage counts of the head version's active experiences (none for an unused one).
+fn active_usage(library: &Library) -> Vec<UsageView> {
+    let usage = library.usage();
+    library
+        .head()
+        .active()
+        .map(|experience| {
+            let counts = usage.get(&experience.id).copied().unwrap_or_default();
+            UsageView {
+                id: experience.id.to_string(),
+                injected: counts.injected,
+                helpful: counts.helpful,
+                harmful: counts.harmful,
             }
         })
         .collect()

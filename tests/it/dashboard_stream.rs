@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use gym::backend::Usage;
 use gym::distill::ProposedOp;
-use gym::run::{AnswerView, OpView, RunEvent, Stage, StepEnd};
+use gym::run::{AnswerView, OpView, RunEvent, Stage, StepEnd, UsageView};
 use gym::serve::ServeConfig;
 use gym_tui::{OpKind, RunState, Snapshot};
 
@@ -109,6 +109,12 @@ fn events() -> (Vec<RunEvent>, Vec<RunEvent>) {
                 text: "When counting letters, spell the word out.".into(),
             }],
             experiences: 1,
+            usage: vec![UsageView {
+                id: "E0001".into(),
+                injected: 64,
+                helpful: 3,
+                harmful: 1,
+            }],
         },
     ];
     let rest = vec![
@@ -133,6 +139,7 @@ fn events() -> (Vec<RunEvent>, Vec<RunEvent>) {
             elapsed_s: 8.0,
             ops: Vec::new(),
             experiences: 1,
+            usage: Vec::new(),
         },
         RunEvent::RunFinished {
             steps: 2,
@@ -222,6 +229,15 @@ async fn the_dashboard_stream_folds_events_into_snapshots_until_the_run_ends() {
     assert_eq!(stage.proposals[0].kind, OpKind::Add);
     assert_eq!(first.library.version, 1);
     assert_eq!(first.library.recent_ops[0].id, "E0001");
+    assert_eq!(
+        (
+            first.library.usage[0].id.as_str(),
+            first.library.usage[0].helpful,
+            first.library.usage[0].harmful
+        ),
+        ("E0001", 3, 1),
+        "the step's usage counts reach the library panel"
+    );
     assert_eq!(first.usage.tokens_in, 400);
     assert_eq!(first.usage.tokens_out, 100);
     assert_eq!(first.failures.parse_failures, 1);

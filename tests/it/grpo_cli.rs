@@ -402,6 +402,20 @@ fn the_validation_gate_commits_a_better_candidate_with_its_evidence() {
     assert_eq!(lesson["harmful"], 0, "{usage}");
     let show = scratch.ok(&["library", "show", "gated"]);
     assert!(show.contains("injected 16"), "{show}");
+    // The dashboard learns the counts from each step's end event.
+    let events =
+        std::fs::read_to_string(scratch.dir.path().join("runs/gated/events.jsonl")).unwrap();
+    let last_step = events
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["event"] == "step_ended")
+        .last()
+        .unwrap();
+    assert_eq!(
+        last_step["usage"],
+        serde_json::json!([{"id": "E0001", "injected": 16, "helpful": 4, "harmful": 0}]),
+        "{last_step}"
+    );
 }
 
 #[test]

@@ -89,8 +89,8 @@ mod ui;
 
 pub use draw::{MIN_SIZE, WIDE_SIZE, draw};
 pub use snapshot::{
-    Answer, Failures, Group, Header, Library, LogLevel, LogLine, OpKind, OpLine, Progress,
-    ProposedOp, RunState, Snapshot, StagePanel, StageProgress, Usage,
+    Answer, ExperienceUsage, Failures, Group, Header, Library, LogLevel, LogLine, OpKind, OpLine,
+    Progress, ProposedOp, RunState, Snapshot, StagePanel, StageProgress, Usage,
 };
 pub use terminal::{
     Exit, SharedSnapshot, SnapshotSource, TICK, TerminalGuard, restore, run_dashboard, run_loop,

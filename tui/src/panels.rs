@@ -11,7 +11,7 @@ use ratatui::widgets::{
 };
 
 use crate::draw::{centered, counter};
-use crate::snapshot::{LogLevel, OpKind, Snapshot};
+use crate::snapshot::{ExperienceUsage, LogLevel, OpKind, Snapshot};
 use crate::text;
 use crate::ui::{Detail, Panel, UiState};
 
@@ -284,7 +284,7 @@ fn tool_steps(tools: &[String]) -> String {
 fn diff_line(
     kind: OpKind,
     id: &str,
-    version: Option<u64>,
+    version: Option<&str>,
     body: &str,
     width: usize,
 ) -> Line<'static> {
@@ -295,8 +295,9 @@ fn diff_line(
         OpKind::Unknown => ("?", Color::Gray),
     };
     let mut head = format!("{sign} {}", text::truncate(&text::one_line(id), 12));
-    if let Some(v) = version {
-        head.push_str(&format!(" v{v}"));
+    if let Some(version) = version {
+        head.push(' ');
+        head.push_str(version);
     }
     head.push(' ');
     let room = width.saturating_sub(usize::from(MARK) + head.chars().count());
@@ -354,10 +355,19 @@ pub fn stage(frame: &mut Frame, area: Rect, s: &Snapshot, ui: &UiState) {
 pub fn library(frame: &mut Frame, area: Rect, s: &Snapshot, ui: &UiState) {
     let focused = ui.focus() == Panel::Library;
     let lib = &s.library;
-    let title = format!(
+    let mut title = format!(
         " Library v{} · {} experiences ",
         lib.version, lib.experiences
     );
+    if !lib.usage.is_empty() {
+        let total = |count: fn(&ExperienceUsage) -> u64| lib.usage.iter().map(count).sum::<u64>();
+        // Paired comparisons in use: ✓ the prompt with the experience scored higher, ✗ lower.
+        title.push_str(&format!(
+            "· ✓{} ✗{} ",
+            total(|u| u.helpful),
+            total(|u| u.harmful)
+        ));
+    }
     let block = block(Line::from(title), focused);
     let inner = block.inner(area);
     frame.render_widget(block, area);
@@ -370,13 +380,12 @@ pub fn library(frame: &mut Frame, area: Rect, s: &Snapshot, ui: &UiState) {
         .recent_ops
         .iter()
         .map(|op| {
-            ListItem::new(diff_line(
-                op.kind,
-                &op.id,
-                Some(op.version),
-                &op.text,
-                width,
-            ))
+            // An op on an experience still active carries its record in use: ✓ helped, ✗ hurt.
+            let mut version = format!("v{}", op.version);
+            if let Some(u) = lib.usage.iter().find(|u| u.id == op.id) {
+                version.push_str(&format!(" ✓{} ✗{}", u.helpful, u.harmful));
+            }
+            ListItem::new(diff_line(op.kind, &op.id, Some(&version), &op.text, width))
         })
         .collect();
     list(frame, inner, items, ui.selected(Panel::Library, s), focused);

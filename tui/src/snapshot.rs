@@ -182,6 +182,23 @@ pub struct Library {
     pub experiences: usize,
     /// The latest ops committed, newest first. The engine keeps this bounded.
     pub recent_ops: Vec<OpLine>,
+    /// How the active experiences fared in use, in id order (empty before the first step).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub usage: Vec<ExperienceUsage>,
+}
+
+/// One active experience's usage counts.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ExperienceUsage {
+    /// The experience's id (`E0007`).
+    pub id: String,
+    /// Answers sampled with it in the prompt.
+    pub injected: u64,
+    /// Paired comparisons (same query, same seeds) where the prompt with it scored higher.
+    pub helpful: u64,
+    /// Paired comparisons where it scored lower.
+    pub harmful: u64,
 }
 
 /// One committed library op.

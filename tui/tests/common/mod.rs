@@ -6,8 +6,8 @@ use gym_tui::ratatui::Terminal;
 use gym_tui::ratatui::backend::TestBackend;
 use gym_tui::ratatui::buffer::Buffer;
 use gym_tui::{
-    Answer, Failures, Group, Header, Library, LogLevel, LogLine, OpKind, OpLine, Progress,
-    ProposedOp, RunState, Snapshot, StagePanel, StageProgress, UiState, Usage, draw,
+    Answer, ExperienceUsage, Failures, Group, Header, Library, LogLevel, LogLine, OpKind, OpLine,
+    Progress, ProposedOp, RunState, Snapshot, StagePanel, StageProgress, UiState, Usage, draw,
 };
 
 /// A run in the middle of step 13 of 20: rollouts done, `extract` proposing ops.
@@ -154,6 +154,20 @@ pub fn running() -> Snapshot {
                     id: "E0009".into(),
                     text: "When in doubt, answer 0.".into(),
                     version: 11,
+                },
+            ],
+            usage: vec![
+                ExperienceUsage {
+                    id: "E0021".into(),
+                    injected: 640,
+                    helpful: 9,
+                    harmful: 2,
+                },
+                ExperienceUsage {
+                    id: "E0036".into(),
+                    injected: 320,
+                    helpful: 3,
+                    harmful: 4,
                 },
             ],
         },
