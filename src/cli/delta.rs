@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum};
 use gym::delta::bitdelta::{self, Matrix};
 use gym::delta::file::{self, Bits, DeltaFile, Dense};
-use gym::delta::privacy;
+use gym::delta::privacy::{self, NoiseSource};
 use gym::delta::soup::{self, Rule};
 use gym::finetune::{default_model_path, gguf, train};
 
@@ -119,9 +119,11 @@ struct SoupArgs {
     #[arg(long, default_value_t = 1.0)]
     clip: f64,
 
-    /// Seed of the privacy noise.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    /// Seed of the privacy noise, for tests only: anyone who knows it can regenerate the noise
+    /// and subtract it, so it gives no privacy against them. Default: the OS's entropy, which
+    /// is used once and never recorded.
+    #[arg(long)]
+    seed: Option<u64>,
 
     /// The base GGUF model (to read adapters; default: the SmolLM2 model).
     #[arg(long, env = "GYM_MODEL")]
@@ -344,9 +346,20 @@ fn soup_cmd(args: &SoupArgs) -> anyhow::Result<ExitCode> {
             m: args.select.unwrap_or(n.saturating_sub(f)),
         },
     };
+    let noise = match args.seed {
+        Some(seed) => NoiseSource::Seed(seed),
+        None => NoiseSource::OsEntropy,
+    };
     let privacy = match (args.dp_epsilon, args.dp_delta) {
         (Some(epsilon), Some(delta)) => {
             let p = privacy::calibrate(rule, n, epsilon, delta, args.clip)?;
+            if let NoiseSource::Seed(seed) = noise {
+                eprintln!(
+                    "warning: --seed {seed} makes the privacy noise reproducible by anyone who \
+                     knows the seed: they can subtract it, so it gives no privacy against them \
+                     (leave out --seed to draw the noise from OS entropy)"
+                );
+            }
             for v in &mut vectors {
                 privacy::clip(v, args.clip);
             }
@@ -357,7 +370,7 @@ fn soup_cmd(args: &SoupArgs) -> anyhow::Result<ExitCode> {
     let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
     let mut combined = soup::combine(&refs, rule)?;
     if let Some(p) = &privacy {
-        privacy::add_noise(&mut combined.values, p.sigma, args.seed)?;
+        privacy::add_noise(&mut combined.values, p.sigma, noise)?;
     }
     file::write_dense(&args.out, &file::unflatten(&combined.values, &layout))?;
     println!("{n} contributors combined with {rule}");
@@ -416,7 +429,7 @@ fn soup_cmd(args: &SoupArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(p) = privacy {
         println!(
-            "differential privacy: (ε = {}, δ = {}) Gaussian mechanism, clip {}, sensitivity {:.4e}, σ = {:.4e}",
+            "differential privacy: (ε = {}, δ = {}) Gaussian mechanism, clip {}, sensitivity {:.4e}, σ = {:.4e}, {noise}",
             p.epsilon, p.delta, p.clip, p.sensitivity, p.sigma
         );
     }

@@ -249,3 +249,59 @@ fn held_out_scores_decide_the_reward_shares() {
         "the median soup scores as the honest contributors: {stdout}"
     );
 }
+
+/// The attack on a released DP soup: regenerate its noise and subtract it. Without `--seed` the
+/// noise comes from OS entropy, so the same flags never give the same noise twice and the
+/// output records no seed; an explicit seed reproduces the noise exactly, and gym warns so.
+#[test]
+fn dp_noise_comes_from_os_entropy_unless_a_seed_is_given() {
+    let scratch = Scratch::new();
+    let mut rng = StdRng::seed_from_u64(13);
+    let mut args = vec!["delta".to_string(), "soup".into()];
+    for i in 0..3 {
+        let values: Vec<f32> = (0..256).map(|_| rng.random_range(-0.01..0.01)).collect();
+        let name = format!("c{i}.safetensors");
+        file::write_dense(&scratch.dir.path().join(&name), &dense(&values)).unwrap();
+        args.extend(["--input".to_string(), name]);
+    }
+    args.extend(
+        [
+            "--rule",
+            "mean",
+            "--dp-epsilon",
+            "0.5",
+            "--dp-delta",
+            "1e-5",
+        ]
+        .map(String::from),
+    );
+    let soup = |out: &str, extra: &[&str]| {
+        let mut argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        argv.extend(["--out", out]);
+        argv.extend(extra);
+        let (code, stdout, stderr) = scratch.gym(&argv);
+        assert_eq!(code, 0, "{stdout}\n{stderr}");
+        (read_flat(&scratch.dir.path().join(out)), stdout, stderr)
+    };
+
+    let (first, stdout, stderr) = soup("os1.safetensors", &[]);
+    let (second, _, _) = soup("os2.safetensors", &[]);
+    assert_ne!(first, second, "OS-entropy noise differs between runs");
+    assert!(stdout.contains("noise from OS entropy"), "{stdout}");
+    assert!(!stdout.contains("seed"), "no seed is recorded: {stdout}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+
+    let (seeded, stdout, stderr) = soup("s1.safetensors", &["--seed", "7"]);
+    let (again, _, _) = soup("s2.safetensors", &["--seed", "7"]);
+    assert_eq!(seeded, again, "a given seed reproduces the noise");
+    assert!(
+        stdout.contains("noise from seed 7 (reproducible)"),
+        "{stdout}"
+    );
+    assert!(
+        stderr
+            .contains("--seed 7 makes the privacy noise reproducible by anyone who knows the seed")
+            && stderr.contains("no privacy against them"),
+        "{stderr}"
+    );
+}
