@@ -1,13 +1,23 @@
 //! `gym.toml`: the flags of `gym grpo` as a file. Its keys are the long flag names
 //! (`group-size = 4`, `dataset = "builtin:arith"`, `no-eval = true`); they are put before the
 //! command-line flags, so a flag given on the command line wins.
+//!
+//! A config file is often not the user's own (it comes with a cloned repository, and is picked
+//! up from the working directory), so every file read is announced on stderr, and a setting
+//! that would run a program (a `command:` reward, an MCP server command) is refused unless the
+//! command line says `--trust-config`. The same settings as flags or environment variables need
+//! no such consent: the user typed them.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
+use gym::reward::VerifierSpec;
 
 /// Where `gym grpo` looks for its config when no `--config` / `GYM_CONFIG` is given.
 pub const DEFAULT_CONFIG: &str = "gym.toml";
+
+/// The flag that lets a config file set what runs commands.
+pub const TRUST_FLAG: &str = "--trust-config";
 
 /// `argv` with the config file's flags spliced in after `gym grpo`.
 pub fn with_config_file(argv: Vec<String>) -> anyhow::Result<Vec<String>> {
@@ -23,10 +33,13 @@ pub fn with_config_file(argv: Vec<String>) -> anyhow::Result<Vec<String>> {
         .or_else(|| std::env::var_os("GYM_CONFIG").map(PathBuf::from));
     let path = match explicit {
         Some(path) => path,
-        None if Path::new(DEFAULT_CONFIG).exists() => PathBuf::from(DEFAULT_CONFIG),
+        None if Path::new(DEFAULT_CONFIG).exists() => Path::new(".").join(DEFAULT_CONFIG),
         None => return Ok(argv),
     };
-    let flags = flags_from_file(&path)?;
+    // Only the command line can grant trust: the file's own flags are not looked at here.
+    let trusted = argv[2..].iter().any(|a| a == TRUST_FLAG);
+    eprintln!("using settings from {}", path.display());
+    let flags = flags_from_file(&path, trusted)?;
     let mut out: Vec<String> = argv[..2].to_vec();
     out.extend(flags);
     out.extend(argv[2..].iter().cloned());
@@ -44,21 +57,71 @@ fn flag_value(argv: &[String], flag: &str) -> Option<String> {
 }
 
 /// The flags a config file stands for, sorted by key (each key is one flag, so order does not
-/// matter).
-pub fn flags_from_file(path: &Path) -> anyhow::Result<Vec<String>> {
+/// matter). Settings that run a program are refused unless `trusted`.
+pub fn flags_from_file(path: &Path, trusted: bool) -> anyhow::Result<Vec<String>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read config {}", path.display()))?;
     let table: toml::Table = text
         .parse()
         .with_context(|| format!("config {}", path.display()))?;
-    for key in ["config", "resume"] {
+    for key in ["config", "resume", "trust-config"] {
         anyhow::ensure!(
             !table.contains_key(key),
             "config {}: `{key}` cannot be set in a config file",
             path.display()
         );
     }
-    flags_of(table, &format!("config {}", path.display()))
+    let origin = format!("config {}", path.display());
+    // Keys are checked first so that a key carrying its own `=VALUE` cannot hide a command.
+    let flags = flags_of(table.clone(), &origin)?;
+    if !trusted {
+        for (key, value) in &table {
+            let Some(text) = value.as_str() else {
+                continue;
+            };
+            if let Some(what) = runs_a_program(key, text) {
+                // `value` is shown as TOML writes it: quoted, with control characters escaped.
+                anyhow::bail!(
+                    "{origin}: `{key} = {value}` would run a program ({what}); a config file may \
+                     set that only when the command line says {TRUST_FLAG} (or give --{key} on \
+                     the command line instead)"
+                );
+            }
+        }
+    }
+    Ok(flags)
+}
+
+/// Why `--KEY=VALUE` would start a program, or `None` when it would not.
+fn runs_a_program(key: &str, value: &str) -> Option<&'static str> {
+    match key {
+        "reward" => matches!(value.parse(), Ok(VerifierSpec::Command { .. }))
+            .then_some("a `command:` reward runs a shell command on every answer"),
+        "mcp" => mcp_is_a_command(value)
+            .then_some("an MCP server given as a command is started as a child process"),
+        _ => None,
+    }
+}
+
+/// Whether `--mcp VALUE` names a command rather than an HTTP endpoint. Fails closed: anything
+/// that does not parse as an HTTP server counts as a command.
+fn mcp_is_a_command(value: &str) -> bool {
+    #[cfg(feature = "mcp")]
+    {
+        use gym::tools::mcp::{McpEndpoint, McpServer};
+        !matches!(
+            value.parse::<McpServer>(),
+            Ok(McpServer {
+                endpoint: McpEndpoint::Http { .. },
+                ..
+            })
+        )
+    }
+    #[cfg(not(feature = "mcp"))]
+    {
+        let _ = value;
+        true
+    }
 }
 
 /// The flags a TOML table stands for: each key is a long flag, `true` a bare flag, `false`
@@ -66,6 +129,16 @@ pub fn flags_from_file(path: &Path) -> anyhow::Result<Vec<String>> {
 pub fn flags_of(table: toml::Table, origin: &str) -> anyhow::Result<Vec<String>> {
     let mut flags = Vec::new();
     for (key, value) in table {
+        // A quoted TOML key may hold anything; `"reward=command:…" = true` would otherwise
+        // become the flag `--reward=command:…`.
+        anyhow::ensure!(
+            key.starts_with(|c: char| c.is_ascii_lowercase())
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+            "{origin}: `{}` is not a flag name (lowercase letters, digits and `-`)",
+            key.escape_debug()
+        );
         let flag = format!("--{key}");
         match value {
             toml::Value::Boolean(true) => flags.push(flag),
@@ -122,17 +195,57 @@ mod tests {
         );
 
         std::fs::write(&path, "group-size = [1, 2]\n").unwrap();
-        let error = flags_from_file(&path).unwrap_err().to_string();
+        let error = flags_from_file(&path, false).unwrap_err().to_string();
         assert!(
             error.contains("group-size") && error.contains("array"),
             "{error}"
         );
         std::fs::write(&path, "group-size = \n").unwrap();
         assert!(
-            flags_from_file(&path)
+            flags_from_file(&path, false)
                 .unwrap_err()
                 .to_string()
                 .contains("gym.toml")
         );
+    }
+
+    #[test]
+    fn settings_that_run_programs_need_trust() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gym.toml");
+        for (text, key) in [
+            ("reward = \"command:touch x\"\n", "reward"),
+            ("reward = \" command : touch x\"\n", "reward"),
+            ("mcp = \"srv=python3 server.py\"\n", "mcp"),
+            ("mcp = \"not an mcp server\"\n", "mcp"),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let error = format!("{:#}", flags_from_file(&path, false).unwrap_err());
+            assert!(
+                error.contains(&path.display().to_string())
+                    && error.contains(&format!("`{key} = "))
+                    && error.contains(TRUST_FLAG),
+                "{text}: {error}"
+            );
+            assert!(flags_from_file(&path, true).is_ok(), "{text}");
+        }
+        for harmless in [
+            "reward = \"numeric\"\n",
+            "reward = \"regex:command:\"\n",
+            "mcp = \"docs=https://example.com/mcp\"\n",
+            "tools = \"calc,python\"\n",
+        ] {
+            std::fs::write(&path, harmless).unwrap();
+            assert!(flags_from_file(&path, false).is_ok(), "{harmless}");
+        }
+    }
+
+    #[test]
+    fn a_key_cannot_carry_its_own_value() {
+        let table: toml::Table = "\"reward=command:touch x\" = true\n".parse().unwrap();
+        let error = flags_of(table, "config gym.toml").unwrap_err().to_string();
+        assert!(error.contains("is not a flag name"), "{error}");
+        let table: toml::Table = "\"Group-Size\" = 3\n".parse().unwrap();
+        assert!(flags_of(table, "config gym.toml").is_err());
     }
 }

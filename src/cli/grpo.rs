@@ -184,6 +184,11 @@ pub struct GrpoArgs {
     #[arg(long, env = "GYM_CONFIG")]
     config: Option<PathBuf>,
 
+    /// Let the config file set what runs a program: a `command:` reward or an MCP server
+    /// command. Without it such a setting in the file is refused (as flags they need nothing).
+    #[arg(long)]
+    trust_config: bool,
+
     #[command(flatten)]
     reward: RewardArgs,
 

@@ -1,14 +1,19 @@
 //! `gym watch URL`: the dashboard of a run served by `gym serve --runs-dir` on another machine,
 //! drawn from its snapshot stream (`GET /v1/runs/{id}/dashboard`, server-sent events). Watching
 //! is read-only: `q` leaves, the run goes on.
+//!
+//! Everything the server sends is untrusted text: the dashboard draws it through gym-tui's own
+//! cleaning, and every remote string printed here goes through
+//! [`strip_terminal_controls`] first, so a hostile server cannot drive the terminal.
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
 use futures::StreamExt as _;
-use gym_tui::{RunState, SharedSnapshot, Snapshot, SnapshotSource as _};
+use gym_tui::{RunState, SharedSnapshot, Snapshot, SnapshotSource as _, strip_terminal_controls};
 
 use super::backend_args::runtime;
 
@@ -105,7 +110,10 @@ async fn stream_once(
     if !status.is_success() {
         let body = response.text().await.unwrap_or_default();
         // A wrong run or URL will not fix itself: stop instead of retrying.
-        anyhow::bail!("{url} answered {status}: {}", body.trim());
+        anyhow::bail!(
+            "{url} answered {status}: {}",
+            strip_terminal_controls(body.trim())
+        );
     }
     let mut parser = SseParser::default();
     let mut body = response.bytes_stream();
@@ -125,15 +133,19 @@ async fn stream_once(
         for data in parser.push(&chunk) {
             match serde_json::from_str::<Snapshot>(&data) {
                 Ok(snapshot) => publish(snapshot),
-                Err(error) => eprintln!("gym watch: skipped an unreadable snapshot: {error}"),
+                // serde quotes the offending value, which came from the server.
+                Err(error) => eprintln!(
+                    "gym watch: skipped an unreadable snapshot: {}",
+                    strip_terminal_controls(&error.to_string())
+                ),
             }
         }
     }
     Ok(Streamed::Ended)
 }
 
-/// Prints the log lines of `snapshot` that `printed` has not seen (plain mode).
-fn print_new_lines(snapshot: &Snapshot, printed: &mut Vec<String>) {
+/// Prints to `out` the log lines of `snapshot` that `printed` has not seen (plain mode).
+fn print_new_lines(snapshot: &Snapshot, printed: &mut Vec<String>, out: &mut impl Write) {
     let log: Vec<String> = snapshot.log.iter().map(|l| l.text.clone()).collect();
     // The log is a bounded window: find where the lines already printed end in it.
     let overlap = (0..=log.len().min(printed.len()))
@@ -141,7 +153,8 @@ fn print_new_lines(snapshot: &Snapshot, printed: &mut Vec<String>) {
         .find(|n| printed[printed.len() - n..] == log[..*n])
         .unwrap_or(0);
     for line in &log[overlap..] {
-        println!("{line}");
+        // A closed stdout ends nothing here: the stream loop stops on its own.
+        let _ = writeln!(out, "{}", strip_terminal_controls(line));
     }
     *printed = log;
 }
@@ -182,7 +195,7 @@ impl WatchArgs {
                     if dashboard {
                         shared.publish(snapshot);
                     } else {
-                        print_new_lines(&snapshot, &mut printed);
+                        print_new_lines(&snapshot, &mut printed, &mut std::io::stdout().lock());
                     }
                 };
                 let outcome = stream_once(&client, &url, &mut publish, &|| shared.closed()).await?;
@@ -194,6 +207,7 @@ impl WatchArgs {
                     Streamed::Lost(_) if finished => return Ok(()),
                     Streamed::Lost(why) => {
                         if !dashboard {
+                            let why = strip_terminal_controls(&why);
                             eprintln!("gym watch: {url}: {why}; retrying");
                         }
                         tokio::time::sleep(Duration::from_secs_f64(self.retry.max(0.1))).await;
@@ -272,14 +286,36 @@ mod tests {
                 text: text.into(),
             });
         }
-        print_new_lines(&snapshot, &mut printed);
+        print_new_lines(&snapshot, &mut printed, &mut std::io::sink());
         assert_eq!(printed, ["a", "b"]);
         snapshot.log.remove(0);
         snapshot.log.push(gym_tui::LogLine {
             level: gym_tui::LogLevel::Info,
             text: "c".into(),
         });
-        print_new_lines(&snapshot, &mut printed);
+        print_new_lines(&snapshot, &mut printed, &mut std::io::sink());
         assert_eq!(printed, ["b", "c"]);
+    }
+
+    /// A hostile server's log lines reach stdout without their escape sequences.
+    #[test]
+    fn remote_log_lines_lose_their_terminal_controls() {
+        let mut snapshot = Snapshot::default();
+        for text in [
+            "step 1\x1b]0;pwned\x07 done",
+            "\x1b[2Jcleared\r\x07",
+            "ok\tfine",
+        ] {
+            snapshot.log.push(gym_tui::LogLine {
+                level: gym_tui::LogLevel::Info,
+                text: text.into(),
+            });
+        }
+        let mut out = Vec::new();
+        print_new_lines(&snapshot, &mut Vec::new(), &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "step 1 done\ncleared\nok\tfine\n"
+        );
     }
 }

@@ -5,6 +5,7 @@ mod agent_llama;
 #[cfg(feature = "llama")]
 mod bench_cli;
 mod common;
+mod config_trust;
 mod dashboard_stream;
 #[cfg(feature = "llama")]
 mod dashboard_tmux;

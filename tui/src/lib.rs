@@ -95,6 +95,7 @@ pub use snapshot::{
 pub use terminal::{
     Exit, SharedSnapshot, SnapshotSource, TICK, TerminalGuard, restore, run_dashboard, run_loop,
 };
+pub use text::strip_terminal_controls;
 pub use ui::{Command, Detail, Panel, UiState};
 
 /// The crossterm this crate is built with, so callers build key events of the same version.

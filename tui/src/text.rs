@@ -14,6 +14,83 @@ pub fn clean(s: &str) -> String {
         .collect()
 }
 
+/// Removes from a text everything that could drive a terminal, for text printed as plain lines
+/// rather than drawn by the dashboard (a remote run's log lines in `gym watch --no-tui`):
+/// escape sequences whole (CSI `ESC [ … final`; OSC, DCS, SOS, PM and APC strings up to their
+/// terminator; two-character escapes), their 8-bit C1 forms, and every other control character
+/// (C0, DEL, C1) except newline and tab. Removing a sequence whole, not just its `ESC`, keeps
+/// its payload (`]0;title`) out of the output.
+pub fn strip_terminal_controls(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\x1b' => match chars.peek().copied() {
+                Some('[') => {
+                    chars.next();
+                    skip_csi(&mut chars);
+                }
+                Some(']' | 'P' | 'X' | '^' | '_') => {
+                    chars.next();
+                    skip_control_string(&mut chars);
+                }
+                // nF escapes: intermediate bytes, then one final byte.
+                Some(' '..='/') => {
+                    while chars.next_if(|c| (' '..='/').contains(c)).is_some() {}
+                    chars.next_if(|c| ('0'..='~').contains(c));
+                }
+                // Two-character escapes (`ESC 7`, `ESC c`, …).
+                Some('0'..='~') => {
+                    chars.next();
+                }
+                // A lone ESC: terminals drop it and read on.
+                _ => {}
+            },
+            '\u{9b}' => skip_csi(&mut chars),
+            '\u{90}' | '\u{98}' | '\u{9d}' | '\u{9e}' | '\u{9f}' => skip_control_string(&mut chars),
+            '\n' | '\t' => out.push(c),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+type Chars<'a> = std::iter::Peekable<std::str::Chars<'a>>;
+
+/// Skips the rest of a CSI sequence: parameter and intermediate bytes, then the final byte.
+/// Anything else ends it as a terminal would, and is left for the caller.
+fn skip_csi(chars: &mut Chars<'_>) {
+    while chars.next_if(|c| (' '..='?').contains(c)).is_some() {}
+    chars.next_if(|c| ('@'..='~').contains(c));
+}
+
+/// Skips the rest of an OSC/DCS/SOS/PM/APC string: up to BEL or ST (`ESC \` or 8-bit), or CAN
+/// or SUB (which cancel it), or the end of the text. Another `ESC` starts a new sequence, left
+/// for the caller.
+fn skip_control_string(chars: &mut Chars<'_>) {
+    while let Some(&c) = chars.peek() {
+        match c {
+            '\x07' | '\u{9c}' | '\x18' | '\x1a' => {
+                chars.next();
+                return;
+            }
+            '\x1b' => {
+                let mut ahead = chars.clone();
+                ahead.next();
+                if ahead.peek() == Some(&'\\') {
+                    chars.next();
+                    chars.next();
+                }
+                return;
+            }
+            _ => {
+                chars.next();
+            }
+        }
+    }
+}
+
 /// One line of a text: newlines and runs of whitespace become single spaces.
 pub fn one_line(s: &str) -> String {
     let head = match s.char_indices().nth(PREVIEW_SCAN) {
@@ -169,6 +246,40 @@ mod tests {
         assert_eq!(one_line(""), "");
         let long = "x ".repeat(PREVIEW_SCAN);
         assert!(one_line(&long).ends_with('…'));
+    }
+
+    #[test]
+    fn terminal_controls_are_stripped_with_their_payload() {
+        // A window-title change (OSC, BEL-terminated) and a screen clear (CSI).
+        assert_eq!(strip_terminal_controls("a\x1b]0;pwned\x07b"), "ab");
+        assert_eq!(strip_terminal_controls("\x1b[2Jcleared"), "cleared");
+        assert_eq!(strip_terminal_controls("\x1b[31;1mred\x1b[0m!"), "red!");
+        // OSC 8 hyperlink, ST-terminated; DCS; 8-bit CSI and OSC.
+        assert_eq!(
+            strip_terminal_controls("\x1b]8;;http://evil\x1b\\link\x1b]8;;\x1b\\"),
+            "link"
+        );
+        assert_eq!(strip_terminal_controls("\x1bP1$r0m\x1b\\x"), "x");
+        assert_eq!(strip_terminal_controls("\u{9b}2Jx\u{9d}0;t\u{9c}y"), "xy");
+        // Two-character and nF escapes, a lone ESC, an unterminated string.
+        assert_eq!(strip_terminal_controls("\x1b7a\x1bcb\x1b(Bc\x1b"), "abc");
+        assert_eq!(strip_terminal_controls("ok \x1b]0;title"), "ok ");
+        // Other C0, DEL and C1 go; newline, tab and printable Unicode stay.
+        assert_eq!(
+            strip_terminal_controls("a\r\x00\x08\x7f\u{85}b\n\tc é日本"),
+            "ab\n\tc é日本"
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_control_character_but_newline_and_tab_survives(s in "\\PC*|[\\x00-\\x{a0}]*") {
+            let out = strip_terminal_controls(&s);
+            proptest::prop_assert!(
+                out.chars().all(|c| !c.is_control() || c == '\n' || c == '\t'),
+                "{:?} -> {:?}", s, out
+            );
+        }
     }
 
     #[test]
