@@ -408,8 +408,7 @@ fn the_validation_gate_commits_a_better_candidate_with_its_evidence() {
     let last_step = events
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|e| e["event"] == "step_ended")
-        .last()
+        .rfind(|e| e["event"] == "step_ended")
         .unwrap();
     assert_eq!(
         last_step["usage"],
