@@ -4,7 +4,7 @@
 //! unions. Keywords that would change what is valid but are not supported are refused, so a
 //! schema never silently constrains less than it says.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 
 use serde_json::Value;
@@ -15,9 +15,30 @@ pub enum GrammarError {
     Unsupported { pointer: String, keyword: String },
     #[error("JSON schema at `{pointer}`: {message}")]
     Invalid { pointer: String, message: String },
+    #[error(
+        "JSON schema at `{pointer}`: more than {limit} {what}, the most a grammar is built for"
+    )]
+    TooLarge {
+        pointer: String,
+        what: &'static str,
+        limit: usize,
+    },
     #[error("llama.cpp rejected the grammar (check its syntax; the start rule must be `root`)")]
     Rejected,
 }
+
+/// Most schemas (the root, each property, `items`, `anyOf`/`oneOf` option) one grammar is built
+/// from. The grammar grows linearly with them, and llama.cpp's sampler checks every open
+/// alternative at each token, so a bound keeps both in reach; `gym serve` refuses client schemas
+/// well below it (`serve::schema_limits`), this catches every other caller.
+pub const MAX_GRAMMAR_SCHEMAS: usize = 20_000;
+/// Deepest nesting of schemas a grammar is built for: the builder recurses once per level.
+pub const MAX_GRAMMAR_DEPTH: usize = 64;
+/// Characters of a property name kept in its rule's name. Rule names only need to be unique
+/// (the property's index does that) and readable; a nested rule's name repeats its parent's, so
+/// a long name copied whole into every descendant would make the grammar grow with depth times
+/// key length per rule.
+const RULE_KEY_CHARS: usize = 32;
 
 /// Whitespace is bounded so a constrained model cannot loop forever on blanks.
 const PRIMITIVES: &str = r#"ws ::= [ \t\n]{0,4}
@@ -45,10 +66,8 @@ const IGNORED: &[&str] = &[
 
 /// Converts a JSON schema to a GBNF grammar with start rule `root`.
 pub fn json_schema_to_gbnf(schema: &Value) -> Result<String, GrammarError> {
-    let mut builder = Builder {
-        rules: BTreeMap::new(),
-    };
-    let root = builder.node(schema, "root", "")?;
+    let mut builder = Builder::default();
+    let root = builder.node(schema, "root", &At::ROOT)?;
     let mut out = format!("root ::= {root}\n");
     for (name, body) in &builder.rules {
         let _ = writeln!(out, "{name} ::= {body}");
@@ -68,16 +87,17 @@ pub(crate) fn tool_call_gbnf(
     close: &str,
     call_required: bool,
 ) -> String {
-    let mut builder = Builder {
-        rules: BTreeMap::new(),
-    };
+    let mut builder = Builder::default();
     let mut alternatives = Vec::new();
     for (index, (name, schema)) in tools.iter().enumerate() {
         let rule = format!("tool{index}-args");
-        let arguments = match builder.node(schema, &rule, "") {
+        let schemas = builder.schemas;
+        let arguments = match builder.node(schema, &rule, &At::ROOT) {
             Ok(body) => builder.define(rule, body),
             Err(_) => {
+                // What the refused schema defined goes, and so does its share of the bounds.
                 builder.rules.retain(|key, _| !key.starts_with(&rule));
+                builder.schemas = schemas;
                 "object".to_string()
             }
         };
@@ -109,17 +129,87 @@ pub(crate) fn tool_call_gbnf(
     out
 }
 
+/// Where a schema sits in the root schema. Its JSON pointer is spelled out only for an error:
+/// spelling it for every schema would copy every ancestor's key into each descendant.
+#[derive(Clone, Copy)]
+struct At<'a> {
+    parent: Option<&'a At<'a>>,
+    step: Step<'a>,
+    depth: usize,
+}
+
+#[derive(Clone, Copy)]
+enum Step<'a> {
+    Root,
+    Property(&'a str),
+    Items,
+    Option(&'static str, usize),
+}
+
+impl<'a> At<'a> {
+    const ROOT: At<'static> = At {
+        parent: None,
+        step: Step::Root,
+        depth: 0,
+    };
+
+    fn child(&'a self, step: Step<'a>) -> At<'a> {
+        At {
+            parent: Some(self),
+            step,
+            depth: self.depth + 1,
+        }
+    }
+
+    fn pointer(&self) -> String {
+        let mut steps = Vec::new();
+        let mut here = Some(self);
+        while let Some(at) = here {
+            steps.push(at.step);
+            here = at.parent;
+        }
+        let mut out = String::new();
+        for step in steps.iter().rev() {
+            let _ = match step {
+                Step::Root => Ok(()),
+                Step::Property(key) => write!(out, "/properties/{key}"),
+                Step::Items => write!(out, "/items"),
+                Step::Option(keyword, index) => write!(out, "/{keyword}/{index}"),
+            };
+        }
+        out
+    }
+}
+
+#[derive(Default)]
 struct Builder {
     rules: BTreeMap<String, String>,
+    /// Schemas visited so far, for [`MAX_GRAMMAR_SCHEMAS`].
+    schemas: usize,
 }
 
 impl Builder {
     /// Returns a GBNF expression for `schema`, defining helper rules as needed.
-    fn node(&mut self, schema: &Value, name: &str, pointer: &str) -> Result<String, GrammarError> {
+    fn node(&mut self, schema: &Value, name: &str, at: &At<'_>) -> Result<String, GrammarError> {
         let invalid = |message: String| GrammarError::Invalid {
-            pointer: pointer.to_string(),
+            pointer: at.pointer(),
             message,
         };
+        self.schemas += 1;
+        if self.schemas > MAX_GRAMMAR_SCHEMAS {
+            return Err(GrammarError::TooLarge {
+                pointer: at.pointer(),
+                what: "schemas",
+                limit: MAX_GRAMMAR_SCHEMAS,
+            });
+        }
+        if at.depth > MAX_GRAMMAR_DEPTH {
+            return Err(GrammarError::TooLarge {
+                pointer: at.pointer(),
+                what: "levels of nested schemas",
+                limit: MAX_GRAMMAR_DEPTH,
+            });
+        }
         let object = match schema {
             Value::Bool(true) => return Ok("value".into()),
             Value::Object(map) => map,
@@ -144,7 +234,7 @@ impl Builder {
                 );
             if !known {
                 return Err(GrammarError::Unsupported {
-                    pointer: pointer.to_string(),
+                    pointer: at.pointer(),
                     keyword: key.clone(),
                 });
             }
@@ -169,26 +259,34 @@ impl Builder {
                 let mut alts = Vec::new();
                 for (i, option) in options.iter().enumerate() {
                     let rule = format!("{name}-{i}");
-                    let body = self.node(option, &rule, &format!("{pointer}/{key}/{i}"))?;
+                    let body = self.node(option, &rule, &at.child(Step::Option(key, i)))?;
                     alts.push(self.define(rule, body));
                 }
                 return Ok(format!("({})", alts.join(" | ")));
             }
         }
         match object.get("type") {
-            None if object.contains_key("properties") => {
-                self.typed("object", object, name, pointer)
-            }
+            None if object.contains_key("properties") => self.typed("object", object, name, at),
             None => Ok("value".into()),
-            Some(Value::String(ty)) => self.typed(ty, object, name, pointer),
+            Some(Value::String(ty)) => self.typed(ty, object, name, at),
             Some(Value::Array(types)) => {
+                let types: Vec<&str> = types
+                    .iter()
+                    .map(|ty| {
+                        ty.as_str()
+                            .ok_or_else(|| invalid("`type` entries must be strings".into()))
+                    })
+                    .collect::<Result<_, _>>()?;
+                // Each entry builds the schema's properties or items again, so a repeated one
+                // (which JSON schema forbids) would multiply the work by the repetitions.
+                let mut seen = HashSet::new();
+                if let Some(twice) = types.iter().find(|ty| !seen.insert(**ty)) {
+                    return Err(invalid(format!("`type` lists `{twice}` twice")));
+                }
                 let mut alts = Vec::new();
                 for ty in types {
-                    let ty = ty
-                        .as_str()
-                        .ok_or_else(|| invalid("`type` entries must be strings".into()))?;
                     let rule = format!("{name}-{ty}");
-                    let body = self.typed(ty, object, &rule, pointer)?;
+                    let body = self.typed(ty, object, &rule, at)?;
                     alts.push(self.define(rule, body));
                 }
                 Ok(format!("({})", alts.join(" | ")))
@@ -204,10 +302,10 @@ impl Builder {
         ty: &str,
         object: &serde_json::Map<String, Value>,
         name: &str,
-        pointer: &str,
+        at: &At<'_>,
     ) -> Result<String, GrammarError> {
         let invalid = |message: String| GrammarError::Invalid {
-            pointer: pointer.to_string(),
+            pointer: at.pointer(),
             message,
         };
         let count = |key: &str| -> Result<Option<u64>, GrammarError> {
@@ -238,7 +336,7 @@ impl Builder {
                 let item = match object.get("items") {
                     Some(items) => {
                         let rule = format!("{name}-item");
-                        let body = self.node(items, &rule, &format!("{pointer}/items"))?;
+                        let body = self.node(items, &rule, &at.child(Step::Items))?;
                         self.define(rule, body)
                     }
                     None => "value".into(),
@@ -287,24 +385,26 @@ impl Builder {
                 // Required properties come in the order `required` lists them (a JSON object's
                 // keys have no order, and the order matters to a model writing them: a
                 // condition before its strategy); optional ones follow in `properties` order.
+                // A key's place is looked up, not searched for, so sorting stays n log n.
+                let mut place: HashMap<&str, usize> = HashMap::with_capacity(required.len());
+                for (index, key) in required.iter().enumerate() {
+                    place.entry(*key).or_insert(index);
+                }
                 let mut ordered: Vec<(usize, (&String, &Value))> =
                     properties.iter().enumerate().collect();
                 ordered.sort_by_key(|(_, (key, _))| {
-                    required
-                        .iter()
-                        .position(|r| r == key)
-                        .unwrap_or(required.len())
+                    place.get(key.as_str()).copied().unwrap_or(usize::MAX)
                 });
                 let mut pairs = Vec::new();
                 for (i, (key, sub)) in ordered {
                     let rule = format!("{name}-{}", rule_name(key, i));
-                    let body = self.node(sub, &rule, &format!("{pointer}/properties/{key}"))?;
+                    let body = self.node(sub, &rule, &at.child(Step::Property(key)))?;
                     let value = self.define(rule, body);
                     let pair = format!(
                         "{} ws \":\" ws {value} ws",
                         literal(&json_text(&Value::String(key.clone())))
                     );
-                    pairs.push((required.contains(&key.as_str()), pair));
+                    pairs.push((place.contains_key(key.as_str()), pair));
                 }
                 let (mandatory, optional): (Vec<_>, Vec<_>) =
                     pairs.into_iter().partition(|(r, _)| *r);
@@ -312,16 +412,36 @@ impl Builder {
                 let mut body = String::from("\"{\" ws ");
                 if mandatory.is_empty() {
                     // Any optional property may come first; the ones after it keep their order.
-                    let alts: Vec<String> = (0..optional.len())
-                        .map(|first| {
-                            let tail: String = optional[first + 1..]
-                                .iter()
-                                .map(|p| format!(" (\",\" ws {p})?"))
-                                .collect();
-                            format!("{}{tail}", optional[first])
-                        })
-                        .collect();
-                    let _ = write!(body, "({})?", alts.join(" | "));
+                    // `-from{k}` is "one or more of properties k.., in order" and `-after{k}`
+                    // "each of properties k.. or not, in order, each after a comma". Each rule
+                    // names the next rather than spelling out the rest, so the grammar grows
+                    // linearly with the properties (spelled out for every possible first
+                    // property it grew with their square: about 20 GB for 30,000).
+                    let last = optional.len() - 1;
+                    for (k, pair) in optional.iter().enumerate() {
+                        if k == last {
+                            self.define(format!("{name}-from{k}"), pair.clone());
+                            if k > 0 {
+                                self.define(
+                                    format!("{name}-after{k}"),
+                                    format!("(\",\" ws {pair})?"),
+                                );
+                            }
+                        } else {
+                            let next = k + 1;
+                            self.define(
+                                format!("{name}-from{k}"),
+                                format!("{pair} {name}-after{next} | {name}-from{next}"),
+                            );
+                            if k > 0 {
+                                self.define(
+                                    format!("{name}-after{k}"),
+                                    format!("(\",\" ws {pair})? {name}-after{next}"),
+                                );
+                            }
+                        }
+                    }
+                    let _ = write!(body, "({name}-from0)?");
                 } else {
                     let joined: Vec<&str> = mandatory.iter().map(|(_, p)| p.as_str()).collect();
                     body.push_str(&joined.join(" \",\" ws "));
@@ -354,6 +474,7 @@ fn repeat(min: u64, max: Option<u64>) -> String {
 fn rule_name(key: &str, index: usize) -> String {
     let clean: String = key
         .chars()
+        .take(RULE_KEY_CHARS)
         .map(|c| {
             if c.is_ascii_alphanumeric() {
                 c.to_ascii_lowercase()
@@ -423,6 +544,408 @@ mod tests {
         root-p0-ids-item ::= integer
         root-p1-op ::= ("\"ADD\"" | "\"UPDATE\"")
         "#);
+    }
+
+    /// Whether `grammar` (in the subset of GBNF this module writes) matches `text` whole: a
+    /// small matcher that follows every alternative, so tests can check what a grammar accepts
+    /// rather than how it is spelled.
+    fn accepts(grammar: &str, text: &str) -> bool {
+        let rules: HashMap<String, Expr> = grammar
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .map(|line| {
+                let (name, body) = line.split_once(" ::= ").expect("a rule");
+                let chars: Vec<char> = body.chars().collect();
+                let mut at = 0;
+                let expr = parse_alt(&chars, &mut at);
+                assert_eq!(at, chars.len(), "unparsed rest of {line}");
+                (name.to_string(), expr)
+            })
+            .collect();
+        let text: Vec<char> = text.chars().collect();
+        let mut memo = HashMap::new();
+        ends(&rules, &mut memo, &Expr::Ref("root".into()), &text, 0).contains(&text.len())
+    }
+
+    #[derive(Debug)]
+    enum Expr {
+        Alt(Vec<Vec<(Expr, usize, Option<usize>)>>),
+        Literal(Vec<char>),
+        Class(bool, Vec<(char, char)>),
+        Ref(String),
+    }
+
+    fn skip_space(chars: &[char], at: &mut usize) {
+        while chars.get(*at) == Some(&' ') {
+            *at += 1;
+        }
+    }
+
+    fn escaped(chars: &[char], at: &mut usize) -> char {
+        let c = chars[*at];
+        *at += 1;
+        if c != '\\' {
+            return c;
+        }
+        let e = chars[*at];
+        *at += 1;
+        match e {
+            'n' => '\n',
+            'r' => '\r',
+            't' => '\t',
+            'x' => {
+                let hex: String = chars[*at..*at + 2].iter().collect();
+                *at += 2;
+                char::from(u8::from_str_radix(&hex, 16).unwrap())
+            }
+            other => other,
+        }
+    }
+
+    fn parse_alt(chars: &[char], at: &mut usize) -> Expr {
+        let mut alts = vec![Vec::new()];
+        loop {
+            skip_space(chars, at);
+            let Some(&c) = chars.get(*at) else { break };
+            let atom = match c {
+                ')' => break,
+                '|' => {
+                    *at += 1;
+                    alts.push(Vec::new());
+                    continue;
+                }
+                '(' => {
+                    *at += 1;
+                    let inner = parse_alt(chars, at);
+                    assert_eq!(chars[*at], ')');
+                    *at += 1;
+                    inner
+                }
+                '"' => {
+                    *at += 1;
+                    let mut text = Vec::new();
+                    while chars[*at] != '"' {
+                        text.push(escaped(chars, at));
+                    }
+                    *at += 1;
+                    Expr::Literal(text)
+                }
+                '[' => {
+                    *at += 1;
+                    let negated = chars[*at] == '^';
+                    if negated {
+                        *at += 1;
+                    }
+                    let mut ranges = Vec::new();
+                    while chars[*at] != ']' {
+                        let low = escaped(chars, at);
+                        let high = if chars[*at] == '-' && chars[*at + 1] != ']' {
+                            *at += 1;
+                            escaped(chars, at)
+                        } else {
+                            low
+                        };
+                        ranges.push((low, high));
+                    }
+                    *at += 1;
+                    Expr::Class(negated, ranges)
+                }
+                _ => {
+                    let start = *at;
+                    while chars
+                        .get(*at)
+                        .is_some_and(|c| c.is_ascii_alphanumeric() || *c == '-')
+                    {
+                        *at += 1;
+                    }
+                    assert!(*at > start, "unexpected {c:?} at {start}");
+                    Expr::Ref(chars[start..*at].iter().collect())
+                }
+            };
+            let (min, max) = match chars.get(*at) {
+                Some('?') => (0, Some(1)),
+                Some('*') => (0, None),
+                Some('+') => (1, None),
+                Some('{') => {
+                    let close = *at + chars[*at..].iter().position(|c| *c == '}').unwrap();
+                    let inside: String = chars[*at + 1..close].iter().collect();
+                    *at = close;
+                    match inside.split_once(',') {
+                        None => (inside.parse().unwrap(), Some(inside.parse().unwrap())),
+                        Some((min, "")) => (min.parse().unwrap(), None),
+                        Some((min, max)) => (min.parse().unwrap(), Some(max.parse().unwrap())),
+                    }
+                }
+                _ => (1, Some(1)),
+            };
+            if (min, max) != (1, Some(1)) {
+                *at += 1;
+            }
+            alts.last_mut().unwrap().push((atom, min, max));
+        }
+        Expr::Alt(alts)
+    }
+
+    /// Every position where a match of `expr` starting at `from` can end.
+    fn ends(
+        rules: &HashMap<String, Expr>,
+        memo: &mut HashMap<(String, usize), HashSet<usize>>,
+        expr: &Expr,
+        text: &[char],
+        from: usize,
+    ) -> HashSet<usize> {
+        match expr {
+            Expr::Literal(literal) => text[from..]
+                .starts_with(literal)
+                .then_some(from + literal.len())
+                .into_iter()
+                .collect(),
+            Expr::Class(negated, ranges) => text
+                .get(from)
+                .filter(|c| ranges.iter().any(|(l, h)| (l..=h).contains(c)) != *negated)
+                .map(|_| from + 1)
+                .into_iter()
+                .collect(),
+            Expr::Ref(name) => {
+                let key = (name.clone(), from);
+                if let Some(found) = memo.get(&key) {
+                    return found.clone();
+                }
+                let rule = rules.get(name).unwrap_or_else(|| panic!("no rule {name}"));
+                let found = ends(rules, memo, rule, text, from);
+                memo.insert(key, found.clone());
+                found
+            }
+            Expr::Alt(alts) => {
+                let mut all = HashSet::new();
+                for sequence in alts {
+                    let mut here = HashSet::from([from]);
+                    for (item, min, max) in sequence {
+                        let mut reached = if *min == 0 {
+                            here.clone()
+                        } else {
+                            HashSet::new()
+                        };
+                        let mut frontier = here;
+                        let mut count = 0;
+                        while !frontier.is_empty() && max.is_none_or(|max| count < max) {
+                            count += 1;
+                            let mut next = HashSet::new();
+                            for at in &frontier {
+                                next.extend(ends(rules, memo, item, text, *at));
+                            }
+                            if count >= *min {
+                                next.retain(|at| reached.insert(*at) || max.is_some());
+                            }
+                            frontier = next;
+                        }
+                        here = reached;
+                    }
+                    all.extend(here);
+                }
+                all
+            }
+        }
+    }
+
+    /// The object `{"k1": 1, "k2": 2, …}` with `keys` in that order.
+    fn object_text(keys: &[&str]) -> String {
+        let pairs: Vec<String> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, key)| format!("\"{key}\": {i}"))
+            .collect();
+        format!("{{{}}}", pairs.join(", "))
+    }
+
+    /// Every ordering of every subset of `keys`.
+    fn arrangements<'a>(keys: &[&'a str]) -> Vec<Vec<&'a str>> {
+        let mut out = vec![Vec::new()];
+        for (i, key) in keys.iter().enumerate() {
+            let mut rest = keys.to_vec();
+            rest.remove(i);
+            for mut tail in arrangements(&rest) {
+                tail.insert(0, key);
+                out.push(tail);
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    #[test]
+    fn the_matcher_reads_the_primitives() {
+        let grammar = json_schema_to_gbnf(&json!({})).unwrap();
+        for good in [
+            r#"{"a": [1, -2.5e3, "x\"y"], "b": {"c": null}}"#,
+            "true",
+            "[]",
+        ] {
+            assert!(accepts(&grammar, good), "{good}");
+        }
+        for bad in ["{,}", "[1,]", "tru", r#""a"b""#] {
+            assert!(!accepts(&grammar, bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn optional_properties_are_accepted_in_order_any_of_them_left_out() {
+        let integer = json!({"type": "integer"});
+        let schema = json!({
+            "type": "object",
+            "properties": {"a": integer, "b": integer, "c": integer, "d": integer},
+        });
+        let grammar = json_schema_to_gbnf(&schema).unwrap();
+        let all = arrangements(&["a", "b", "c", "d"]);
+        assert_eq!(all.len(), 65);
+        for keys in &all {
+            // Properties may be left out but keep their order: an increasing sequence.
+            let expected = keys.windows(2).all(|pair| pair[0] < pair[1]);
+            let text = object_text(keys);
+            assert_eq!(accepts(&grammar, &text), expected, "{text}\n{grammar}");
+        }
+        for bad in [
+            r#"{"a": 1,}"#,
+            r#"{, "a": 1}"#,
+            r#"{"a": 1 "b": 2}"#,
+            r#"{"e": 1}"#,
+        ] {
+            assert!(!accepts(&grammar, bad), "{bad}");
+        }
+        // With a required property: it comes first, then the optional ones in order.
+        let schema = json!({
+            "type": "object",
+            "properties": {"a": integer, "b": integer, "c": integer},
+            "required": ["b"],
+        });
+        let grammar = json_schema_to_gbnf(&schema).unwrap();
+        for keys in arrangements(&["a", "b", "c"]) {
+            let expected = keys.first() == Some(&"b") && keys[1..].windows(2).all(|p| p[0] < p[1]);
+            let text = object_text(&keys);
+            assert_eq!(accepts(&grammar, &text), expected, "{text}\n{grammar}");
+        }
+        // One optional property, and nested optional ones.
+        let schema = json!({
+            "type": "object",
+            "properties": {"x": {"type": "object", "properties": {"y": integer, "z": integer}}},
+        });
+        let grammar = json_schema_to_gbnf(&schema).unwrap();
+        for (text, expected) in [
+            ("{}", true),
+            (r#"{"x": {}}"#, true),
+            (r#"{"x": {"z": 1}}"#, true),
+            (r#"{"x": {"y": 1, "z": 2}}"#, true),
+            (r#"{"x": {"z": 1, "y": 2}}"#, false),
+            (r#"{"x": 1}"#, false),
+        ] {
+            assert_eq!(accepts(&grammar, text), expected, "{text}\n{grammar}");
+        }
+    }
+
+    fn optional_properties(count: usize) -> Value {
+        let properties: serde_json::Map<String, Value> = (0..count)
+            .map(|i| (format!("field_{i}"), json!({"type": "integer"})))
+            .collect();
+        json!({"type": "object", "properties": properties})
+    }
+
+    #[test]
+    fn the_grammar_grows_linearly_with_optional_properties() {
+        let started = std::time::Instant::now();
+        let small = json_schema_to_gbnf(&optional_properties(2_000))
+            .unwrap()
+            .len();
+        let large = json_schema_to_gbnf(&optional_properties(4_000))
+            .unwrap()
+            .len();
+        let ratio = large as f64 / small as f64;
+        // Quadratic construction made this ratio about 4 (and 4,000 properties ~1 GB).
+        assert!(ratio < 2.5, "{small} → {large} bytes: ×{ratio:.2}");
+        assert!(large < 2_000_000, "{large} bytes");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        // Many required properties (sorted by their place in `required`) are linear too.
+        let mut schema = optional_properties(4_000);
+        schema["required"] = (0..4_000)
+            .rev()
+            .map(|i| json!(format!("field_{i}")))
+            .collect();
+        let started = std::time::Instant::now();
+        let grammar = json_schema_to_gbnf(&schema).unwrap();
+        assert!(grammar.len() < 2_000_000, "{} bytes", grammar.len());
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        let root = grammar.lines().next().unwrap();
+        assert!(root.find("field_3999").unwrap() < root.find("field_0\\").unwrap());
+    }
+
+    #[test]
+    fn schemas_beyond_the_grammar_bounds_are_refused_not_built() {
+        let error = json_schema_to_gbnf(&optional_properties(MAX_GRAMMAR_SCHEMAS)).unwrap_err();
+        assert!(
+            matches!(&error, GrammarError::TooLarge { what: "schemas", limit: MAX_GRAMMAR_SCHEMAS, pointer } if pointer.starts_with("/properties/field_")),
+            "{error}"
+        );
+        let mut deep = json!({"type": "integer"});
+        for _ in 0..=MAX_GRAMMAR_DEPTH {
+            deep = json!({"type": "array", "items": deep});
+        }
+        let error = json_schema_to_gbnf(&deep).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "JSON schema at `{}`: more than {MAX_GRAMMAR_DEPTH} levels of nested schemas, the most a grammar is built for",
+                "/items".repeat(MAX_GRAMMAR_DEPTH + 1)
+            )
+        );
+        // A repeated type would build the same properties again for each repetition.
+        let twice = json!({"type": ["object", "null", "object"], "properties": {"a": {}}});
+        assert!(
+            json_schema_to_gbnf(&twice)
+                .unwrap_err()
+                .to_string()
+                .contains("`type` lists `object` twice")
+        );
+        // A long property name is cut in its rule's name (the literal keeps it whole).
+        let long = "k".repeat(10_000);
+        let schema = json!({"properties": {long.clone(): {"properties": {long.clone(): {}}}}});
+        let grammar = json_schema_to_gbnf(&schema).unwrap();
+        assert!(grammar.len() < 3 * long.len(), "{} bytes", grammar.len());
+        assert!(accepts(
+            &grammar,
+            &format!("{{\"{long}\": {{\"{long}\": [1]}}}}")
+        ));
+    }
+
+    #[test]
+    fn a_tool_over_the_bounds_falls_back_to_any_object() {
+        let big = optional_properties(MAX_GRAMMAR_SCHEMAS);
+        let small =
+            json!({"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]});
+        let grammar = tool_call_gbnf(&[("big", &big), ("small", &small)], "<c>", "</c>", true);
+        assert!(
+            grammar
+                .contains("\"\\\"big\\\"\" ws \",\" ws \"\\\"arguments\\\"\" ws \":\" ws object"),
+            "{}",
+            &grammar[..400]
+        );
+        // The small tool keeps its schema: the big one's share of the bound was given back.
+        assert!(grammar.contains("\ntool1-args ::= "), "{}", &grammar[..400]);
+        assert!(accepts(
+            &grammar,
+            r#"<c>{"name": "small", "arguments": {"x": 1}}</c>"#
+        ));
+        assert!(!accepts(
+            &grammar,
+            r#"<c>{"name": "small", "arguments": {"y": 1}}</c>"#
+        ));
+        assert!(accepts(
+            &grammar,
+            r#"<c>{"name": "big", "arguments": {"y": 1}}</c>"#
+        ));
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! | [`keys`] | API keys for the routes that write |
 //! | `chat` | `POST /v1/chat/completions` |
 //! | [`wire`] | OpenAI's request, response and chunk shapes |
+//! | [`schema_limits`] | bounds on the JSON schemas of `response_format` and `tools` |
 //! | [`router`] | upstreams by model name, concurrency limits, failover and cooldown |
 //! | [`hllm`] | Θ (uncertainty), Ψ (library mass), κ, and escalation to a stronger model |
 //! | `runs` | the runs under `--runs-dir`, and a run's journal as server-sent events for remote dashboards |
@@ -39,6 +40,7 @@ pub mod qdrant;
 pub mod retrieve;
 pub mod router;
 mod runs;
+pub mod schema_limits;
 mod stream;
 mod tool_wire;
 pub mod usage;

@@ -9,6 +9,7 @@ use std::collections::HashSet;
 use serde_json::{Value, json};
 
 use super::error::ApiError;
+use super::schema_limits;
 use crate::backend::{ToolCall, ToolChoice, ToolSpec};
 
 /// Most tools one request may list, as OpenAI allows.
@@ -88,6 +89,8 @@ pub fn tools(list: Vec<Value>) -> Result<Vec<ToolSpec>, ApiError> {
             parameters,
         });
     }
+    schema_limits::check_tools(specs.iter().map(|spec| &spec.parameters).enumerate())
+        .map_err(|error| bad(error.to_string()))?;
     Ok(specs)
 }
 
@@ -244,6 +247,25 @@ mod tests {
         let error = message(tools(vec![twice.clone(), twice]).unwrap_err());
         assert!(
             error.contains("tools[1].function.name `f` is listed twice"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_tool_schema_over_a_bound_is_refused_naming_the_tool() {
+        let properties: serde_json::Map<String, Value> =
+            (0..100_000).map(|i| (format!("p{i}"), json!({}))).collect();
+        let error = message(
+            tools(vec![
+                json!({"type": "function", "function": {"name": "ok"}}),
+                json!({"type": "function", "function": {"name": "big", "parameters": {"properties": properties}}}),
+            ])
+            .unwrap_err(),
+        );
+        assert!(
+            error.starts_with(
+                "tools[1].function.parameters: 100000 nested schemas (properties, items, anyOf options, …), over the limit of 2000"
+            ),
             "{error}"
         );
     }

@@ -2,11 +2,13 @@
 //! (unknown fields are ignored, as OpenAI's server does) but checked strictly where a value is
 //! out of range, and the response and stream-chunk shapes they expect.
 
+use std::collections::HashSet;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::error::ApiError;
-use super::tool_wire;
+use super::{schema_limits, tool_wire};
 use crate::backend::{
     ChatMessage, Completion, Constraint, FinishReason, Role, Sampling, ToolChoice, ToolSpec, Usage,
 };
@@ -107,15 +109,15 @@ impl ChatRequest {
             return Err(ApiError::bad("messages", "`messages` must not be empty"));
         }
         let mut messages: Vec<ChatMessage> = Vec::with_capacity(self.messages.len());
+        // The ids of the calls so far, looked up rather than searched for: a body of tens of
+        // thousands of calls and results would otherwise cost their product in comparisons.
+        let mut call_ids: HashSet<String> = HashSet::new();
         for (index, message) in self.messages.into_iter().enumerate() {
             let message = message.check(index)?;
             // A tool result answers a call of an earlier assistant turn; an upstream refuses
             // one that does not, with an error that would not name the message.
             if let Some(id) = &message.tool_call_id
-                && !messages
-                    .iter()
-                    .flat_map(|m| &m.tool_calls)
-                    .any(|call| &call.id == id)
+                && !call_ids.contains(id)
             {
                 return Err(ApiError::bad(
                     "messages",
@@ -124,6 +126,7 @@ impl ChatRequest {
                     ),
                 ));
             }
+            call_ids.extend(message.tool_calls.iter().map(|call| call.id.clone()));
             messages.push(message);
         }
         let tools = tool_wire::tools(self.tools.unwrap_or_default())?;
@@ -290,7 +293,12 @@ fn response_constraint(format: &Value) -> Result<Option<Constraint>, ApiError> {
         Some("text") => Ok(None),
         Some("json_object") => Ok(Some(Constraint::JsonSchema(json!({"type": "object"})))),
         Some("json_schema") => match format["json_schema"]["schema"].clone() {
-            Value::Object(schema) => Ok(Some(Constraint::JsonSchema(Value::Object(schema)))),
+            Value::Object(schema) => {
+                let schema = Value::Object(schema);
+                schema_limits::check(&schema, "response_format.json_schema.schema")
+                    .map_err(|error| ApiError::bad("response_format", error.to_string()))?;
+                Ok(Some(Constraint::JsonSchema(schema)))
+            }
             _ => Err(ApiError::bad(
                 "response_format",
                 "`response_format.json_schema.schema` must be a JSON schema object",
@@ -346,4 +354,71 @@ pub struct ModelCard {
     pub object: &'static str,
     pub created: i64,
     pub owned_by: &'static str,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(messages: Vec<Value>) -> ChatRequest {
+        serde_json::from_value(json!({"model": "gym", "messages": messages})).unwrap()
+    }
+
+    #[test]
+    fn tool_results_are_matched_to_calls_in_linear_time() {
+        let count = 40_000;
+        let calls: Vec<Value> = (0..count)
+            .map(|i| json!({"id": format!("c{i}"), "function": {"name": "f", "arguments": "{}"}}))
+            .collect();
+        let mut messages = vec![
+            json!({"role": "user", "content": "go"}),
+            json!({"role": "assistant", "tool_calls": calls}),
+        ];
+        messages.extend(
+            (0..count)
+                .map(|i| json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": "1"})),
+        );
+        let started = std::time::Instant::now();
+        let checked = request(messages.clone()).check(16, 0).unwrap();
+        assert_eq!(checked.messages.len(), count + 2);
+        // A search of the earlier calls for each result took ~10^9 comparisons here.
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+
+        messages.push(json!({"role": "tool", "tool_call_id": "c40000", "content": "1"}));
+        let error = request(messages).check(16, 0).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "messages[40002].tool_call_id `c40000` answers no tool call of an earlier assistant message"
+        );
+        // Only earlier calls count: a result before its call is refused.
+        let early = vec![
+            json!({"role": "tool", "tool_call_id": "c0", "content": "1"}),
+            json!({"role": "assistant", "tool_calls": [{"id": "c0", "function": {"name": "f", "arguments": "{}"}}]}),
+        ];
+        assert!(request(early).check(16, 0).is_err());
+    }
+
+    #[test]
+    fn a_response_format_schema_over_a_bound_is_a_400_naming_it() {
+        let properties: serde_json::Map<String, Value> =
+            (0..100_000).map(|i| (format!("p{i}"), json!({}))).collect();
+        let mut request = request(vec![json!({"role": "user", "content": "hi"})]);
+        request.response_format = Some(json!({
+            "type": "json_schema",
+            "json_schema": {"name": "x", "schema": {"type": "object", "properties": properties}}
+        }));
+        let error = request.check(16, 0).unwrap_err();
+        assert_eq!(error.status(), axum::http::StatusCode::BAD_REQUEST);
+        assert_eq!(error.body()["param"], "response_format");
+        assert!(
+            error
+                .to_string()
+                .starts_with("response_format.json_schema.schema: 100000 nested schemas"),
+            "{error}"
+        );
+    }
 }

@@ -36,6 +36,8 @@ mod openai_backend;
 mod openai_tools;
 mod serve_agent;
 mod serve_api;
+#[cfg(feature = "llama")]
+mod serve_limits;
 #[cfg(feature = "qdrant")]
 mod serve_qdrant;
 #[cfg(feature = "llama")]
