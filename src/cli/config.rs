@@ -19,14 +19,15 @@ pub const DEFAULT_CONFIG: &str = "gym.toml";
 /// The flag that lets a config file set what runs commands.
 pub const TRUST_FLAG: &str = "--trust-config";
 
-/// `argv` with the config file's flags spliced in after `gym grpo`.
-pub fn with_config_file(argv: Vec<String>) -> anyhow::Result<Vec<String>> {
+/// `argv` with the config file's flags spliced in after `gym grpo`, and that file (`None`
+/// when none was read). A resume reads none: the run's stored settings stand instead.
+pub fn with_config_file(argv: Vec<String>) -> anyhow::Result<(Vec<String>, Option<PathBuf>)> {
     if argv.get(1).map(String::as_str) != Some("grpo")
         || argv
             .iter()
             .any(|a| a == "--resume" || a.starts_with("--resume="))
     {
-        return Ok(argv);
+        return Ok((argv, None));
     }
     let explicit = flag_value(&argv, "--config")
         .map(PathBuf::from)
@@ -34,7 +35,7 @@ pub fn with_config_file(argv: Vec<String>) -> anyhow::Result<Vec<String>> {
     let path = match explicit {
         Some(path) => path,
         None if Path::new(DEFAULT_CONFIG).exists() => Path::new(".").join(DEFAULT_CONFIG),
-        None => return Ok(argv),
+        None => return Ok((argv, None)),
     };
     // Only the command line can grant trust: the file's own flags are not looked at here.
     let trusted = argv[2..].iter().any(|a| a == TRUST_FLAG);
@@ -43,7 +44,7 @@ pub fn with_config_file(argv: Vec<String>) -> anyhow::Result<Vec<String>> {
     let mut out: Vec<String> = argv[..2].to_vec();
     out.extend(flags);
     out.extend(argv[2..].iter().cloned());
-    Ok(out)
+    Ok((out, Some(path)))
 }
 
 fn flag_value(argv: &[String], flag: &str) -> Option<String> {
@@ -178,7 +179,8 @@ mod tests {
         ]
         .map(String::from)
         .to_vec();
-        let out = with_config_file(argv).unwrap();
+        let (out, file) = with_config_file(argv).unwrap();
+        assert_eq!(file.as_deref(), Some(path.as_path()));
         assert_eq!(
             &out[2..6],
             [

@@ -19,21 +19,22 @@ use gym::run::{
 use super::backend_args::{BackendArgs, BackendKind, SamplingArgs, load_embedder, runtime};
 use super::eval::{DatasetArgs, RewardArgs, render_report};
 use super::fallback::{Checker, FallbackArgs, FallbackKind};
+use super::run_settings::{self, Setting, Settings as RunSettings, Source, Stored, Value};
 use super::tool_args::ToolArgs;
 
 /// Flags a resumed run may change; everything else is fixed by the run's first start.
 const RESUMABLE_FLAGS: &[&str] = &[
-    "--budget-tokens",
-    "--budget-usd",
-    "--events-jsonl",
-    "--no-tui",
-    "--parallel",
-    "--stage-parallel",
-    "--eval-limit",
-    "--eval-k",
-    "--no-eval",
-    "--api-key-env",
-    "--threads",
+    "budget-tokens",
+    "budget-usd",
+    "events-jsonl",
+    "no-tui",
+    "parallel",
+    "stage-parallel",
+    "eval-limit",
+    "eval-k",
+    "no-eval",
+    "api-key-env",
+    "threads",
 ];
 
 #[derive(Debug, Args)]
@@ -203,6 +204,11 @@ pub struct GrpoArgs {
 
     #[command(flatten)]
     tools: ToolArgs,
+
+    /// Every setting of this command and where it came from (filled in by
+    /// [`super::Cli::parse_with_config`]), kept in the run's `args.json`.
+    #[arg(skip)]
+    pub(super) settings: RunSettings,
 }
 
 const ARGS_FILE: &str = "args.json";
@@ -210,7 +216,7 @@ const ARGS_FILE: &str = "args.json";
 impl GrpoArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         if let Some(run_id) = &self.resume {
-            return resume(run_id, &self.runs_dir);
+            return resume(run_id, &self.runs_dir, &self.settings);
         }
         let run_id = self
             .run_id
@@ -228,13 +234,21 @@ impl GrpoArgs {
         );
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
-        // The exact flags of this start, so --resume rebuilds the same run.
-        let args: Vec<String> = std::env::args().skip(2).collect();
-        let mut args = strip_flag(args, "--run-id");
-        args.push(format!("--run-id={run_id}"));
-        std::fs::write(dir.join(ARGS_FILE), serde_json::to_vec_pretty(&args)?)
-            .with_context(|| format!("cannot write {}", dir.join(ARGS_FILE).display()))?;
-        self.execute(run_id, dir)
+        // Every setting of this start and where it came from (flag, environment, config file,
+        // default), so --resume rebuilds the same run without them.
+        let mut settings = self.settings.clone();
+        let source = settings
+            .get("run-id")
+            .map_or(Source::Default, |s| s.source.clone());
+        settings.insert(
+            "run-id".into(),
+            Setting {
+                value: Value::One(run_id.clone()),
+                source,
+            },
+        );
+        run_settings::write(&dir.join(ARGS_FILE), &settings)?;
+        self.execute(run_id, dir, false)
     }
 
     /// Whether the distillation stages run on the default distiller: on llama with no
@@ -318,7 +332,8 @@ impl GrpoArgs {
         Ok(())
     }
 
-    fn execute(self, run_id: String, dir: PathBuf) -> anyhow::Result<ExitCode> {
+    /// Runs (`resuming`: continues) the run `run_id` in `dir`.
+    fn execute(self, run_id: String, dir: PathBuf, resuming: bool) -> anyhow::Result<ExitCode> {
         anyhow::ensure!(
             self.group_size >= 2,
             "--group-size must be at least 2 (GRPO compares answers)"
@@ -332,7 +347,13 @@ impl GrpoArgs {
         let rollout_backend = self.backend.build()?;
         let distill_backend = self.build_distill_backend(&rollout_backend)?;
         let verifier = self.reward.build(&train, &distill_backend)?;
-        let library = open_or_init(&self.library_dir, &self.library)?;
+        let library = if resuming {
+            // A resume continues the run's library; a missing one is not made anew.
+            Library::open(&self.library_dir, &self.library)
+                .with_context(|| format!("run `{run_id}` learns into library `{}`", self.library))?
+        } else {
+            open_or_init(&self.library_dir, &self.library)?
+        };
         let embedder = load_embedder()?;
 
         let dashboard = !self.no_tui
@@ -433,6 +454,7 @@ impl GrpoArgs {
             distill_backend,
             verifier: Arc::clone(&verifier),
             embedder,
+            dataset: self.dataset.dataset.clone(),
             samples: train.samples.clone(),
             instruction: train.instruction.clone(),
             library,
@@ -700,61 +722,73 @@ fn write_run_report(
     }
 }
 
-fn strip_flag(args: Vec<String>, flag: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut skip_next = false;
-    for arg in args {
-        if skip_next {
-            skip_next = false;
-            continue;
-        }
-        if arg == flag {
-            skip_next = true;
-            continue;
-        }
-        if arg.starts_with(&format!("{flag}=")) {
-            continue;
-        }
-        out.push(arg);
-    }
-    out
-}
-
-/// Re-runs the saved flags of `run_id` (plus the few a resume may change) in resume mode.
-fn resume(run_id: &str, runs_dir: &Path) -> anyhow::Result<ExitCode> {
-    use clap::Parser as _;
-    let dir = runs_dir.join(run_id);
-    let path = dir.join(ARGS_FILE);
-    let saved: Vec<String> = serde_json::from_slice(&std::fs::read(&path).with_context(|| {
+/// The settings stored for `run_id` in `runs_dir`: its `args.json`, or for a run made before
+/// the settings were kept, its stored command line as this version reads it.
+fn stored_settings(runs_dir: &Path, run_id: &str) -> anyhow::Result<RunSettings> {
+    use clap::{CommandFactory as _, FromArgMatches as _};
+    let path = runs_dir.join(run_id).join(ARGS_FILE);
+    let stored = run_settings::read(&path, || {
         format!(
             "no run `{run_id}` in {} (cannot read {})",
             runs_dir.display(),
             path.display()
         )
-    })?)
-    .with_context(|| format!("{} is not a JSON list of arguments", path.display()))?;
-    let given: Vec<String> = strip_flag(std::env::args().skip(2).collect(), "--resume");
-    for arg in &given {
-        if arg.starts_with("--") {
-            let name = arg.split('=').next().unwrap_or(arg);
-            anyhow::ensure!(
-                RESUMABLE_FLAGS.contains(&name) || name == "--runs-dir",
-                "{name} cannot change when resuming; a resume may change only {}",
-                RESUMABLE_FLAGS.join(", ")
-            );
-        }
-    }
-    let argv = ["gym".to_string(), "grpo".to_string()]
-        .into_iter()
-        .chain(saved)
-        .chain(given);
-    let cli = super::Cli::try_parse_from(argv)
+    })?;
+    let argv = match stored {
+        Stored::Settings(settings) => return Ok(settings),
+        Stored::Argv(argv) => argv,
+    };
+    let command = super::Cli::command();
+    let matches = command
+        .clone()
+        .try_get_matches_from(
+            ["gym".to_string(), "grpo".to_string()]
+                .into_iter()
+                .chain(argv),
+        )
         .with_context(|| format!("the saved flags in {}", path.display()))?;
-    let super::Command::Grpo(args) = cli.command else {
+    super::Cli::from_arg_matches(&matches)
+        .with_context(|| format!("the saved flags in {}", path.display()))?;
+    let (Some(grpo), Some(sub)) = (
+        command.find_subcommand("grpo"),
+        matches.subcommand_matches("grpo"),
+    ) else {
         anyhow::bail!("{} does not hold `gym grpo` flags", path.display());
     };
+    Ok(run_settings::resolve(grpo, sub, None))
+}
+
+/// The `gym grpo` flags of `settings`, parsed.
+fn parse_settings(settings: &RunSettings, path: &Path) -> anyhow::Result<GrpoArgs> {
+    use clap::Parser as _;
+    let argv = ["gym".to_string(), "grpo".to_string()]
+        .into_iter()
+        .chain(run_settings::to_flags(settings));
+    let cli = super::Cli::try_parse_from(argv)
+        .with_context(|| format!("the saved settings in {}", path.display()))?;
+    let super::Command::Grpo(mut args) = cli.command else {
+        anyhow::bail!("{} does not hold `gym grpo` settings", path.display());
+    };
+    args.settings = settings.clone();
+    Ok(*args)
+}
+
+/// Continues `run_id` with its stored settings; `given` (this command's own settings) may
+/// change only [`RESUMABLE_FLAGS`], and the run's dataset and library must be the ones its
+/// journal recorded (checked by the runner).
+fn resume(run_id: &str, runs_dir: &Path, given: &RunSettings) -> anyhow::Result<ExitCode> {
+    let dir = runs_dir.join(run_id);
+    let stored = stored_settings(runs_dir, run_id)?;
+    let settings = run_settings::merge(run_id, &stored, given, RESUMABLE_FLAGS)?;
+    if let Some(config) = given.get("config").filter(|s| s.source == Source::Flag) {
+        eprintln!(
+            "note: --config {} is not read when resuming: the run's stored settings stand",
+            config.value
+        );
+    }
+    let args = parse_settings(&settings, &dir.join(ARGS_FILE))?;
     eprintln!("resuming run {run_id} from {}", dir.display());
-    args.execute(run_id.to_string(), dir)
+    args.execute(run_id.to_string(), dir, true)
 }
 
 /// What a run was started with, as other subcommands need it (`gym finetune --run`).
@@ -767,27 +801,11 @@ pub(super) struct RunOrigin {
     pub library_dir: PathBuf,
 }
 
-/// Reads the flags a run was started with from its `args.json`.
+/// Reads the settings a run was started with from its `args.json`.
 #[cfg_attr(not(feature = "finetune"), allow(dead_code))]
 pub(super) fn run_origin(runs_dir: &Path, run_id: &str) -> anyhow::Result<RunOrigin> {
-    use clap::Parser as _;
-    let path = runs_dir.join(run_id).join(ARGS_FILE);
-    let saved: Vec<String> = serde_json::from_slice(&std::fs::read(&path).with_context(|| {
-        format!(
-            "no run `{run_id}` in {} (cannot read {})",
-            runs_dir.display(),
-            path.display()
-        )
-    })?)
-    .with_context(|| format!("{} is not a JSON list of arguments", path.display()))?;
-    let argv = ["gym".to_string(), "grpo".to_string()]
-        .into_iter()
-        .chain(saved);
-    let cli = super::Cli::try_parse_from(argv)
-        .with_context(|| format!("the saved flags in {}", path.display()))?;
-    let super::Command::Grpo(args) = cli.command else {
-        anyhow::bail!("{} does not hold `gym grpo` flags", path.display());
-    };
+    let settings = stored_settings(runs_dir, run_id)?;
+    let args = parse_settings(&settings, &runs_dir.join(run_id).join(ARGS_FILE))?;
     Ok(RunOrigin {
         sampling: args.sampling.sampling(),
         dataset: args.dataset,

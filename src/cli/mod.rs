@@ -16,6 +16,7 @@ mod gov;
 mod gov_chain;
 mod grpo;
 mod library;
+mod run_settings;
 mod serve;
 pub mod tool_args;
 mod tools;
@@ -23,7 +24,7 @@ mod watch;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 /// Gym: Training-Free GRPO with a versioned, Merkle-committed experience library.
 #[derive(Debug, Parser)]
@@ -63,10 +64,32 @@ enum Command {
 }
 
 impl Cli {
-    /// Parses the command line; `gym grpo` first takes its defaults from a `gym.toml`.
+    /// Parses the command line; `gym grpo` first takes its defaults from a `gym.toml`, and
+    /// keeps every setting's value and where it came from for the run's `args.json`.
     pub fn parse_with_config() -> anyhow::Result<Self> {
-        let argv = config::with_config_file(std::env::args().collect())?;
-        Ok(Self::parse_from(argv))
+        let raw: Vec<String> = std::env::args().collect();
+        let (argv, config) = config::with_config_file(raw.clone())?;
+        let matches = Self::command().get_matches_from(argv);
+        let mut cli = Self::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        if let Command::Grpo(args) = &mut cli.command {
+            let command = Self::command();
+            let grpo = command
+                .find_subcommand("grpo")
+                .expect("gym grpo is a subcommand");
+            let sub = matches
+                .subcommand_matches("grpo")
+                .expect("gym grpo was parsed");
+            // The command line alone tells the config file's values from the flags'.
+            let flags = config.as_ref().and_then(|_| {
+                Self::command()
+                    .try_get_matches_from(&raw)
+                    .ok()
+                    .and_then(|m| m.subcommand_matches("grpo").cloned())
+            });
+            let config = config.as_deref().zip(flags.as_ref());
+            args.settings = run_settings::resolve(grpo, sub, config);
+        }
+        Ok(cli)
     }
 
     /// Runs the chosen subcommand.

@@ -57,12 +57,106 @@ impl std::fmt::Display for StepEnd {
     }
 }
 
+/// What a run learns from and into, recorded by every start of it: a resume must find the same
+/// (the same training queries in the same order, so that step N is the same batch, and the same
+/// library), or finished steps would be matched to other work by their number alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunInputs {
+    /// The dataset as it was named (`builtin:arith`, a file path).
+    pub dataset: String,
+    /// SHA-256 over the training queries in order: ids, questions and reference answers.
+    pub dataset_sha256: String,
+    /// Training queries.
+    pub queries: usize,
+    /// Queries per step.
+    pub batch_size: usize,
+    /// The library's name.
+    pub library: String,
+    /// The hash of the library's version 0, which tells it from another of the same name.
+    pub library_genesis: String,
+}
+
+impl RunInputs {
+    /// The inputs of a run over `samples` in batches of `batch_size`, learning into `library`.
+    pub fn new(
+        dataset: &str,
+        samples: &[crate::data::Sample],
+        batch_size: usize,
+        library: &crate::library::Library,
+    ) -> Self {
+        use sha2::Digest as _;
+        let mut hash = sha2::Sha256::new();
+        for sample in samples {
+            for field in [&sample.id, &sample.question, &sample.answer] {
+                // Length-prefixed, so no two different lists of fields hash alike.
+                hash.update((field.len() as u64).to_le_bytes());
+                hash.update(field.as_bytes());
+            }
+        }
+        Self {
+            dataset: dataset.to_string(),
+            dataset_sha256: hex::encode(hash.finalize()),
+            queries: samples.len(),
+            batch_size,
+            library: library.name().to_string(),
+            library_genesis: library
+                .versions()
+                .first()
+                .map(|v| v.hash.to_hex())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Why `now` is not what this recorded start had, or `None` when it is.
+    pub fn mismatch(&self, now: &RunInputs) -> Option<String> {
+        let short = |hash: &str| hash.chars().take(12).collect::<String>();
+        if self.dataset_sha256 != now.dataset_sha256 || self.queries != now.queries {
+            return Some(format!(
+                "the run was started on dataset `{}` ({} training queries, sha256 {}…), but this                  start loads `{}` ({} training queries, sha256 {}…)",
+                self.dataset,
+                self.queries,
+                short(&self.dataset_sha256),
+                now.dataset,
+                now.queries,
+                short(&now.dataset_sha256)
+            ));
+        }
+        if self.batch_size != now.batch_size {
+            return Some(format!(
+                "the run was started with batches of {} queries, this start makes batches of {}",
+                self.batch_size, now.batch_size
+            ));
+        }
+        if self.library != now.library {
+            return Some(format!(
+                "the run was started with library `{}`, but this start opens library `{}`",
+                self.library, now.library
+            ));
+        }
+        if self.library_genesis != now.library_genesis {
+            return Some(format!(
+                "library `{}` is not the one the run was started with (its version 0 hash is                  {}…, the run's was {}…)",
+                now.library,
+                short(&now.library_genesis),
+                short(&self.library_genesis)
+            ));
+        }
+        None
+    }
+}
+
 /// One line of the journal.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Entry {
     /// A process started (or resumed) the run.
-    Started { at: String, resumed: bool },
+    Started {
+        at: String,
+        resumed: bool,
+        /// What it learns from and into (absent in journals from before it was recorded).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        inputs: Option<RunInputs>,
+    },
     /// A scored group of answers.
     Rollout {
         epoch: u32,
@@ -115,6 +209,8 @@ pub struct Replay {
     pub validations: HashMap<u32, crate::library::Validation>,
     pub finished: bool,
     pub starts: usize,
+    /// What the first start that recorded them learned from and into.
+    pub inputs: Option<RunInputs>,
     /// A torn last line left by a crash mid-write, ignored.
     pub torn_tail: bool,
 }
@@ -213,7 +309,12 @@ fn read(path: &Path) -> Result<Replay, JournalError> {
             }
         };
         match entry {
-            Entry::Started { .. } => replay.starts += 1,
+            Entry::Started { inputs, .. } => {
+                replay.starts += 1;
+                if replay.inputs.is_none() {
+                    replay.inputs = inputs;
+                }
+            }
             Entry::Rollout { step, group, .. } => {
                 replay
                     .rollouts
@@ -266,6 +367,7 @@ mod tests {
             .append(&Entry::Started {
                 at: "t".into(),
                 resumed: false,
+                inputs: None,
             })
             .unwrap();
         journal

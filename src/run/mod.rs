@@ -36,7 +36,7 @@ pub fn is_valid_run_id(id: &str) -> bool {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
 }
-pub use self::journal::{Entry, Journal, JournalError, Replay, Stage, StepEnd};
+pub use self::journal::{Entry, Journal, JournalError, Replay, RunInputs, Stage, StepEnd};
 pub use self::summary::{RunSummary, StepReport};
 use crate::backend::{Backend, BackendError, Sampling, Usage};
 use crate::data::Sample;
@@ -101,6 +101,10 @@ pub enum RunError {
     RunDir { path: PathBuf, message: String },
     #[error("the training set is empty")]
     NoSamples,
+    #[error(
+        "run `{run}` cannot resume: {reason}; resume it with the dataset and library it was started with"
+    )]
+    InputsChanged { run: String, reason: String },
 }
 
 /// Everything a run needs, built by the caller.
@@ -112,6 +116,8 @@ pub struct Runner {
     pub distill_backend: Arc<dyn Backend>,
     pub verifier: Arc<dyn Verifier>,
     pub embedder: Option<Arc<dyn Embedder>>,
+    /// The dataset as it was named, for the journal.
+    pub dataset: String,
     pub samples: Vec<Sample>,
     pub instruction: Option<String>,
     pub library: Library,
@@ -147,9 +153,22 @@ impl Runner {
         let _lock = lock_run_dir(&self.dir)?;
         let (mut journal, replay) = Journal::open(&self.dir)?;
         let resumed = replay.starts > 0;
+        let inputs = RunInputs::new(
+            &self.dataset,
+            &self.samples,
+            self.config.batch_size,
+            &self.library,
+        );
+        if let Some(reason) = replay.inputs.as_ref().and_then(|r| r.mismatch(&inputs)) {
+            return Err(RunError::InputsChanged {
+                run: self.config.run_id.clone(),
+                reason,
+            });
+        }
         journal.append(&Entry::Started {
             at: chrono::Utc::now().to_rfc3339(),
             resumed,
+            inputs: Some(inputs),
         })?;
         self.events.emit(RunEvent::RunStarted {
             run: self.config.run_id.clone(),

@@ -1,0 +1,244 @@
+//! `gym grpo --resume` continues the run that was started, not one rebuilt from defaults: the
+//! run's `args.json` keeps every setting and where it came from (a `gym.toml` included), a
+//! resume refuses flags that would change the run, the journal's record of the dataset and
+//! library is checked, and `args.json` files of older runs (a plain list of arguments) still
+//! resume. Against the fake OpenAI server, so fast.
+
+use serde_json::Value;
+
+use crate::common::Scratch;
+use crate::fake_openai::FakeOpenAi;
+
+/// Two training queries, one per step.
+fn write_dataset(scratch: &Scratch, answer: &str) {
+    let lines: String = (0..2)
+        .map(|i| {
+            format!(
+                "{{\"id\": \"q{i}\", \"question\": \"What is {i} + {}?\", \"answer\": \"{answer}\"}}\n",
+                7 - i
+            )
+        })
+        .collect();
+    std::fs::write(scratch.dir.path().join("sevens.jsonl"), lines).unwrap();
+}
+
+/// The flags of every run here but the dataset and library: the fake server in both roles.
+fn backend_flags(server: &FakeOpenAi) -> Vec<String> {
+    let base_url = server.base_url();
+    [
+        "--batch-size",
+        "1",
+        "--group-size",
+        "2",
+        "--epochs",
+        "1",
+        "--validate",
+        "0",
+        "--no-eval",
+        "--backend",
+        "openai",
+        "--base-url",
+        &base_url,
+        "--model",
+        "policy",
+        "--distill-backend",
+        "openai",
+        "--distill-base-url",
+        &base_url,
+        "--distill-model",
+        "policy",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// `gym ARGS…` in `scratch`; returns (exit code, stdout, stderr).
+fn gym(scratch: &Scratch, args: &[String]) -> (i32, String, String) {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut command = scratch.model_command(&args);
+    command
+        .env_remove("GYM_REWARD")
+        .env_remove("GYM_TOOLS")
+        .env_remove("GYM_LIBRARY")
+        .env_remove("GYM_DATASET")
+        .env_remove("GYM_RUNS_DIR");
+    let output = command.output().unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+fn journal(scratch: &Scratch, run: &str) -> Vec<Value> {
+    let path = scratch
+        .dir
+        .path()
+        .join("runs")
+        .join(run)
+        .join("journal.jsonl");
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// The `inputs` of every start in the journal.
+fn starts(scratch: &Scratch, run: &str) -> Vec<Value> {
+    journal(scratch, run)
+        .into_iter()
+        .filter(|e| e["kind"] == "started")
+        .map(|e| e["inputs"].clone())
+        .collect()
+}
+
+fn summary(scratch: &Scratch, run: &str) -> Value {
+    let path = scratch
+        .dir
+        .path()
+        .join("runs")
+        .join(run)
+        .join("summary.json");
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+#[test]
+fn a_run_configured_by_gym_toml_resumes_with_its_settings_without_the_file() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(FakeOpenAi::policy(true));
+    let scratch = Scratch::new();
+    write_dataset(&scratch, "7");
+    let config = scratch.dir.path().join("gym.toml");
+    std::fs::write(&config, "dataset = \"sevens.jsonl\"\nlibrary = \"mine\"\n").unwrap();
+
+    // Stopped by its budget after step 1 (of 2).
+    let mut args = strings(&["grpo", "--run-id", "cfg", "--budget-tokens", "1"]);
+    args.extend(backend_flags(&server));
+    let (code, stdout, stderr) = gym(&scratch, &args);
+    assert_eq!(code, 3, "{stdout}\n{stderr}");
+    let stored: Value = serde_json::from_slice(
+        &std::fs::read(scratch.dir.path().join("runs/cfg/args.json")).unwrap(),
+    )
+    .unwrap();
+    let settings = &stored["settings"];
+    assert_eq!(settings["library"]["value"], "mine", "{stored:#}");
+    assert_eq!(settings["library"]["source"]["from"], "config");
+    assert_eq!(settings["library"]["source"]["file"], "./gym.toml");
+    assert_eq!(settings["dataset"]["value"], "sevens.jsonl");
+    assert_eq!(settings["group-size"]["source"]["from"], "flag");
+    assert_eq!(settings["epochs"]["value"], "1");
+    assert_eq!(settings["delete-quorum"]["source"]["from"], "default");
+    assert_eq!(settings["library-dir"]["source"]["from"], "env");
+    assert_eq!(
+        settings["library-dir"]["source"]["variable"],
+        "GYM_LIBRARY_DIR"
+    );
+    assert_eq!(settings["run-id"]["value"], "cfg");
+
+    // Without the gym.toml, a resume gets the file's dataset and library, not the defaults.
+    std::fs::remove_file(&config).unwrap();
+    let (code, stdout, stderr) = gym(
+        &scratch,
+        &strings(&["grpo", "--resume", "cfg", "--budget-tokens", "100000000"]),
+    );
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(!stderr.contains("using settings from"), "{stderr}");
+    let starts = starts(&scratch, "cfg");
+    assert_eq!(starts.len(), 2, "{starts:?}");
+    for inputs in &starts {
+        assert_eq!(inputs["dataset"], "sevens.jsonl", "{inputs}");
+        assert_eq!(inputs["library"], "mine", "{inputs}");
+        assert_eq!(inputs["queries"], 2, "{inputs}");
+    }
+    assert_eq!(starts[0], starts[1]);
+    let summary = summary(&scratch, "cfg");
+    assert_eq!(summary["steps"].as_array().unwrap().len(), 2, "{summary:#}");
+    assert!(stdout.contains("library mine:"), "{stdout}");
+    assert!(
+        !scratch.libraries().join("default").exists(),
+        "no default library was made"
+    );
+
+    // A flag that would change the run is refused, naming the setting and both values.
+    let (code, stdout, stderr) = gym(
+        &scratch,
+        &strings(&["grpo", "--resume", "cfg", "--library", "other"]),
+    );
+    assert_eq!(code, 1, "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("--library cannot change when resuming")
+            && stderr.contains("`mine` (from config ./gym.toml)")
+            && stderr.contains("`other` (from the command line)"),
+        "{stderr}"
+    );
+    // So is one from the environment.
+    let mut command = scratch.model_command(&["grpo", "--resume", "cfg"]);
+    let output = command
+        .env("GYM_DATASET", "builtin:arith")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--dataset cannot change when resuming")
+            && stderr.contains("`builtin:arith` (from $GYM_DATASET)")
+            && stderr.contains("unset GYM_DATASET"),
+        "{stderr}"
+    );
+    assert!(!scratch.libraries().join("other").exists());
+}
+
+#[test]
+fn an_old_args_json_still_resumes_and_a_changed_dataset_is_refused() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(FakeOpenAi::policy(true));
+    let scratch = Scratch::new();
+    write_dataset(&scratch, "7");
+    let mut flags = strings(&["--dataset", "sevens.jsonl", "--library", "old"]);
+    flags.extend(backend_flags(&server));
+    flags.extend(strings(&["--budget-tokens", "1"]));
+    let mut args = strings(&["grpo", "--run-id", "old"]);
+    args.extend(flags.iter().cloned());
+    let (code, stdout, stderr) = gym(&scratch, &args);
+    assert_eq!(code, 3, "{stdout}\n{stderr}");
+
+    // What gym wrote before the settings were kept: the command line after `gym grpo`.
+    flags.push("--run-id=old".into());
+    std::fs::write(
+        scratch.dir.path().join("runs/old/args.json"),
+        serde_json::to_vec(&flags).unwrap(),
+    )
+    .unwrap();
+
+    // The dataset file changed under the run: its steps would be other queries.
+    write_dataset(&scratch, "8");
+    let resume = strings(&["grpo", "--resume", "old", "--budget-tokens", "100000000"]);
+    let (code, stdout, stderr) = gym(&scratch, &resume);
+    assert_eq!(code, 1, "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("run `old` cannot resume")
+            && stderr.contains("started on dataset `sevens.jsonl`"),
+        "{stderr}"
+    );
+    assert_eq!(
+        starts(&scratch, "old").len(),
+        1,
+        "a refused start is not journaled"
+    );
+
+    write_dataset(&scratch, "7");
+    let (code, stdout, stderr) = gym(&scratch, &resume);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let starts = starts(&scratch, "old");
+    assert_eq!(starts.len(), 2);
+    assert_eq!(starts[1]["library"], "old");
+    assert_eq!(
+        summary(&scratch, "old")["steps"].as_array().unwrap().len(),
+        2
+    );
+}
