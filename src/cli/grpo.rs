@@ -941,6 +941,60 @@ mod tests {
             .map(|args| (args.backend, args.model))
     }
 
+    /// The settings of a parse of `gym grpo FLAGS…`.
+    fn resolved(flags: &[String]) -> RunSettings {
+        use clap::CommandFactory as _;
+        let argv = ["gym", "grpo"]
+            .map(String::from)
+            .into_iter()
+            .chain(flags.to_vec());
+        let matches = super::super::Cli::command()
+            .try_get_matches_from(argv)
+            .unwrap();
+        let command = super::super::Cli::command();
+        run_settings::resolve(
+            command.find_subcommand("grpo").unwrap(),
+            matches.subcommand_matches("grpo").unwrap(),
+            None,
+        )
+    }
+
+    #[test]
+    fn stored_settings_rebuild_the_same_command() {
+        let flags = [
+            "--tools",
+            "calc,python",
+            "--library",
+            "x",
+            "--no-eval",
+            "--temperature",
+            "0.5",
+            "--samples",
+            "3",
+        ]
+        .map(String::from);
+        let first = resolved(&flags);
+        assert_eq!(
+            first["tools"].value,
+            Value::Many(vec!["calc".into(), "python".into()])
+        );
+        assert_eq!(first["limit"].value, Value::One("3".into()));
+        assert_eq!(first["no-eval"].value, Value::Switch(true));
+        assert_eq!(first["library"].source, Source::Flag);
+        assert_eq!(first["group-size"].source, Source::Default);
+        let again = resolved(&run_settings::to_flags(&first));
+        let values = |s: &RunSettings| -> Vec<(String, Value)> {
+            s.iter()
+                .map(|(k, v)| (k.clone(), v.value.clone()))
+                .collect()
+        };
+        assert_eq!(values(&again), values(&first));
+        let args = parse_settings(&first, Path::new("args.json")).unwrap();
+        assert_eq!(args.library, "x");
+        assert_eq!(args.dataset.limit, Some(3));
+        assert!(args.no_eval);
+    }
+
     #[test]
     fn the_stages_default_to_the_distiller_on_llama_and_the_rollouts_stay() {
         let qwen = gym::backend::default_distill_model_path();

@@ -403,6 +403,54 @@ mod tests {
     }
 
     #[test]
+    fn the_first_recorded_inputs_are_what_a_resume_must_match() {
+        let dir = tempfile::tempdir().unwrap();
+        let library =
+            crate::library::Library::init(dir.path(), "mine", Default::default()).unwrap();
+        let samples = vec![crate::data::Sample {
+            id: "q1".into(),
+            question: "1 + 1?".into(),
+            answer: "2".into(),
+        }];
+        let inputs = RunInputs::new("d.jsonl", &samples, 2, &library);
+        assert_eq!(inputs.mismatch(&inputs), None);
+        let mut other = samples.clone();
+        other[0].answer = "3".into();
+        let changed = RunInputs::new("d.jsonl", &other, 2, &library);
+        let why = inputs.mismatch(&changed).unwrap();
+        assert!(why.contains("started on dataset `d.jsonl`"), "{why}");
+        let renamed = RunInputs {
+            library: "other".into(),
+            ..inputs.clone()
+        };
+        assert!(
+            inputs
+                .mismatch(&renamed)
+                .unwrap()
+                .contains("library `other`")
+        );
+        let remade = RunInputs {
+            library_genesis: "0".repeat(64),
+            ..inputs.clone()
+        };
+        assert!(inputs.mismatch(&remade).unwrap().contains("not the one"));
+
+        let (mut journal, _) = Journal::open(dir.path()).unwrap();
+        for recorded in [None, Some(inputs.clone()), Some(changed)] {
+            journal
+                .append(&Entry::Started {
+                    at: "t".into(),
+                    resumed: true,
+                    inputs: recorded,
+                })
+                .unwrap();
+        }
+        let (_, replay) = Journal::open(dir.path()).unwrap();
+        assert_eq!(replay.inputs, Some(inputs));
+        assert_eq!(replay.starts, 3);
+    }
+
+    #[test]
     fn a_bad_line_in_the_middle_is_corruption_naming_the_line() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(JOURNAL_FILE);
