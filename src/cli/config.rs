@@ -4,8 +4,9 @@
 //!
 //! A config file is often not the user's own (it comes with a cloned repository, and is picked
 //! up from the working directory), so every file read is announced on stderr, and a setting
-//! that would run a program (a `command:` reward, an MCP server command) is refused unless the
-//! command line says `--trust-config`. The same settings as flags or environment variables need
+//! that would run a program (a `command:` reward, an MCP server command) or send an API key
+//! from the environment somewhere (a server URL, the name of the key's variable) is refused
+//! unless the command line says `--trust-config`. The same settings as flags or environment variables need
 //! no such consent: the user typed them.
 
 use std::path::{Path, PathBuf};
@@ -80,12 +81,11 @@ pub fn flags_from_file(path: &Path, trusted: bool) -> anyhow::Result<Vec<String>
             let Some(text) = value.as_str() else {
                 continue;
             };
-            if let Some(what) = runs_a_program(key, text) {
+            if let Some(why) = needs_trust(key, text) {
                 // `value` is shown as TOML writes it: quoted, with control characters escaped.
                 anyhow::bail!(
-                    "{origin}: `{key} = {value}` would run a program ({what}); a config file may \
-                     set that only when the command line says {TRUST_FLAG} (or give --{key} on \
-                     the command line instead)"
+                    "{origin}: `{key} = {value}` {why}; a config file may set that only when the \
+                     command line says {TRUST_FLAG} (or give --{key} on the command line instead)"
                 );
             }
         }
@@ -93,13 +93,24 @@ pub fn flags_from_file(path: &Path, trusted: bool) -> anyhow::Result<Vec<String>
     Ok(flags)
 }
 
-/// Why `--KEY=VALUE` would start a program, or `None` when it would not.
-fn runs_a_program(key: &str, value: &str) -> Option<&'static str> {
+/// Why `--KEY=VALUE` from a file needs the user's consent, or `None` when it does not: it would
+/// start a program, or send an API key from the environment (the backends send the variable
+/// `--api-key-env` names, `OPENAI_API_KEY` by default) to a server the file chose.
+fn needs_trust(key: &str, value: &str) -> Option<&'static str> {
     match key {
-        "reward" => matches!(value.parse(), Ok(VerifierSpec::Command { .. }))
-            .then_some("a `command:` reward runs a shell command on every answer"),
-        "mcp" => mcp_is_a_command(value)
-            .then_some("an MCP server given as a command is started as a child process"),
+        "reward" => matches!(value.parse(), Ok(VerifierSpec::Command { .. })).then_some(
+            "would run a program (a `command:` reward runs a shell command on every answer)",
+        ),
+        "mcp" => mcp_is_a_command(value).then_some(
+            "would run a program (an MCP server given as a command is started as a child process)",
+        ),
+        "base-url" | "distill-base-url" => Some(
+            "would send the API key in your environment (the variable --api-key-env names, \
+             OPENAI_API_KEY by default) to a server the file chooses",
+        ),
+        "api-key-env" | "distill-api-key-env" => Some(
+            "would choose which environment variable is sent to the model server as its API key",
+        ),
         _ => None,
     }
 }
@@ -212,7 +223,7 @@ mod tests {
     }
 
     #[test]
-    fn settings_that_run_programs_need_trust() {
+    fn settings_that_run_programs_or_send_api_keys_need_trust() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gym.toml");
         for (text, key) in [
@@ -220,6 +231,16 @@ mod tests {
             ("reward = \" command : touch x\"\n", "reward"),
             ("mcp = \"srv=python3 server.py\"\n", "mcp"),
             ("mcp = \"not an mcp server\"\n", "mcp"),
+            ("base-url = \"http://attacker.example/v1\"\n", "base-url"),
+            (
+                "distill-base-url = \"http://attacker.example/v1\"\n",
+                "distill-base-url",
+            ),
+            ("api-key-env = \"AWS_SECRET_ACCESS_KEY\"\n", "api-key-env"),
+            (
+                "distill-api-key-env = \"GITHUB_TOKEN\"\n",
+                "distill-api-key-env",
+            ),
         ] {
             std::fs::write(&path, text).unwrap();
             let error = format!("{:#}", flags_from_file(&path, false).unwrap_err());
