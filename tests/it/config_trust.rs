@@ -25,7 +25,7 @@ fn grpo(
         })
         .collect();
     std::fs::write(scratch.dir.path().join("sevens.jsonl"), lines).unwrap();
-    let base_url = server.base_url();
+    let both_roles = server.both_roles_flags();
     let mut args = vec![
         "grpo",
         "--dataset",
@@ -39,19 +39,8 @@ fn grpo(
         "--validate",
         "0",
         "--no-eval",
-        "--backend",
-        "openai",
-        "--base-url",
-        &base_url,
-        "--model",
-        "policy",
-        "--distill-backend",
-        "openai",
-        "--distill-base-url",
-        &base_url,
-        "--distill-model",
-        "policy",
     ];
+    args.extend(both_roles.iter().map(String::as_str));
     args.extend(extra);
     let mut command = scratch.model_command(&args);
     command.env_remove("GYM_REWARD").env_remove("GYM_TOOLS");

@@ -132,6 +132,27 @@ impl FakeOpenAi {
         format!("http://{}/v1", self.addr)
     }
 
+    /// The `gym grpo` flags that make this server both the policy and the distiller.
+    pub fn both_roles_flags(&self) -> Vec<String> {
+        let base_url = self.base_url();
+        [
+            "--backend",
+            "openai",
+            "--base-url",
+            &base_url,
+            "--model",
+            "policy",
+            "--distill-backend",
+            "openai",
+            "--distill-base-url",
+            &base_url,
+            "--distill-model",
+            "policy",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
     pub fn inject(&self, faults: impl IntoIterator<Item = Fault>) {
         self.shared.faults.lock().unwrap().extend(faults);
     }

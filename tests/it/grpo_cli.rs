@@ -310,8 +310,7 @@ fn gated_run(lesson_helps: bool) -> (String, Vec<Value>, Scratch) {
         })
         .collect();
     std::fs::write(scratch.dir.path().join("sevens.jsonl"), lines).unwrap();
-    let base_url = server.base_url();
-    let args = [
+    let mut args = vec![
         "grpo",
         "--dataset",
         "sevens.jsonl",
@@ -330,19 +329,9 @@ fn gated_run(lesson_helps: bool) -> (String, Vec<Value>, Scratch) {
         "--run-id",
         "gated",
         "--no-eval",
-        "--backend",
-        "openai",
-        "--base-url",
-        &base_url,
-        "--model",
-        "policy",
-        "--distill-backend",
-        "openai",
-        "--distill-base-url",
-        &base_url,
-        "--distill-model",
-        "policy",
     ];
+    let both_roles = server.both_roles_flags();
+    args.extend(both_roles.iter().map(String::as_str));
     let output = scratch.model_command(&args).output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -24,8 +24,7 @@ fn write_dataset(scratch: &Scratch, answer: &str) {
 
 /// The flags of every run here but the dataset and library: the fake server in both roles.
 fn backend_flags(server: &FakeOpenAi) -> Vec<String> {
-    let base_url = server.base_url();
-    [
+    let mut flags: Vec<String> = [
         "--batch-size",
         "1",
         "--group-size",
@@ -35,21 +34,11 @@ fn backend_flags(server: &FakeOpenAi) -> Vec<String> {
         "--validate",
         "0",
         "--no-eval",
-        "--backend",
-        "openai",
-        "--base-url",
-        &base_url,
-        "--model",
-        "policy",
-        "--distill-backend",
-        "openai",
-        "--distill-base-url",
-        &base_url,
-        "--distill-model",
-        "policy",
     ]
     .map(String::from)
-    .to_vec()
+    .to_vec();
+    flags.extend(server.both_roles_flags());
+    flags
 }
 
 /// `gym ARGS…` in `scratch`; returns (exit code, stdout, stderr).
