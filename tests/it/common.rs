@@ -63,6 +63,31 @@ impl Scratch {
     }
 
     /// Runs `gym ARGS…` and expects success; returns stdout.
+    /// Starts `gym serve ARGS` on a free port; returns the process and its base URL
+    /// (`http://127.0.0.1:PORT/v1`), read from the line the server prints when it listens.
+    pub fn serve(&self, args: &[&str]) -> (std::process::Child, String) {
+        use std::io::{BufRead, BufReader};
+
+        let mut all = vec!["serve", "--listen", "127.0.0.1:0"];
+        all.extend(args);
+        let mut child = self
+            .model_command(&all)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .split_whitespace()
+            .find(|word| word.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_owned();
+        (child, url)
+    }
+
     pub fn ok(&self, args: &[&str]) -> String {
         let (code, stdout, stderr) = self.gym(args);
         assert_eq!(code, 0, "gym {args:?} failed:\n{stderr}");

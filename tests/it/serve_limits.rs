@@ -4,39 +4,13 @@
 //! answered with a 400 naming the bound within seconds, and the server still answers an
 //! ordinary request, and a schema with many optional properties, right after.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use crate::common::Scratch;
-
-/// Starts `gym serve ARGS` on a free port; returns the process and its `host:port`.
-fn serve(scratch: &Scratch, args: &[&str]) -> (Child, String) {
-    let mut all = vec!["serve", "--listen", "127.0.0.1:0"];
-    all.extend(args);
-    let mut child = scratch
-        .model_command(&all)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|word| word.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    let address = url
-        .trim_start_matches("http://")
-        .trim_end_matches("/v1")
-        .to_owned();
-    (child, address)
-}
 
 /// POSTs `body` to `/v1/chat/completions`; returns the status, the JSON body and how long the
 /// answer took.
@@ -96,10 +70,12 @@ fn refused(address: &str, body: &Value, param: &str, message: &str) {
 fn oversized_schemas_and_tool_histories_are_refused_quickly_and_the_server_stays_healthy() {
     let scratch = Scratch::new();
     // Room for the 40,000 calls and results (about 4.5 MB) to reach the check.
-    let (mut server, address) = serve(
-        &scratch,
-        &["--threads", "2", "--max-body-bytes", "16777216"],
-    );
+    let (mut server, url) = scratch.serve(&["--threads", "2", "--max-body-bytes", "16777216"]);
+    // `post` speaks HTTP on a bare socket: it wants `host:port`.
+    let address = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1")
+        .to_owned();
     let user = json!({"role": "user", "content": "Say hi."});
 
     // 100,000 optional properties: the grammar built from them took ~20 GB (30,000 did).

@@ -2,9 +2,9 @@
 //! model, called by the real OpenAI Python client (from the venv `make setup` creates), then
 //! stopped with SIGTERM while a request is in flight.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use gym::library::{Change, Library, Provenance, Settings};
@@ -71,28 +71,6 @@ except Exception as e:
 print(json.dumps(out))
 "#;
 
-/// Starts `gym serve ARGS` on a free port; returns the process and its base URL.
-fn serve(scratch: &Scratch, args: &[&str]) -> (Child, String) {
-    let mut all = vec!["serve", "--listen", "127.0.0.1:0"];
-    all.extend(args);
-    let mut child = scratch
-        .model_command(&all)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|word| word.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_owned();
-    (child, url)
-}
-
 #[test]
 fn the_openai_python_client_gets_answers_streams_and_experience_headers() {
     let scratch = Scratch::new();
@@ -118,7 +96,7 @@ fn the_openai_python_client_gets_answers_streams_and_experience_headers() {
             Provenance::Init,
         )
         .unwrap();
-    let (mut server, url) = serve(&scratch, &["--top-k", "1", "--threads", "2"]);
+    let (mut server, url) = scratch.serve(&["--top-k", "1", "--threads", "2"]);
     let output = Command::new(python())
         .args(["-c", CLIENT, &url])
         .output()
@@ -216,17 +194,14 @@ fn uncertain_answers_escalate_to_the_stronger_upstream() {
         ),
     )
     .unwrap();
-    let (mut child, url) = serve(
-        &scratch,
-        &[
-            "--upstreams",
-            upstreams.to_str().unwrap(),
-            "--escalate-theta",
-            "0",
-            "--escalate-model",
-            "strong-model",
-        ],
-    );
+    let (mut child, url) = scratch.serve(&[
+        "--upstreams",
+        upstreams.to_str().unwrap(),
+        "--escalate-theta",
+        "0",
+        "--escalate-model",
+        "strong-model",
+    ]);
     let address = url
         .trim_start_matches("http://")
         .trim_end_matches("/v1")

@@ -2,8 +2,7 @@
 //! upstream (the local server speaking the OpenAI protocol) calls a tool, the client gets the
 //! call unchanged, and the client's follow-up with the result reaches the upstream unchanged.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use axum::http::StatusCode;
 use gym::serve::ServeConfig;
@@ -315,27 +314,7 @@ fn the_openai_python_client_runs_a_tool_call_round_trip_through_gym_serve() {
         ),
     )
     .unwrap();
-    let mut child = scratch
-        .model_command(&[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstreams",
-            upstreams.to_str().unwrap(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|word| word.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_owned();
+    let (mut child, url) = scratch.serve(&["--upstreams", upstreams.to_str().unwrap()]);
     let output = Command::new(python())
         .args(["-c", CLIENT, &url, &weather_tool().to_string()])
         .output()
