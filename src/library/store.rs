@@ -251,6 +251,27 @@ impl Library {
         })
     }
 
+    /// Re-reads the library from disk when another process committed since it was opened or
+    /// last refreshed, so a long-lived writer (a run) builds on the newest version instead of
+    /// failing with [`LibraryError::ConcurrentWrite`]. Returns the head it moved from, or `None`
+    /// when nothing changed.
+    ///
+    /// Cheap when nothing changed: only the file names are listed. The reopen checks every
+    /// version again, like [`Library::open`].
+    pub fn refresh(&mut self) -> Result<Option<u64>, LibraryError> {
+        let from = self.head_version();
+        if version_files(&self.dir)?
+            .last()
+            .map_or(0, |(number, _)| *number)
+            == from
+        {
+            return Ok(None);
+        }
+        let root = self.dir.parent().unwrap_or_else(|| Path::new("."));
+        *self = Self::open(root, &self.name)?;
+        Ok(Some(from))
+    }
+
     /// The library's name.
     pub fn name(&self) -> &str {
         &self.name

@@ -15,7 +15,9 @@ use crate::backend::Usage;
 use crate::data::Sample;
 use crate::distill::{self, Proposal, StageOutcome};
 use crate::embed::find_near_duplicates;
-use crate::library::{Change, Evidence, ExperienceId, Limits, Op, Provenance, State, Validation};
+use crate::library::{
+    Change, Evidence, ExperienceId, LibraryError, Limits, Op, Provenance, State, Validation,
+};
 use crate::rollout::prompt::{Shown, solve_messages};
 use crate::rollout::{RolloutGroup, rollout};
 
@@ -84,12 +86,20 @@ pub(super) async fn run_step(
     };
     let run_id = runner.config.run_id.clone();
 
-    // A version committed for this step whose journal line was lost to a crash.
-    let head = runner.library.head_record();
-    let committed_here = matches!(&head.provenance,
-        Provenance::Run { run, step: s, .. } if *run == run_id && *s == step);
-    if committed_here && !replay.ended.contains_key(&step) {
-        let end = committed_end(head.version, &head.ops);
+    // Another process (`gym library add`, the server's write API, another run) may have
+    // committed since the last step: build on the newest version, not the one this run opened.
+    refresh_library(runner, step, "the step starts")?;
+
+    // A version committed for this step whose journal line was lost to a crash. Searched in
+    // every version, not just the head: another process may have committed after it.
+    let committed_here = runner.library.versions().iter().rev().find(|version| {
+        matches!(&version.provenance,
+            Provenance::Run { run, step: s, .. } if *run == run_id && *s == step)
+    });
+    if let Some(version) = committed_here
+        && !replay.ended.contains_key(&step)
+    {
+        let end = committed_end(version.version, &version.ops);
         journal.append(&Entry::StepEnded {
             epoch,
             step,
@@ -478,12 +488,11 @@ pub(super) async fn run_step(
                 tally.report.validation = validation;
             }
         }
-        match runner.library.commit(&changes, provenance) {
-            Ok(version) => {
-                let end = committed_end(version.version, &version.ops);
+        match commit_rebased(runner, step, &changes, provenance) {
+            Ok((version, ops)) => {
+                let end = committed_end(version, &ops);
                 if let Some(validation) = &tally.report.validation {
-                    let touched: Vec<ExperienceId> = version
-                        .ops
+                    let touched: Vec<ExperienceId> = ops
                         .iter()
                         .filter(|op| op.kind() != "delete")
                         .map(Op::id)
@@ -492,12 +501,66 @@ pub(super) async fn run_step(
                 }
                 end
             }
-            Err(error) => StepEnd::Failed {
-                reason: format!("the library refused the changes: {error}"),
-            },
+            Err(reason) => StepEnd::Failed { reason },
         }
     };
     end_step(journal, tally, epoch, step, end).map(Stepped::Done)
+}
+
+/// Re-reads the library when another process committed, and says so in the log.
+fn refresh_library(runner: &mut Runner, step: u32, when: &str) -> Result<bool, RunError> {
+    let Some(from) = runner.library.refresh()? else {
+        return Ok(false);
+    };
+    runner.events.emit(RunEvent::Log {
+        level: "warn".into(),
+        text: format!(
+            "step {step}: library `{}` moved from v{from} to v{} before {when} \
+             (another process committed); continuing from v{}",
+            runner.library.name(),
+            runner.library.head_version(),
+            runner.library.head_version(),
+        ),
+    });
+    Ok(true)
+}
+
+/// Commits the step's changes onto the newest version: when another process committed while
+/// the step ran, the changes are rebased (adds get the next free ids; updates and deletes
+/// still name their experiences), and when they no longer apply (an experience they change
+/// was deleted meanwhile) the step fails saying so. A writer that slips in between the
+/// re-read and the commit is retried a few times. Returns the committed version's number and
+/// ops, or the reason the step fails.
+fn commit_rebased(
+    runner: &mut Runner,
+    step: u32,
+    changes: &[Change],
+    provenance: Provenance,
+) -> Result<(u64, Vec<Op>), String> {
+    const ATTEMPTS: usize = 3;
+    let base = runner.library.head_version();
+    for _ in 0..ATTEMPTS {
+        let moved = refresh_library(runner, step, "its commit")
+            .map_err(|error| format!("the library could not be re-read: {error}"))?;
+        let error = match runner.library.commit(changes, provenance.clone()) {
+            Ok(version) => return Ok((version.version, version.ops.clone())),
+            Err(LibraryError::ConcurrentWrite { .. }) => continue,
+            Err(error) => error,
+        };
+        let head = runner.library.head_version();
+        return Err(if moved || head != base {
+            format!(
+                "another process committed v{head} while the step ran, and the step's changes \
+                 no longer apply to it: {error}"
+            )
+        } else {
+            format!("the library refused the changes: {error}")
+        });
+    }
+    Err(format!(
+        "other processes kept committing to library `{}`; gave up after {ATTEMPTS} attempts",
+        runner.library.name()
+    ))
 }
 
 /// Adds a delete for every active experience that `usage.json` judges harmful
@@ -546,7 +609,12 @@ fn record_usage(
             usage.harmful += validation.worse as u64;
         }
     }
-    deltas.retain(|_, usage| *usage != crate::library::Usage::default());
+    // Counts go to the newest version's experiences; one deleted by another process since
+    // it was shown has nothing left to count against.
+    refresh_library(runner, 0, "usage is recorded")?;
+    let head = runner.library.head();
+    deltas
+        .retain(|id, usage| *usage != crate::library::Usage::default() && head.get(*id).is_some());
     if deltas.is_empty() {
         return Ok(());
     }

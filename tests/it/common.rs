@@ -94,6 +94,30 @@ impl Scratch {
         stdout
     }
 
+    /// The lines of run `run`'s journal that parse (a torn last line is left out).
+    pub fn journal(&self, run: &str) -> Vec<serde_json::Value> {
+        let path = self.dir.path().join("runs").join(run).join("journal.jsonl");
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect()
+    }
+
+    /// Every version file of library `library`, oldest first.
+    pub fn versions(&self, library: &str) -> Vec<serde_json::Value> {
+        let dir = self.libraries().join(library).join("versions");
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|error| panic!("read {}: {error}", dir.display()))
+            .map(|entry| entry.unwrap().path())
+            .collect();
+        files.sort();
+        files
+            .iter()
+            .map(|path| serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap())
+            .collect()
+    }
+
     /// Runs `gym ARGS…` and expects failure; returns stderr.
     pub fn fails(&self, args: &[&str]) -> String {
         let (code, stdout, stderr) = self.gym(args);

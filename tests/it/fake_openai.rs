@@ -51,7 +51,11 @@ struct Shared {
     distiller: bool,
     /// Both roles (see [`FakeOpenAi::policy`]): whether the lesson makes answers right.
     lesson_helps: Option<bool>,
+    /// Runs once, before the first distillation stage's request is answered.
+    before_first_stage: Mutex<Option<Hook>>,
 }
+
+type Hook = Box<dyn FnOnce() + Send>;
 
 /// The lesson the distiller writes, as condition and strategy.
 #[cfg_attr(not(feature = "llama"), allow(dead_code))]
@@ -109,6 +113,7 @@ impl FakeOpenAi {
             honours_n,
             answer: answer.to_string(),
             distiller,
+            before_first_stage: Mutex::new(None),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -163,6 +168,12 @@ impl FakeOpenAi {
     /// its arguments in pieces.
     pub fn call_tools(&self, calls: Vec<Value>) {
         self.shared.tool_replies.lock().unwrap().push_back(calls);
+    }
+
+    /// Runs `hook` once, when the first distillation stage's request arrives and before it is
+    /// answered: a test's way to act in the middle of a step (after its rollouts).
+    pub fn before_first_stage(&self, hook: impl FnOnce() + Send + 'static) {
+        *self.shared.before_first_stage.lock().unwrap() = Some(Box::new(hook));
     }
 
     pub fn requests(&self) -> usize {
@@ -246,6 +257,12 @@ async fn chat(State(shared): State<Arc<Shared>>, body: String) -> Response {
         })
         .sum();
     let stage = shared.distiller || (shared.lesson_helps.is_some() && is_stage(&request));
+    if stage {
+        let hook = shared.before_first_stage.lock().unwrap().take();
+        if let Some(hook) = hook {
+            tokio::task::block_in_place(hook);
+        }
+    }
     let answer = if stage {
         distill_reply(&request)
     } else {

@@ -11,20 +11,6 @@ use serde_json::Value;
 use crate::common::{Scratch, small_distiller};
 use crate::fake_openai::{FakeOpenAi, LESSON};
 
-fn journal(scratch: &Scratch, run: &str) -> Vec<Value> {
-    let path = scratch
-        .dir
-        .path()
-        .join("runs")
-        .join(run)
-        .join("journal.jsonl");
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
-
 /// Small, fast settings on a suite where the small model is right about half the time, so
 /// groups have differing rewards.
 const TINY: &[&str] = &[
@@ -47,20 +33,7 @@ const TINY: &[&str] = &[
 ];
 
 fn versions_by_run(scratch: &Scratch) -> Vec<Value> {
-    versions_of(scratch, "tiny")
-}
-
-fn versions_of(scratch: &Scratch, library: &str) -> Vec<Value> {
-    let dir = scratch.libraries().join(library).join("versions");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    files
-        .iter()
-        .map(|p| serde_json::from_slice::<Value>(&std::fs::read(p).unwrap()).unwrap())
-        .collect()
+    scratch.versions("tiny")
 }
 
 /// A tiny real run: G=2 rollouts on the default 135M model, the three stages on a stronger
@@ -177,7 +150,7 @@ fn wait_for_lines(
 ) -> bool {
     let deadline = Instant::now() + Duration::from_secs(300);
     while Instant::now() < deadline {
-        if journal(scratch, run).len() >= lines {
+        if scratch.journal(run).len() >= lines {
             return true;
         }
         if child.try_wait().unwrap().is_some() {
@@ -237,7 +210,7 @@ fn a_run_killed_at_any_point_resumes_without_redoing_or_double_committing() {
     }
     assert!(kills >= 2, "the run was killed at least twice");
 
-    let entries = journal(&scratch, "killed");
+    let entries = scratch.journal("killed");
     let mut rollouts = BTreeSet::new();
     let mut stages = BTreeSet::new();
     let mut ended = BTreeMap::new();
@@ -337,7 +310,7 @@ fn gated_run(lesson_helps: bool) -> (String, Vec<Value>, Scratch) {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
     drop(server);
-    let entries = journal(&scratch, "gated");
+    let entries = scratch.journal("gated");
     (stdout, entries, scratch)
 }
 
@@ -361,7 +334,7 @@ fn the_validation_gate_commits_a_better_candidate_with_its_evidence() {
         "{verdict}"
     );
 
-    let versions = versions_of(&scratch, "gated");
+    let versions = scratch.versions("gated");
     assert_eq!(versions.len(), 2, "{stdout}");
     let validation = &versions[1]["provenance"]["validation"];
     assert_eq!(
@@ -421,7 +394,7 @@ fn the_validation_gate_rejects_a_worse_candidate_and_journals_it() {
         .unwrap();
     assert_eq!(ended["end"]["status"], "rejected", "{ended}");
     assert!(
-        versions_of(&scratch, "gated").len() == 1,
+        scratch.versions("gated").len() == 1,
         "nothing committed: {stdout}"
     );
     assert!(

@@ -63,23 +63,10 @@ fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
 }
 
-fn journal(scratch: &Scratch, run: &str) -> Vec<Value> {
-    let path = scratch
-        .dir
-        .path()
-        .join("runs")
-        .join(run)
-        .join("journal.jsonl");
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
-}
-
 /// The `inputs` of every start in the journal.
 fn starts(scratch: &Scratch, run: &str) -> Vec<Value> {
-    journal(scratch, run)
+    scratch
+        .journal(run)
         .into_iter()
         .filter(|e| e["kind"] == "started")
         .map(|e| e["inputs"].clone())

@@ -25,6 +25,7 @@ mod gov_cli;
 mod gov_http;
 #[cfg(feature = "llama")]
 mod grpo_cli;
+mod grpo_concurrent;
 mod grpo_resume;
 mod judge;
 mod library_bad_input;
