@@ -526,9 +526,15 @@ const COPIED_RUN: usize = 5;
 /// Whether some [`COPIED_RUN`] words in a row of `lesson` appear in `template`: a copied
 /// example with a word changed ("When a problem asks for the number of days lie between two
 /// dates, …") is still a copy.
+///
+/// The lesson's opening "When" is left out of the runs: the template's examples are JSON whose
+/// key `"when"` stands right before a condition ("when a problem asks for a percentage…"), so
+/// with it every lesson that opens the usual way ("When a problem asks for the number of…")
+/// would count as a copy, and only the odd, off-task lessons would get through.
 fn shares_a_run(template: &str, lesson: &str) -> bool {
     let template = format!(" {} ", normalize(template));
     let lesson = normalize(lesson);
+    let lesson = lesson.strip_prefix("when ").unwrap_or(&lesson);
     let words: Vec<&str> = lesson.split(' ').filter(|w| !w.is_empty()).collect();
     words
         .windows(COPIED_RUN)

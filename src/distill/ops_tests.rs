@@ -289,3 +289,16 @@ fn when_and_do_read_as_one_sentence_and_a_copied_example_condition_is_dropped() 
     assert_eq!(result.unwrap(), Vec::<ProposedOp>::new());
     assert!(dropped[0].contains("copies the prompt"), "{dropped:?}");
 }
+
+#[test]
+fn a_lesson_that_opens_like_the_examples_is_not_a_copy_of_them() {
+    // The extract template's examples are `{"when": "a problem asks for a percentage…"}`:
+    // "when a problem asks for" is five words of it, and the usual opening of any lesson.
+    let template = crate::distill::prompt::EXTRACT;
+    let lesson = "When a problem asks for the number of times a letter appears in a word, \
+                  spell the word out and count the matches.";
+    assert!(!shares_a_run(template, lesson));
+    // The example itself, with its strategy changed, still is.
+    let copied = "When a problem asks how many days lie between two dates, count on a calendar.";
+    assert!(shares_a_run(template, copied));
+}

@@ -7,6 +7,10 @@ use crate::library::State;
 
 /// Stage 1: `{question}`, `{reference}`, `{answer}`, `{grade}`.
 pub const SUMMARIZE: &str = include_str!("../../prompts/summarize.txt");
+/// Stage 1, added when the answer called tools. Only then: told about tools it did not have, a
+/// small model writes about tools anyway ("the call to tools was not helpful"), and the lessons
+/// drawn from those summaries follow.
+pub const SUMMARIZE_TOOLS: &str = include_str!("../../prompts/summarize_tools.txt");
 /// Stage 2: `{max_ops}`, `{question}`, `{reference}`, `{attempts}`, `{library}`, `{max_words}`.
 pub const EXTRACT: &str = include_str!("../../prompts/extract.txt");
 /// Stage 2, added when the group's answers called tools.
@@ -20,7 +24,13 @@ pub const EMPTY_LIBRARY: &str = "(none yet)";
 /// SHA-256 (hex) over the stage templates, recorded in each version's provenance.
 pub fn prompts_hash() -> String {
     let mut hasher = Sha256::new();
-    for template in [SUMMARIZE, EXTRACT, EXTRACT_TOOLS, CONSOLIDATE] {
+    for template in [
+        SUMMARIZE,
+        SUMMARIZE_TOOLS,
+        EXTRACT,
+        EXTRACT_TOOLS,
+        CONSOLIDATE,
+    ] {
         hasher.update((template.len() as u64).to_le_bytes());
         hasher.update(template.as_bytes());
     }
@@ -141,7 +151,13 @@ mod tests {
     #[test]
     fn templates_stay_short_for_small_models() {
         // Stage 2 is the longest: its instructions and two example lessons.
-        for template in [SUMMARIZE, EXTRACT, EXTRACT_TOOLS, CONSOLIDATE] {
+        for template in [
+            SUMMARIZE,
+            SUMMARIZE_TOOLS,
+            EXTRACT,
+            EXTRACT_TOOLS,
+            CONSOLIDATE,
+        ] {
             let words = template.split_whitespace().count();
             assert!(words < 250, "{words} words");
         }

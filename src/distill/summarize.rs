@@ -13,7 +13,7 @@ use super::error::ParseError;
 use super::json::extract_json;
 use super::ops::{clean_text, copied_from};
 use super::outcome::StageOutcome;
-use super::prompt::{SUMMARIZE, clip, grade, render};
+use super::prompt::{SUMMARIZE, SUMMARIZE_TOOLS, clip, grade, render};
 use crate::backend::Backend;
 use crate::data::Sample;
 use crate::rollout::ScoredAnswer;
@@ -65,7 +65,7 @@ pub fn summarize_prompt(sample: &Sample, answer: &ScoredAnswer) -> String {
     } else {
         format!("{} ({})", grade(answer.reward), clip(&answer.reason, 160))
     };
-    render(
+    let prompt = render(
         SUMMARIZE,
         &[
             ("question", &clip(&sample.question, QUESTION_MAX_CHARS)),
@@ -73,7 +73,11 @@ pub fn summarize_prompt(sample: &Sample, answer: &ScoredAnswer) -> String {
             ("answer", &attempt_text(answer)),
             ("grade", &grade),
         ],
-    )
+    );
+    if answer.steps.is_empty() {
+        return prompt;
+    }
+    format!("{prompt}\n\n{}", SUMMARIZE_TOOLS.trim_end())
 }
 
 /// The answer as stage 1 shows it: an agent's tool calls (with what came back), then its text.
