@@ -7,6 +7,7 @@ pub mod calc;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod python;
+mod python_sandbox;
 mod select;
 
 use std::sync::Arc;

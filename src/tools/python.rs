@@ -1,20 +1,40 @@
 //! `python`: runs model-written Python in a sandbox the kernel enforces, not Python itself.
 //!
-//! Each call gets a fresh scratch folder and runs `python3 -I -c CODE` under util-linux's
-//! `unshare` in new user, network, mount and PID namespaces:
-//! - network: the new network namespace has only a loopback interface that is down, so nothing
-//!   (not even 127.0.0.1 of the host, nor DNS) can be reached;
-//! - files: every mount is remounted read-only in the new mount namespace, then the scratch folder
-//!   is bound writable, so writes anywhere else fail with EROFS;
-//! - time: a wall-clock limit kills the whole process group, and the PID namespace takes every
-//!   descendant down with Python (even ones that left the group); a CPU-time rlimit backs it up;
-//! - memory: RLIMIT_AS (`prlimit --as`) bounds the address space;
-//! - output: at most `output_bytes` are read, then the process group is killed.
+//! Each call runs `python3 -I -c CODE` in a root built for it, with util-linux tools only
+//! (`unshare`, `mount`, `pivot_root`, `setpriv`, `prlimit`; no `unsafe` in the crate):
 //!
-//! Doing this with external tools keeps `unsafe` (a `pre_exec` hook) out of the crate. When the
-//! namespaces cannot be made (no `unshare`, user namespaces disabled, a mount that will not go
-//! read-only), the setup script exits before Python starts and the call fails saying why: the
-//! code never runs unsandboxed.
+//! - **What it sees.** The root is an empty tmpfs (read-only once built), switched to with
+//!   `pivot_root`; the host's tree is then detached, so nothing else is reachable. In it,
+//!   read-only and `nosuid`: `/usr`, `/bin` and `/lib*` (the loader, the shared libraries of
+//!   the interpreter and its extension modules, `/bin/sh` for `subprocess`); the interpreter's
+//!   own folders at their host paths (its `sys.prefix`, `sys.base_prefix`, exec prefixes,
+//!   `sysconfig`'s stdlib and site-packages, the folder of the resolved executable), found once
+//!   by asking the interpreter, outermost only, skipping those already under `/usr`, and refused
+//!   when one is `/` or holds the home or working directory; `/dev/null`, `zero`, `full`,
+//!   `random` and `urandom`; a fresh read-only `/proc` of the sandbox's own PID namespace (its
+//!   only process is Python, PID 1, and its children; kernel-wide files such as `meminfo`
+//!   still describe the machine); and `/scratch`, a private size-limited tmpfs that is the
+//!   working directory, `HOME` and `TMPDIR`, the only writable place, discarded with the call.
+//!   There is no `/etc` (no host users, no resolver configuration), no `/home`, `/root`,
+//!   `/tmp`, `/sys`, no repository or working directory. A pyenv interpreter under
+//!   `~/.pyenv` shows the path down to its version folder and nothing beside it.
+//! - **Network.** A new network namespace has only a loopback interface that is down, so
+//!   nothing (not even 127.0.0.1 of the host, nor DNS) can be reached.
+//! - **Privileges.** Python runs as root of a new user namespace with no capabilities (bounding
+//!   set cleared, no-new-privs), so it cannot remount, mount or leave the root. When Gym runs as
+//!   the host's root, the namespaces are entered as `nobody` (uid 65534), because the kernel
+//!   does not apply the process limit to the host's uid 0.
+//! - **Limits.** A wall-clock limit kills the whole process group, and the PID namespace takes
+//!   every descendant down with Python; CPU time (the timeout plus one second), address space,
+//!   processes (RLIMIT_NPROC, counted in the sandbox's own user namespace), file size
+//!   (RLIMIT_FSIZE: a bigger write fails with EFBIG) and the scratch size are capped; at most
+//!   `output_bytes` of output are read, then the process group is killed.
+//!
+//! Every step runs under `set -e` before Python starts and prints a marker only once all
+//! succeeded; without the marker the call fails with the setup's error (no `unshare`, user
+//! namespaces disabled, a `/proc` that cannot be mounted, ...): the code never runs
+//! unsandboxed. Building the tool runs one probe call, so a machine where this cannot work is
+//! reported before any model calls the tool.
 
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
@@ -23,8 +43,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::Command;
 
+use super::python_sandbox::{READY, SCRATCH, Sandbox};
 use super::{Tool, ToolError};
 use crate::backend::ToolSpec;
 
@@ -42,6 +62,12 @@ pub struct PythonConfig {
     pub memory_mb: u64,
     /// Output (stdout and stderr together) kept; the process is killed when it writes more.
     pub output_bytes: usize,
+    /// Processes (and threads) at once, Python included (RLIMIT_NPROC).
+    pub max_processes: u32,
+    /// Largest file Python may write, in MiB (RLIMIT_FSIZE).
+    pub file_mb: u64,
+    /// Size of the scratch folder (a tmpfs), in MiB.
+    pub scratch_mb: u64,
 }
 
 impl Default for PythonConfig {
@@ -51,29 +77,18 @@ impl Default for PythonConfig {
             timeout: Duration::from_secs(10),
             memory_mb: 512,
             output_bytes: 16 * 1024,
+            max_processes: 64,
+            file_mb: 16,
+            scratch_mb: 64,
         }
     }
 }
-
-/// Runs in the new namespaces as their root (which owns nothing outside them). Arguments: scratch
-/// folder, address-space bytes, CPU seconds, interpreter, code. `set -e` makes any failed mount
-/// end the script before Python starts.
-const SANDBOX_SCRIPT: &str = r#"set -eu
-scratch=$1; mem=$2; cpu=$3; python=$4; code=$5
-mount --bind "$scratch" "$scratch"
-for mp in $(cut -d' ' -f5 /proc/self/mountinfo); do mount -o remount,bind,ro "$mp"; done
-mount -o remount,bind,rw "$scratch"
-cd "$scratch"
-echo gym-sandbox-ready >&2
-exec 2>&1
-exec prlimit --as="$mem" --cpu="$cpu" --core=0 -- "$python" -I -c "$code"
-"#;
-const READY: &str = "gym-sandbox-ready";
 
 /// The `python` tool.
 pub struct Python {
     spec: ToolSpec,
     config: PythonConfig,
+    sandbox: Sandbox,
 }
 
 /// What one run printed and how it ended.
@@ -95,29 +110,21 @@ impl Python {
     /// Finds the interpreter and runs a first sandboxed call, so a machine where the sandbox
     /// cannot be set up is reported here, before any model calls the tool.
     pub async fn new(mut config: PythonConfig) -> Result<Self, ToolError> {
-        let resolved = Command::new(&config.python)
-            .args(["-I", "-c", "import sys; print(sys.executable)"])
-            .stdin(Stdio::null())
-            .output()
-            .await
-            .map_err(|e| failed(format!("cannot run `{}`: {e}", config.python.display())))?;
-        let executable = String::from_utf8_lossy(&resolved.stdout).trim().to_string();
-        if !resolved.status.success() || executable.is_empty() {
-            return Err(failed(format!(
-                "`{}` did not report its executable",
-                config.python.display()
-            )));
-        }
-        config.python = executable.into();
+        let sandbox = Sandbox::resolve(&config.python).await.map_err(failed)?;
+        config.python = sandbox.executable.clone();
         let spec = ToolSpec {
             name: "python".into(),
             description: format!(
                 "Runs Python 3 code and returns what it prints (stdout and stderr). Use print() \
-                 to see values. No network; files can be written only in the current folder, \
-                 which is empty and discarded after the call; limits: {:.0} s, {} MiB memory, \
-                 {} bytes of output.",
+                 to see values. Only the standard library and installed packages are there: no \
+                 network, no other files; files can be written only in the current folder \
+                 ({SCRATCH}, {} MiB), which is empty and discarded after the call; limits: \
+                 {:.0} s, {} MiB memory, {} processes, {} MiB per file, {} bytes of output.",
+                config.scratch_mb,
                 config.timeout.as_secs_f64(),
                 config.memory_mb,
+                config.max_processes,
+                config.file_mb,
                 config.output_bytes
             ),
             parameters: json!({
@@ -129,7 +136,11 @@ impl Python {
                 "additionalProperties": false
             }),
         };
-        let tool = Self { spec, config };
+        let tool = Self {
+            spec,
+            config,
+            sandbox,
+        };
         let probe = tool.execute("print(6 * 7)").await?;
         if String::from_utf8_lossy(&probe.output).trim() != "42" || !probe.status.success() {
             return Err(failed(format!(
@@ -142,6 +153,12 @@ impl Python {
 
     pub fn config(&self) -> &PythonConfig {
         &self.config
+    }
+
+    /// The host paths the sandbox shows (read-only, at the same paths), besides its own `/proc`
+    /// and scratch folder.
+    pub fn shown_paths(&self) -> Vec<PathBuf> {
+        self.sandbox.shown().map(PathBuf::from).collect()
     }
 
     /// Runs `code` in the sandbox; a normal exit gives its output, anything else an error.
@@ -165,41 +182,17 @@ impl Python {
     }
 
     async fn execute(&self, code: &str) -> Result<Run, ToolError> {
-        let scratch = tempfile::Builder::new()
+        // An empty host folder the sandbox's root is mounted on (in its own mount namespace).
+        let root = tempfile::Builder::new()
             .prefix("gym-python-")
             .tempdir()
-            .map_err(|e| failed(format!("cannot create a scratch folder: {e}")))?;
-        let cpu_seconds = self.config.timeout.as_secs_f64().ceil() as u64 + 1;
-        let mut command = Command::new("unshare");
+            .map_err(|e| {
+                failed(format!(
+                    "cannot create a folder for the sandbox's root: {e}"
+                ))
+            })?;
+        let mut command = self.sandbox.command(root.path(), &self.config, code);
         command
-            .args([
-                "--user",
-                "--map-root-user",
-                "--net",
-                "--mount",
-                "--pid",
-                "--fork",
-            ])
-            .args([
-                "--kill-child",
-                "--",
-                "/bin/sh",
-                "-c",
-                SANDBOX_SCRIPT,
-                "gym-sandbox",
-            ])
-            .arg(scratch.path())
-            .arg((self.config.memory_mb * 1024 * 1024).to_string())
-            .arg(cpu_seconds.to_string())
-            .arg(&self.config.python)
-            .arg(code)
-            .env_clear()
-            .env(
-                "PATH",
-                std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()),
-            )
-            .env("HOME", scratch.path())
-            .env("LANG", "C.UTF-8")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -250,8 +243,10 @@ impl Python {
         let setup = String::from_utf8_lossy(&setup);
         if !setup.contains(READY) {
             return Err(failed(format!(
-                "the sandbox could not be set up, so the code was not run (it needs user, network \
-                 and mount namespaces: `unshare --user --map-root-user --net --mount`; {status}): {}",
+                "the sandbox could not be set up, so the code was not run (it needs util-linux \
+                 `unshare`, `mount`, `pivot_root`, `setpriv` and `prlimit`, unprivileged user, \
+                 mount, network and PID namespaces, and a /proc that can be mounted again; \
+                 {status}): {}",
                 setup.trim()
             )));
         }
