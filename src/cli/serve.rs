@@ -122,10 +122,18 @@ pub struct ServeArgs {
     )]
     gov_dir: PathBuf,
 
-    /// File of API keys for the routes that write, one `NAME:KEY` per line; NAME is recorded
-    /// as the author. More keys can come from GYM_API_KEYS="NAME:KEY,NAME:KEY".
+    /// File of API keys for the routes that write and for requests that ask for the server's
+    /// tools, one `NAME:KEY` per line; NAME is recorded as the author. More keys can come from
+    /// GYM_API_KEYS="NAME:KEY,NAME:KEY".
     #[arg(long, env = "GYM_API_KEYS_FILE")]
     api_keys: Option<PathBuf>,
+
+    /// Let requests ask for the server's tools (`x-gym-tools`) without an API key: anyone who
+    /// can reach the server may then run code on this machine through `python` or MCP tools.
+    /// Without this flag such requests need one of the --api-keys keys, and --tools with no key
+    /// configured refuses to start.
+    #[arg(long)]
+    tools_without_key: bool,
 
     /// TOML file of upstreams: `[[upstream]]` tables with `name`, `serves` (model names routed
     /// there), `max-concurrency`, and the backend flags as keys (`backend`, `model`, `base-url`,
@@ -141,8 +149,8 @@ pub struct ServeArgs {
     backend: BackendArgs,
 
     /// The server's tools, run by the agent loop for requests with the header
-    /// `x-gym-tools: calc,python` (or `all`); clients that run their own tools send OpenAI
-    /// `tools` instead.
+    /// `x-gym-tools: calc,python` (or `all`) and an API key (see --tools-without-key); clients
+    /// that run their own tools send OpenAI `tools` instead.
     #[command(flatten)]
     tools: ToolArgs,
 }
@@ -218,6 +226,12 @@ impl ServeArgs {
                 "{name} must be a number of seconds >= 0"
             );
         }
+        let keys = self.keys()?;
+        let writes = if keys.is_empty() {
+            "library writes disabled (no API keys)".to_owned()
+        } else {
+            format!("{} API key(s) for library writes", keys.len())
+        };
         let router = match &self.upstreams {
             None => Router::single(self.backend.build()?),
             Some(path) => Router::new(
@@ -257,18 +271,6 @@ impl ServeArgs {
                 self.query_cache,
             ))
         });
-        let mut keys = ApiKeys::default();
-        if let Some(path) = &self.api_keys {
-            keys.add_file(path)?;
-        }
-        if let Ok(list) = std::env::var("GYM_API_KEYS") {
-            keys.add_list(&list, "GYM_API_KEYS")?;
-        }
-        let writes = if keys.is_empty() {
-            "library writes disabled (no API keys)".to_owned()
-        } else {
-            format!("{} API key(s) for library writes", keys.len())
-        };
         let usage = Arc::new(gym::serve::usage::ServedUsage::default());
         let state = AppState {
             usage: Arc::clone(&usage),
@@ -287,6 +289,7 @@ impl ServeArgs {
                 escalate_model: self.escalate_model.clone(),
                 runs_dir: self.runs_dir.clone(),
                 agent: runtime.block_on(self.tools.agent())?,
+                tools_without_key: self.tools_without_key,
             }),
         };
         let model = state.router.models().join(", ");
@@ -326,6 +329,36 @@ impl ServeArgs {
             anyhow::Ok(())
         })?;
         Ok(ExitCode::SUCCESS)
+    }
+
+    /// The API keys of --api-keys and GYM_API_KEYS. With --tools and no key, the server refuses
+    /// to start unless --tools-without-key says to serve the tools to anyone (then it warns).
+    fn keys(&self) -> anyhow::Result<ApiKeys> {
+        let mut keys = ApiKeys::default();
+        if let Some(path) = &self.api_keys {
+            keys.add_file(path)?;
+        }
+        if let Ok(list) = std::env::var("GYM_API_KEYS") {
+            keys.add_list(&list, "GYM_API_KEYS")?;
+        }
+        if let Some(tools) = &self.tools.tools {
+            let tools = tools.join(",");
+            if self.tools_without_key {
+                eprintln!(
+                    "gym serve: warning: --tools-without-key: any client that can reach the server \
+                     may run the tools `{tools}` (code on this machine) without an API key"
+                );
+            } else {
+                anyhow::ensure!(
+                    !keys.is_empty(),
+                    "--tools {tools}: asking for the server's tools needs an API key, and none is \
+                     configured; give keys with --api-keys FILE (`NAME:KEY` lines) or \
+                     GYM_API_KEYS=\"NAME:KEY\", or pass --tools-without-key to let any client \
+                     use the tools without one"
+                );
+            }
+        }
+        Ok(keys)
     }
 
     /// The in-process index, or the Qdrant server named by --qdrant-url (checked reachable now,

@@ -3,6 +3,9 @@
 //! serve --tools …`), through the router, so failover and metrics apply to every turn. The
 //! client gets the final answer, and each choice's tool steps under `gym_tool_steps`.
 //!
+//! The server's tools run code on its machine, so such a request needs one of the API keys the
+//! write routes accept, unless the server was started with `--tools-without-key`.
+//!
 //! Clients that run their own tools send OpenAI `tools` instead and get `tool_calls` back
 //! unchanged; the two cannot be mixed in one request.
 
@@ -39,6 +42,10 @@ pub fn requested(
             "this server has no tools; start it with `gym serve --tools …`",
         ));
     };
+    if !app.config.tools_without_key {
+        app.keys
+            .require(headers, "asking for the server's tools (x-gym-tools)")?;
+    }
     if client_tools {
         return Err(ApiError::bad(
             HEADER,

@@ -38,9 +38,10 @@ pub enum ApiError {
     /// A library could not be read.
     #[error("the library could not be read: {0}")]
     Library(LibraryError),
-    /// A write without a valid API key.
-    #[error("this route writes and needs a valid API key (Authorization: Bearer KEY)")]
-    Unauthorized,
+    /// A request without a valid API key where one is needed (a write, or asking for the
+    /// server's tools); the message says what needed it and what was missing.
+    #[error("{0}")]
+    Unauthorized(String),
     /// The library changed under a write (another writer committed first).
     #[error("{0}")]
     Conflict(String),
@@ -68,7 +69,7 @@ impl ApiError {
             ) => StatusCode::BAD_REQUEST,
             Self::Backend(_) => StatusCode::BAD_GATEWAY,
             Self::Retrieval(_) | Self::Library(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -97,7 +98,7 @@ impl ApiError {
         match self {
             Self::NotFound { code, .. } => Some(code),
             Self::TooLarge { .. } => Some("request_too_large"),
-            Self::Unauthorized => Some("invalid_api_key"),
+            Self::Unauthorized(_) => Some("invalid_api_key"),
             Self::Timeout { .. } => Some("timeout"),
             _ => None,
         }

@@ -5,7 +5,10 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use axum::http::{HeaderMap, header};
 use sha2::{Digest, Sha256};
+
+use super::error::ApiError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeysError {
@@ -95,6 +98,24 @@ impl ApiKeys {
         let key = authorization?.trim().strip_prefix("Bearer ")?.trim();
         self.by_digest.get(&digest(key)).map(String::as_str)
     }
+
+    /// The name of the key a request carries ([`check`](Self::check) of its `Authorization`
+    /// header), or the 401 that says what `needs` the key and what the request lacked.
+    pub fn require(&self, headers: &HeaderMap, needs: &str) -> Result<&str, ApiError> {
+        let authorization = headers.get(header::AUTHORIZATION);
+        if let Some(name) = self.check(authorization.and_then(|v| v.to_str().ok())) {
+            return Ok(name);
+        }
+        let lacked = if authorization.is_none() {
+            "the request has no Authorization header"
+        } else {
+            "the key it sent is not one of them"
+        };
+        Err(ApiError::Unauthorized(format!(
+            "{needs} needs one of this server's API keys, sent as `Authorization: Bearer KEY`; \
+             {lacked}"
+        )))
+    }
 }
 
 #[cfg(test)]
@@ -122,6 +143,28 @@ mod tests {
         assert_eq!(keys.check(Some("Bearer wrong-key-0123456789")), None);
         assert_eq!(keys.check(Some("alice-key-0123456789")), None);
         assert_eq!(keys.check(None), None);
+
+        let mut headers = HeaderMap::new();
+        let refused = keys.require(&headers, "writing").unwrap_err().to_string();
+        assert!(refused.starts_with("writing needs one of this server's API keys"));
+        assert!(
+            refused.ends_with("the request has no Authorization header"),
+            "{refused}"
+        );
+        headers.insert(
+            header::AUTHORIZATION,
+            "Bearer nope-0123456789abcdef".parse().unwrap(),
+        );
+        let refused = keys.require(&headers, "writing").unwrap_err().to_string();
+        assert!(
+            refused.ends_with("the key it sent is not one of them"),
+            "{refused}"
+        );
+        headers.insert(
+            header::AUTHORIZATION,
+            "Bearer bob-key-0123456789abc".parse().unwrap(),
+        );
+        assert_eq!(keys.require(&headers, "writing").unwrap(), "bob");
     }
 
     #[test]

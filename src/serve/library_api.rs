@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -147,12 +147,7 @@ pub async fn commit(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let authorization = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    let Some(author) = app.keys.check(authorization) else {
-        return Err(ApiError::Unauthorized);
-    };
+    let author = app.keys.require(&headers, "writing to a library")?;
     let ChangesBody { changes } = serde_json::from_slice(&body).map_err(|error| {
         ApiError::bad(
             None,

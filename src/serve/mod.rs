@@ -88,6 +88,9 @@ pub struct ServeConfig {
     pub runs_dir: std::path::PathBuf,
     /// The server's tools, for requests that ask for the agent loop (`x-gym-tools`).
     pub agent: Option<crate::agent::Agent>,
+    /// Requests may ask for the server's tools without an API key (`--tools-without-key`);
+    /// otherwise they need one of [`AppState::keys`].
+    pub tools_without_key: bool,
 }
 
 impl Default for ServeConfig {
@@ -102,6 +105,7 @@ impl Default for ServeConfig {
             escalate_model: None,
             runs_dir: "runs".into(),
             agent: None,
+            tools_without_key: false,
         }
     }
 }

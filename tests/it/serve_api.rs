@@ -46,7 +46,7 @@ pub(crate) fn library(root: &Path) -> Library {
     library
 }
 
-const KEY: &str = "alice-key-0123456789";
+pub(crate) const KEY: &str = "alice-key-0123456789";
 
 fn keys() -> gym::serve::keys::ApiKeys {
     let mut keys = gym::serve::keys::ApiKeys::default();
