@@ -65,6 +65,10 @@ pub enum BackendError {
 
     #[error("the model worker thread stopped")]
     WorkerGone,
+
+    /// The model thread's queue holds as many requests as it may; try again shortly.
+    #[error("the model is busy: {capacity} request(s) already wait for it")]
+    QueueFull { capacity: usize },
 }
 
 impl BackendError {

@@ -330,6 +330,14 @@ pub struct BackendStats {
     /// with the same prefix (llama.cpp only).
     #[serde(default)]
     pub prompt_tokens_reused: u64,
+    /// Tokens sampled, counted as they are drawn, including those of answers nobody waited
+    /// for (llama.cpp only).
+    #[serde(default)]
+    pub generated_tokens: u64,
+    /// Requests whose caller stopped waiting (a client that left, a timeout) before they were
+    /// answered; their sequences stopped then (llama.cpp only).
+    #[serde(default)]
+    pub abandoned_requests: u64,
 }
 
 /// A chat model that samples groups of completions.

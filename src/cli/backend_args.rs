@@ -80,6 +80,11 @@ pub struct BackendArgs {
     /// candle: a weight delta to add (dense or BitDelta file from `gym delta`).
     #[arg(long, env = "GYM_DELTA")]
     pub delta: Option<PathBuf>,
+
+    /// llama: the most requests that may wait for the model thread (not a flag here: `gym
+    /// serve --max-queue` sets it; `None` for batch commands).
+    #[arg(skip)]
+    pub max_queue: Option<usize>,
 }
 
 impl BackendArgs {
@@ -125,6 +130,7 @@ impl BackendArgs {
         config.threads = self.threads;
         config.max_context = self.max_context;
         config.gpu_layers = self.gpu_layers;
+        config.max_queue = self.max_queue;
         let backend = LlamaBackend::load(config).map_err(|e| {
             let hint = if self.model.is_none() {
                 " (run `make setup` to fetch the default model)"

@@ -50,9 +50,16 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 512)]
     default_max_tokens: u32,
 
-    /// Seconds a model call may take before the request gets 504.
+    /// Seconds a model call may take before the request gets 504 (the model then stops
+    /// decoding it, as it does for a client that disconnects).
     #[arg(long, default_value_t = 300.0)]
     generation_timeout: f64,
+
+    /// The most requests that may wait for the local model (sent to its thread, not yet
+    /// decoding); one more gets HTTP 429 with a Retry-After header (seconds: about one
+    /// request's mean latency, 1 to 60). Applies to every llama upstream.
+    #[arg(long, env = "GYM_MAX_QUEUE", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    max_queue: u64,
 
     /// Largest request body accepted, in bytes.
     #[arg(long, default_value_t = 4 << 20)]
@@ -113,6 +120,12 @@ pub struct ServeArgs {
     #[arg(long, env = "GYM_RUNS_DIR", default_value = "runs")]
     runs_dir: PathBuf,
 
+    /// Seconds a run's journal or events file may go without growing before its followers
+    /// (/v1/runs/{id}/journal and /dashboard) are ended with an `event: stale` (a run that
+    /// crashed never writes its last line).
+    #[arg(long, default_value_t = 600.0)]
+    follow_idle: f64,
+
     /// Governance directory (`gym gov --gov-dir`) whose proposals and votes /v1/gov serves.
     #[arg(
         long,
@@ -163,8 +176,8 @@ struct UpstreamFlags {
     backend: BackendArgs,
 }
 
-/// The upstreams of a `--upstreams` file.
-fn upstreams_from_file(path: &std::path::Path) -> anyhow::Result<Vec<Upstream>> {
+/// The upstreams of a `--upstreams` file; llama upstreams queue at most `max_queue` requests.
+fn upstreams_from_file(path: &std::path::Path, max_queue: usize) -> anyhow::Result<Vec<Upstream>> {
     use clap::Parser as _;
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read upstreams {}", path.display()))?;
@@ -203,8 +216,9 @@ fn upstreams_from_file(path: &std::path::Path) -> anyhow::Result<Vec<Upstream>> 
         };
         // Every other key is a backend flag.
         let flags = super::config::flags_of(entry, &at)?;
-        let parsed = UpstreamFlags::try_parse_from(&flags)
+        let mut parsed = UpstreamFlags::try_parse_from(&flags)
             .map_err(|e| anyhow::anyhow!("{at} (`{name}`): {}", e.to_string().trim()))?;
+        parsed.backend.max_queue = Some(max_queue);
         let backend = parsed
             .backend
             .build()
@@ -220,6 +234,7 @@ impl ServeArgs {
             ("--generation-timeout", self.generation_timeout),
             ("--library-refresh", self.library_refresh),
             ("--upstream-cooldown", self.upstream_cooldown),
+            ("--follow-idle", self.follow_idle),
         ] {
             anyhow::ensure!(
                 value.is_finite() && value >= 0.0,
@@ -232,10 +247,17 @@ impl ServeArgs {
         } else {
             format!("{} API key(s) for library writes", keys.len())
         };
+        let max_queue = usize::try_from(self.max_queue).unwrap_or(usize::MAX);
         let router = match &self.upstreams {
-            None => Router::single(self.backend.build()?),
+            None => Router::single(
+                BackendArgs {
+                    max_queue: Some(max_queue),
+                    ..self.backend.clone()
+                }
+                .build()?,
+            ),
             Some(path) => Router::new(
-                upstreams_from_file(path)?,
+                upstreams_from_file(path, max_queue)?,
                 Duration::from_secs_f64(self.upstream_cooldown),
             ),
         };
@@ -288,6 +310,7 @@ impl ServeArgs {
                 escalate_theta: self.escalate_theta,
                 escalate_model: self.escalate_model.clone(),
                 runs_dir: self.runs_dir.clone(),
+                follow_idle: Duration::from_secs_f64(self.follow_idle),
                 agent: runtime.block_on(self.tools.agent())?,
                 tools_without_key: self.tools_without_key,
             }),

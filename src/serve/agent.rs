@@ -88,6 +88,11 @@ pub async fn answer(
             })?
             .map_err(|error| match error {
                 BackendError::InvalidRequest { .. } => ApiError::from(RouteError::Rejected(error)),
+                BackendError::QueueFull { capacity } => ApiError::from(RouteError::Busy {
+                    model: model.to_owned(),
+                    retry_after: app.router.retry_after(model),
+                    capacity,
+                }),
                 other => ApiError::from(RouteError::AllFailed {
                     model: model.to_owned(),
                     last: other,
@@ -137,6 +142,7 @@ impl Backend for Routed {
                 Err(RouteError::Rejected(error)) => Err(error),
                 Err(RouteError::AllFailed { last, .. }) => Err(last),
                 Err(RouteError::Interrupted { error, .. }) => Err(error),
+                Err(RouteError::Busy { capacity, .. }) => Err(BackendError::QueueFull { capacity }),
                 Err(error @ RouteError::UnknownModel { .. }) => Err(BackendError::InvalidRequest {
                     field: "model",
                     message: error.to_string(),

@@ -1,9 +1,10 @@
 //! Errors of the HTTP API, answered in OpenAI's error shape
 //! (`{"error": {"message", "type", "param", "code"}}`) so the OpenAI SDKs raise the right
-//! exception with the message intact.
+//! exception with the message intact. A 429 (the model's queue is full) also says in
+//! `Retry-After` how many seconds to wait.
 
 use axum::Json;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -45,6 +46,9 @@ pub enum ApiError {
     /// The library changed under a write (another writer committed first).
     #[error("{0}")]
     Conflict(String),
+    /// The model's queue is full; the client should try again in `retry_after` seconds.
+    #[error("{message}")]
+    Busy { message: String, retry_after: u64 },
     /// The server is shutting down.
     #[error("the server is shutting down")]
     ShuttingDown,
@@ -71,6 +75,7 @@ impl ApiError {
             Self::Retrieval(_) | Self::Library(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -82,6 +87,7 @@ impl ApiError {
             | StatusCode::PAYLOAD_TOO_LARGE
             | StatusCode::CONFLICT => "invalid_request_error",
             StatusCode::UNAUTHORIZED => "authentication_error",
+            StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
             _ => "server_error",
         }
     }
@@ -100,6 +106,7 @@ impl ApiError {
             Self::TooLarge { .. } => Some("request_too_large"),
             Self::Unauthorized(_) => Some("invalid_api_key"),
             Self::Timeout { .. } => Some("timeout"),
+            Self::Busy { .. } => Some("queue_full"),
             _ => None,
         }
     }
@@ -114,6 +121,10 @@ impl From<RouteError> for ApiError {
             },
             RouteError::Rejected(error) => Self::Backend(error),
             RouteError::AllFailed { last, .. } => Self::Backend(last),
+            RouteError::Busy { retry_after, .. } => Self::Busy {
+                message: error.to_string(),
+                retry_after,
+            },
             RouteError::Interrupted { error, .. } => Self::Backend(error),
         }
     }
@@ -157,6 +168,12 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({ "error": self.body() });
-        (self.status(), Json(body)).into_response()
+        let mut response = (self.status(), Json(body)).into_response();
+        if let Self::Busy { retry_after, .. } = self {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+        }
+        response
     }
 }

@@ -251,7 +251,7 @@ pub fn upstream_lines(router: &super::router::Router) -> String {
 
     use super::router::Upstream;
     type Value = fn(&Upstream) -> f64;
-    let families: [(&str, &str, &str, Value); 5] = [
+    let families: [(&str, &str, &str, Value); 8] = [
         (
             "gym_upstream_requests_total",
             "counter",
@@ -275,6 +275,24 @@ pub fn upstream_lines(router: &super::router::Router) -> String {
             "counter",
             "Time spent in an upstream's calls.",
             |u| u.stats.latency_micros.load(Relaxed) as f64 / 1e6,
+        ),
+        (
+            "gym_upstream_busy_total",
+            "counter",
+            "Requests refused with 429 because an upstream's queue was full.",
+            |u| u.stats.busy.load(Relaxed) as f64,
+        ),
+        (
+            "gym_upstream_generated_tokens_total",
+            "counter",
+            "Tokens an upstream sampled, including those of answers nobody waited for (local model only).",
+            |u| u.backend.stats().generated_tokens as f64,
+        ),
+        (
+            "gym_upstream_abandoned_total",
+            "counter",
+            "Requests whose client left or timed out before the answer; their decoding stopped (local model only).",
+            |u| u.backend.stats().abandoned_requests as f64,
         ),
         (
             "gym_upstream_up",

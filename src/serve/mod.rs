@@ -19,6 +19,7 @@
 //! | [`router`] | upstreams by model name, concurrency limits, failover and cooldown |
 //! | [`hllm`] | Θ (uncertainty), Ψ (library mass), κ, and escalation to a stronger model |
 //! | `runs` | the runs under `--runs-dir`, and a run's journal as server-sent events for remote dashboards |
+//! | `tail` | following a file a run appends to, asynchronously, until it goes quiet |
 //! | [`metrics`] | Prometheus counters |
 //! | [`usage`] | injections of experiences in served answers, written to each library's `usage.json` |
 //! | [`error`] | errors in OpenAI's error shape |
@@ -42,6 +43,7 @@ pub mod router;
 mod runs;
 pub mod schema_limits;
 mod stream;
+mod tail;
 mod tool_wire;
 pub mod usage;
 pub mod wire;
@@ -86,6 +88,9 @@ pub struct ServeConfig {
     pub escalate_model: Option<String>,
     /// Where `gym grpo` writes its run journals (for `/v1/runs`).
     pub runs_dir: std::path::PathBuf,
+    /// How long a followed run file may go without growing before its followers are ended
+    /// (`event: stale`).
+    pub follow_idle: Duration,
     /// The server's tools, for requests that ask for the agent loop (`x-gym-tools`).
     pub agent: Option<crate::agent::Agent>,
     /// Requests may ask for the server's tools without an API key (`--tools-without-key`);
@@ -104,6 +109,7 @@ impl Default for ServeConfig {
             escalate_theta: None,
             escalate_model: None,
             runs_dir: "runs".into(),
+            follow_idle: Duration::from_secs(600),
             agent: None,
             tools_without_key: false,
         }

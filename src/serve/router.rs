@@ -2,7 +2,10 @@
 //! upstream (the local llama.cpp model, any number of OpenAI-compatible endpoints) has a
 //! concurrency limit and a circuit breaker: a transient failure (connection, timeout, 429, 5xx)
 //! marks it down for a cooldown and the request fails over to the next upstream of the same
-//! model; after the cooldown, live traffic tries it again and a success marks it up.
+//! model; after the cooldown, live traffic tries it again and a success marks it up. An
+//! upstream whose queue is full ([`BackendError::QueueFull`]) is not marked down: the request
+//! tries the next one, and when none has room it gets [`RouteError::Busy`] (HTTP 429) with a
+//! retry delay of about one request's mean latency there.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -43,6 +46,8 @@ pub struct UpstreamStats {
     pub failures: AtomicU64,
     pub failovers: AtomicU64,
     pub latency_micros: AtomicU64,
+    /// Requests refused at once because its queue was full (counted in `requests` too).
+    pub busy: AtomicU64,
 }
 
 impl Upstream {
@@ -78,6 +83,21 @@ impl Upstream {
         self.breaker().is_up()
     }
 
+    /// Seconds a request refused for a full queue should wait before trying again: the mean
+    /// latency of the requests it took (a place frees when a running round ends), 1 to 60.
+    pub fn retry_after(&self) -> u64 {
+        let stats = &self.stats;
+        let taken = stats
+            .requests
+            .load(Ordering::Relaxed)
+            .saturating_sub(stats.busy.load(Ordering::Relaxed));
+        if taken == 0 {
+            return 1;
+        }
+        let mean = stats.latency_micros.load(Ordering::Relaxed) as f64 / taken as f64 / 1e6;
+        (mean.ceil() as u64).clamp(1, 60)
+    }
+
     /// What `/health` shows about it.
     pub fn health(&self) -> serde_json::Value {
         let breaker = self.breaker();
@@ -105,6 +125,16 @@ pub enum RouteError {
     Rejected(BackendError),
     #[error("every upstream of `{model}` failed; last: {last}")]
     AllFailed { model: String, last: BackendError },
+    /// Every upstream of the model that was tried had a full queue.
+    #[error(
+        "every upstream of `{model}` is busy (its queue of requests is full); try again in {retry_after} s"
+    )]
+    Busy {
+        model: String,
+        retry_after: u64,
+        /// The most requests an upstream's queue holds (the smallest of those tried).
+        capacity: usize,
+    },
     /// A streamed answer broke after part of it was sent, so it could not go elsewhere.
     #[error("upstream `{upstream}` failed in the middle of a streamed answer: {error}")]
     Interrupted {
@@ -183,6 +213,16 @@ impl Router {
         models
     }
 
+    /// [`Upstream::retry_after`] of the upstreams of `model`: the shortest.
+    pub fn retry_after(&self, model: &str) -> u64 {
+        self.upstreams
+            .iter()
+            .filter(|u| u.serves(model))
+            .map(|u| u.retry_after())
+            .min()
+            .unwrap_or(1)
+    }
+
     /// Whether some upstream answers to `model`.
     pub fn serves(&self, model: &str) -> bool {
         self.upstreams.iter().any(|u| u.serves(model))
@@ -235,6 +275,7 @@ impl Router {
         up.append(&mut down);
         let mut failovers = 0;
         let mut last = None;
+        let mut busy: Option<(u64, usize)> = None;
         for upstream in up {
             let Ok(_permit) = upstream.limit.acquire().await else {
                 continue;
@@ -258,6 +299,14 @@ impl Router {
                         upstream: upstream.name.clone(),
                         failovers,
                     });
+                }
+                // A full queue: no fault either; another upstream may have room.
+                Err(BackendError::QueueFull { capacity }) => {
+                    upstream.stats.busy.fetch_add(1, Ordering::Relaxed);
+                    let wait = upstream.retry_after();
+                    busy = Some(
+                        busy.map_or((wait, capacity), |(w, c)| (w.min(wait), c.min(capacity))),
+                    );
                 }
                 // The client left: not the upstream's fault.
                 Err(error) if out.is_some_and(|out| out.is_closed()) => {
@@ -288,6 +337,13 @@ impl Router {
                     last = Some(error);
                 }
             }
+        }
+        if let Some((retry_after, capacity)) = busy {
+            return Err(RouteError::Busy {
+                model: model.to_owned(),
+                retry_after,
+                capacity,
+            });
         }
         Err(RouteError::AllFailed {
             model: model.to_owned(),
@@ -393,6 +449,72 @@ mod tests {
         ));
         assert_eq!(only.remaining(), 1);
         assert_eq!(router.models(), ["replay"]);
+    }
+
+    /// An upstream whose queue is always full.
+    struct Full;
+
+    impl Backend for Full {
+        fn model(&self) -> &str {
+            "full"
+        }
+
+        fn generate<'a>(
+            &'a self,
+            _: &'a GroupRequest,
+        ) -> futures::future::BoxFuture<'a, Result<Group, BackendError>> {
+            Box::pin(async { Err(BackendError::QueueFull { capacity: 3 }) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_moves_on_without_a_cooldown_and_is_busy_when_all_are_full() {
+        let steady = Arc::new(Replay::new([Ok("one")]));
+        let router = Router::new(
+            vec![
+                Upstream::new("full", Arc::new(Full), vec!["m".into()], 2),
+                Upstream::new("steady", steady, vec!["m".into()], 2),
+            ],
+            Duration::from_secs(3600),
+        );
+        let routed = router.generate("m", &request()).await.unwrap();
+        assert_eq!(routed.upstream, "steady");
+        assert!(router.upstreams()[0].is_up(), "a full queue is no failure");
+        assert_eq!(router.upstreams()[0].stats.busy.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            router.upstreams()[0].stats.failures.load(Ordering::Relaxed),
+            0
+        );
+        match router.generate("full", &request()).await {
+            Err(RouteError::Busy {
+                retry_after,
+                capacity,
+                ..
+            }) => assert_eq!((retry_after, capacity), (1, 3)),
+            other => panic!("{:?}", other.map(|r| r.upstream)),
+        }
+    }
+
+    #[test]
+    fn retry_after_is_the_mean_latency_of_the_requests_taken() {
+        let upstream = Upstream::new("u", Arc::new(Full), vec![], 1);
+        assert_eq!(upstream.retry_after(), 1, "nothing measured yet");
+        upstream.stats.requests.store(5, Ordering::Relaxed);
+        upstream.stats.busy.store(1, Ordering::Relaxed);
+        upstream
+            .stats
+            .latency_micros
+            .store(10_000_000, Ordering::Relaxed);
+        assert_eq!(
+            upstream.retry_after(),
+            3,
+            "10 s over 4 requests, rounded up"
+        );
+        upstream
+            .stats
+            .latency_micros
+            .store(4_000_000_000, Ordering::Relaxed);
+        assert_eq!(upstream.retry_after(), 60, "at most a minute");
     }
 
     #[tokio::test]

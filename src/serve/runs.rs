@@ -6,6 +6,11 @@
 //! `?from=N` (or the `Last-Event-ID` header a reconnecting client sends) skips the first N
 //! lines, so a dashboard that lost its connection picks up where it was.
 //!
+//! Both streams are followed asynchronously (see [`super::tail`]): a follower holds no thread
+//! while it waits. A run whose file has not grown for `--follow-idle` (and that has not
+//! finished) ends its followers with a last event, `event: stale`, whose `data:` says which
+//! file and how long it has been quiet; a client that still wants the run reconnects.
+//!
 //! Wire format, per event:
 //!
 //! ```text
@@ -15,9 +20,10 @@
 //! ```
 
 use std::convert::Infallible;
-use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::PathBuf;
 use std::time::Duration;
+
+use futures::StreamExt as _;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -29,13 +35,11 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::error::ApiError;
+use super::tail::{Tail, Tailed};
 use crate::run::RunEvent;
 use crate::run::dashboard::DashboardFold;
 use crate::run::events::EVENTS_FILE;
 use crate::run::journal::JOURNAL_FILE;
-
-/// How often a followed journal is checked for new lines.
-const POLL: Duration = Duration::from_millis(250);
 
 fn run_dir(app: &AppState, id: &str) -> Result<PathBuf, ApiError> {
     let dir = app.config.runs_dir.join(id);
@@ -93,53 +97,73 @@ pub async fn journal(
         .and_then(|v| v.trim().parse::<u64>().ok());
     let skip = from.or(last_seen).unwrap_or(0);
     let path = run_dir(&app, &id)?.join(JOURNAL_FILE);
-    let (sender, receiver) = tokio::sync::mpsc::channel::<Event>(64);
-    tokio::task::spawn_blocking(move || follow(&path, skip, &sender));
-    Ok(event_stream(receiver))
-}
-
-/// The events a follower thread sends, as a server-sent events response.
-fn event_stream(receiver: tokio::sync::mpsc::Receiver<Event>) -> Response {
-    let stream = futures::stream::unfold(receiver, |mut receiver| async move {
-        receiver
-            .recv()
-            .await
-            .map(|event| (Ok::<_, Infallible>(event), receiver))
-    });
-    Sse::new(stream)
-        .keep_alive(KeepAlive::default())
-        .into_response()
-}
-
-/// Sends the journal's lines from `skip` on, then follows the file until the run's `finished`
-/// line or until the client goes away.
-fn follow(path: &std::path::Path, skip: u64, sender: &tokio::sync::mpsc::Sender<Event>) {
-    tail(path, sender, |read| {
-        let Tailed::Line(number, text) = read else {
-            return true;
-        };
-        {
-            if number <= skip {
-                return true;
+    let tail = open(&path, app.config.follow_idle).await?;
+    // The journal's lines from `skip` on, then the new ones, until the run's `finished` line.
+    let events = futures::stream::unfold(Some(tail), move |tail| async move {
+        let mut tail = tail?;
+        loop {
+            match tail.next().await? {
+                Tailed::Line(number, _) if number <= skip => {}
+                Tailed::Line(number, text) => {
+                    let kind = serde_json::from_str::<Value>(&text)
+                        .ok()
+                        .and_then(|v| v["kind"].as_str().map(str::to_owned))
+                        .unwrap_or_else(|| "unreadable".into());
+                    let event = Event::default()
+                        .event(kind.as_str())
+                        .id(number.to_string())
+                        .data(text);
+                    return Some((event, (kind != "finished").then_some(tail)));
+                }
+                Tailed::CaughtUp => {}
+                Tailed::Stale(quiet) => return Some((stale(JOURNAL_FILE, quiet), None)),
             }
-            let kind = serde_json::from_str::<Value>(text)
-                .ok()
-                .and_then(|v| v["kind"].as_str().map(str::to_owned))
-                .unwrap_or_else(|| "unreadable".into());
-            let event = Event::default()
-                .event(kind.as_str())
-                .id(number.to_string())
-                .data(text);
-            sender.blocking_send(event).is_ok() && kind != "finished"
         }
     });
+    Ok(event_stream(events))
+}
+
+/// The followed file of a run, or a 404 saying why it cannot be read.
+async fn open(path: &std::path::Path, idle: Duration) -> Result<Tail, ApiError> {
+    Tail::open(path, idle)
+        .await
+        .map_err(|error| ApiError::NotFound {
+            message: format!("cannot read {}: {error}", path.display()),
+            code: "run_not_found",
+        })
+}
+
+/// The last event of a follower whose run stopped writing: `event: stale`, with the file and
+/// how long it has been quiet.
+fn stale(file: &str, quiet: Duration) -> Event {
+    let seconds = quiet.as_secs();
+    Event::default().event("stale").data(
+        json!({
+            "kind": "stale",
+            "file": file,
+            "quiet_s": seconds,
+            "message": format!(
+                "the run has not written to {file} for {seconds} s (it may have crashed); \
+                 the stream ends here, reconnect to follow it again"
+            ),
+        })
+        .to_string(),
+    )
+}
+
+/// `events` as a server-sent events response. The stream is polled by the response body
+/// itself: a client that goes away drops it, with whatever file it follows.
+fn event_stream(events: impl futures::Stream<Item = Event> + Send + 'static) -> Response {
+    Sse::new(events.map(Ok::<_, Infallible>))
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }
 
 /// `GET /v1/runs/{id}/dashboard`: the run's events (`events.jsonl`) folded into dashboard
 /// snapshots, as server-sent events (`event: snapshot`, `id:` the events line folded up to,
 /// `data:` one whole [`gym_tui::Snapshot`] as JSON). The first event is the run as it stands;
-/// then one follows each batch of new events, until the run finishes or stops. `gym watch`
-/// draws it.
+/// then one follows each batch of new events, until the run finishes or stops (or goes stale,
+/// like the journal stream). `gym watch` draws it.
 pub async fn dashboard(
     State(app): State<AppState>,
     Path(id): Path<String>,
@@ -151,94 +175,67 @@ pub async fn dashboard(
             code: "run_not_found",
         });
     }
-    let (sender, receiver) = tokio::sync::mpsc::channel::<Event>(16);
-    tokio::task::spawn_blocking(move || follow_dashboard(&path, &sender));
-    Ok(event_stream(receiver))
-}
-
-fn follow_dashboard(path: &std::path::Path, sender: &tokio::sync::mpsc::Sender<Event>) {
-    let mut fold = DashboardFold::default();
-    let (mut folded, mut sent, mut ended) = (0u64, None, false);
-    tail(path, sender, |read| match read {
-        Tailed::Line(number, text) => {
-            folded = number;
-            match serde_json::from_str::<RunEvent>(text) {
-                Ok(event) => {
-                    ended = matches!(
-                        event,
-                        RunEvent::RunFinished { .. } | RunEvent::RunStopped { .. }
-                    );
-                    fold.apply(&event);
-                }
-                Err(error) => {
-                    fold.apply(&RunEvent::Log {
-                        level: "warn".into(),
-                        text: format!("{EVENTS_FILE} line {number} unreadable: {error}"),
-                    });
-                }
-            }
-            true
-        }
-        Tailed::CaughtUp => {
-            if sent != Some(folded) {
-                sent = Some(folded);
-                let data = serde_json::to_string(fold.snapshot()).expect("snapshots serialize");
-                let event = Event::default()
-                    .event("snapshot")
-                    .id(folded.to_string())
-                    .data(data);
-                if sender.blocking_send(event).is_err() {
-                    return false;
-                }
-            }
-            !ended
-        }
-    });
-}
-
-/// What [`tail`] read.
-enum Tailed<'a> {
-    /// A complete line: its number (from 1) and text.
-    Line(u64, &'a str),
-    /// The end of the file as it is now.
-    CaughtUp,
-}
-
-/// Reads the complete lines of `path` as they are appended and hands each to `read`, then
-/// [`Tailed::CaughtUp`] whenever it reaches the end of the file; stops when `read` returns
-/// false or the client goes away. A torn last line is waited on, not read.
-fn tail(
-    path: &std::path::Path,
-    sender: &tokio::sync::mpsc::Sender<Event>,
-    mut read: impl FnMut(Tailed<'_>) -> bool,
-) {
-    let Ok(file) = std::fs::File::open(path) else {
-        return;
+    let tail = open(&path, app.config.follow_idle).await?;
+    let state = Dashboard {
+        tail,
+        fold: DashboardFold::default(),
+        folded: 0,
+        sent: None,
+        ended: false,
     };
-    let mut reader = BufReader::new(file);
-    let mut number = 0u64;
-    let mut text = String::new();
-    loop {
-        let start = reader.stream_position().unwrap_or(0);
-        text.clear();
-        match reader.read_line(&mut text) {
-            Ok(0) => {}
-            Ok(_) if text.ends_with('\n') => {
-                number += 1;
-                if !read(Tailed::Line(number, text.trim_end())) {
-                    return;
+    Ok(event_stream(futures::stream::unfold(
+        Some(state),
+        |state| async move { state?.next().await },
+    )))
+}
+
+/// A dashboard follower: the events folded so far.
+struct Dashboard {
+    tail: Tail,
+    fold: DashboardFold,
+    /// The last events line folded, and the last one a snapshot was sent for.
+    folded: u64,
+    sent: Option<u64>,
+    /// Whether the run's last event (finished or stopped) was folded.
+    ended: bool,
+}
+
+impl Dashboard {
+    /// The next event to send, and the follower if the stream goes on after it.
+    async fn next(mut self) -> Option<(Event, Option<Self>)> {
+        loop {
+            match self.tail.next().await? {
+                Tailed::Line(number, text) => {
+                    self.folded = number;
+                    match serde_json::from_str::<RunEvent>(&text) {
+                        Ok(event) => {
+                            self.ended = matches!(
+                                event,
+                                RunEvent::RunFinished { .. } | RunEvent::RunStopped { .. }
+                            );
+                            self.fold.apply(&event);
+                        }
+                        Err(error) => self.fold.apply(&RunEvent::Log {
+                            level: "warn".into(),
+                            text: format!("{EVENTS_FILE} line {number} unreadable: {error}"),
+                        }),
+                    }
                 }
-                continue;
+                Tailed::CaughtUp if self.sent != Some(self.folded) => {
+                    self.sent = Some(self.folded);
+                    let data =
+                        serde_json::to_string(self.fold.snapshot()).expect("snapshots serialize");
+                    let event = Event::default()
+                        .event("snapshot")
+                        .id(self.folded.to_string())
+                        .data(data);
+                    let more = !self.ended;
+                    return Some((event, more.then_some(self)));
+                }
+                Tailed::CaughtUp if self.ended => return None,
+                Tailed::CaughtUp => {}
+                Tailed::Stale(quiet) => return Some((stale(EVENTS_FILE, quiet), None)),
             }
-            // A line still being written: read it again once it is complete.
-            Ok(_) => {
-                let _ = reader.seek(SeekFrom::Start(start));
-            }
-            Err(_) => return,
         }
-        if !read(Tailed::CaughtUp) || sender.is_closed() {
-            return;
-        }
-        std::thread::sleep(POLL);
     }
 }

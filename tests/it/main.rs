@@ -36,8 +36,11 @@ mod library_tamper;
 mod llama_backend;
 mod openai_backend;
 mod openai_tools;
+#[cfg(feature = "llama")]
+mod serve_abandon;
 mod serve_agent;
 mod serve_api;
+mod serve_follow;
 #[cfg(feature = "llama")]
 mod serve_limits;
 #[cfg(feature = "qdrant")]

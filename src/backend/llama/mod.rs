@@ -16,11 +16,18 @@
 //! its own suffix. On a CPU, evaluating prompts is compute-bound and dominates short stage
 //! calls, so tokens not evaluated are most of what batching the stage calls saves.
 //! [`PromptMode::Independent`] turns all sharing off, for measurements and tests.
+//!
+//! A caller that stops waiting (drops the future of [`Backend::generate`]: a client that went
+//! away, a timeout) frees its sequences: the thread notices between decode steps, stops them
+//! and frees their KV cells, or drops the job if it had not started (see `queue`). The queue of
+//! jobs not yet started may be bounded ([`LlamaConfig::max_queue`]).
 
+mod queue;
 mod sequence;
 mod worker;
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicUsize;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
@@ -31,7 +38,8 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::model::params::LlamaModelParams;
 use tokio::sync::oneshot;
 
-use self::worker::{Job, Worker};
+use self::queue::{Job, QueuePlace};
+use self::worker::Worker;
 use super::{
     Backend, BackendError, BackendStats, DeltaSender, Group, GroupRequest, check_request,
     text_tools,
@@ -50,6 +58,10 @@ pub struct LlamaConfig {
     pub threads: Option<u32>,
     /// Layers to offload to a GPU (only with a GPU-enabled build).
     pub gpu_layers: u32,
+    /// The most jobs that may wait for the model thread (sent and not yet decoding); one more
+    /// is refused with [`BackendError::QueueFull`]. `None`: no bound (what batch commands
+    /// want; `gym serve` sets one).
+    pub max_queue: Option<usize>,
 }
 
 impl LlamaConfig {
@@ -59,6 +71,7 @@ impl LlamaConfig {
             max_context: 16_384,
             threads: None,
             gpu_layers: 0,
+            max_queue: None,
         }
     }
 }
@@ -79,6 +92,9 @@ pub struct LlamaBackend {
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     worker: Mutex<Option<thread::JoinHandle<()>>>,
     stats: Arc<Mutex<BackendStats>>,
+    /// Jobs sent and not yet taken into a round.
+    queued: Arc<AtomicUsize>,
+    max_queue: Option<usize>,
 }
 
 fn runtime() -> Result<&'static LlamaRuntime, BackendError> {
@@ -119,6 +135,7 @@ impl LlamaBackend {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "llama".into());
         let worker_stats = Arc::clone(&stats);
+        let max_queue = config.max_queue;
         let worker = thread::Builder::new()
             .name("gym-llama".into())
             .spawn(move || {
@@ -147,6 +164,8 @@ impl LlamaBackend {
             jobs: Mutex::new(Some(jobs)),
             worker: Mutex::new(Some(worker)),
             stats,
+            queued: Arc::new(AtomicUsize::new(0)),
+            max_queue,
         })
     }
 
@@ -183,18 +202,22 @@ impl LlamaBackend {
                 message: format!("llama.cpp samples at most {MAX_SEQUENCES} completions at once"),
             });
         }
+        let place = QueuePlace::take(&self.queued, self.max_queue)?;
         let (reply, answer) = oneshot::channel();
         let job = Job {
             request: request.into_owned(),
             mode,
             reply,
             deltas,
+            place,
         };
         {
             let jobs = self.jobs.lock().expect("jobs lock");
             let sender = jobs.as_ref().ok_or(BackendError::WorkerGone)?;
             sender.send(job).map_err(|_| BackendError::WorkerGone)?;
         }
+        // Dropping this future (the caller stopped waiting) drops `answer`, which tells the
+        // thread to stop the job's sequences.
         let mut group = answer.await.map_err(|_| BackendError::WorkerGone)??;
         if offered {
             group.completions = group

@@ -14,6 +14,10 @@
 //! borrowing never needs more cells than not borrowing. Prefixes are shared within a round
 //! only: a request that arrives while a round runs waits for the next one and evaluates its
 //! prompt again.
+//!
+//! Between decode steps the thread also takes the jobs sent meanwhile off the channel, drops
+//! those whose caller stopped waiting, and stops the sequences of abandoned jobs in the round
+//! (freeing their KV cells), so a request nobody waits for costs at most one more step.
 
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
@@ -30,6 +34,7 @@ use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::token::LlamaToken;
 use tokio::sync::oneshot;
 
+use super::queue::{Job, tidy};
 use super::sequence::{Samplers, Sequence, log_softmax_at};
 use super::{LlamaConfig, MAX_SEQUENCES, PromptMode};
 use crate::backend::{
@@ -49,14 +54,6 @@ const MIN_SHARED_PREFIX: usize = 32;
 /// blocks both in the prompt it is borrowed from and in the one borrowing it.
 const PREFIX_ALIGN: usize = 32;
 
-pub(super) struct Job {
-    pub request: GroupRequest,
-    pub mode: PromptMode,
-    pub reply: oneshot::Sender<Result<Group, BackendError>>,
-    /// Where the text goes while it is sampled, for streaming requests.
-    pub deltas: Option<DeltaSender>,
-}
-
 /// A job admitted to a round.
 struct Admitted {
     request: GroupRequest,
@@ -75,6 +72,11 @@ struct Admitted {
 }
 
 impl Admitted {
+    /// Whether its caller stopped waiting for the answer.
+    fn abandoned(&self) -> bool {
+        self.reply.as_ref().is_some_and(oneshot::Sender::is_closed)
+    }
+
     /// Streams the new text of every running sequence. When the listener has gone, its
     /// sequences end now: nobody would read them.
     fn stream(&mut self) {
@@ -153,7 +155,7 @@ impl<'m> Worker<'m> {
             }
             let round = self.admit();
             if !round.is_empty() {
-                self.run(round);
+                self.run(round, queue);
             }
         }
     }
@@ -203,6 +205,10 @@ impl<'m> Worker<'m> {
         let mut round: Vec<Admitted> = Vec::new();
         let (mut cells, mut sequences) = (0, 0);
         while let Some(job) = self.waiting.pop_front() {
+            if job.abandoned() {
+                self.stats.lock().expect("stats lock").abandoned_requests += 1;
+                continue;
+            }
             let prompt = match self.render(&job.request.messages) {
                 Ok(prompt) => prompt,
                 Err(e) => {
@@ -241,18 +247,27 @@ impl<'m> Worker<'m> {
             let first_seq = sequences;
             cells += needed;
             sequences += request.n;
+            // Admitted: the job leaves the queue and gives its place back.
+            let Job {
+                request,
+                mode,
+                reply,
+                deltas,
+                place,
+            } = job;
+            drop(place);
             round.push(Admitted {
                 sequences: samplers
                     .into_iter()
                     .map(|s| Sequence::new(s, prompt.len()))
                     .collect(),
-                request: job.request,
-                mode: job.mode,
-                reply: Some(job.reply),
+                request,
+                mode,
+                reply: Some(reply),
                 prompt,
                 first_seq,
                 stop,
-                deltas: job.deltas,
+                deltas,
                 released,
                 reused: 0,
             });
@@ -310,21 +325,25 @@ impl<'m> Worker<'m> {
         Ok((context, cells, sequences))
     }
 
-    fn run(&mut self, mut round: Vec<Admitted>) {
+    fn run(&mut self, mut round: Vec<Admitted>, queue: &Receiver<Job>) {
         let cells: usize = round
             .iter()
             .map(|a| Self::cells(&a.request, a.mode, a.prompt.len()))
             .sum();
         let sequences: usize = round.iter().map(|a| a.sequences.len()).sum();
+        let mut waiting = std::mem::take(&mut self.waiting);
         let result = self
             .take_context(cells, sequences)
             .and_then(|(mut context, c, s)| {
-                let outcome = self.decode_round(&mut context, &mut round);
+                let mut between_steps = || tidy(queue, &mut waiting, &self.stats);
+                let outcome = self.decode_round(&mut context, &mut round, &mut between_steps);
                 if outcome.is_ok() {
                     self.context = Some((context, c, s));
                 }
                 outcome
             });
+        waiting.append(&mut self.waiting);
+        self.waiting = waiting;
         if let Err(error) = result {
             let message = error.to_string();
             for reply in round.into_iter().filter_map(|a| a.reply) {
@@ -333,10 +352,13 @@ impl<'m> Worker<'m> {
         }
     }
 
+    /// Decodes the round's prompts, then one token of every running sequence per step until
+    /// none runs; `between_steps` runs before each step.
     fn decode_round(
         &self,
         context: &mut LlamaContext<'m>,
         round: &mut [Admitted],
+        between_steps: &mut dyn FnMut(),
     ) -> Result<(), BackendError> {
         let vocab = self.model.vocab();
         let batch_size = context.n_batch() as usize;
@@ -404,10 +426,15 @@ impl<'m> Worker<'m> {
             let mut stats = self.stats.lock().expect("stats lock");
             for admitted in round.iter() {
                 stats.prompt_tokens_reused += admitted.reused as u64;
+                stats.generated_tokens += admitted.sequences.len() as u64;
             }
         }
 
         loop {
+            between_steps();
+            for admitted in round.iter_mut().filter(|a| a.abandoned()) {
+                self.abandon(context, admitted)?;
+            }
             for admitted in round.iter_mut().filter(|a| a.reply.is_some()) {
                 admitted.stream();
             }
@@ -435,6 +462,7 @@ impl<'m> Worker<'m> {
             context
                 .decode(&mut batch)
                 .map_err(|e| BackendError::Llama(format!("decode failed: {e}")))?;
+            self.stats.lock().expect("stats lock").generated_tokens += index as u64;
             for admitted in round.iter_mut().filter(|a| a.reply.is_some()) {
                 let sampling = &admitted.request.sampling;
                 for seq in admitted.sequences.iter_mut().filter(|s| s.is_active()) {
@@ -446,6 +474,26 @@ impl<'m> Worker<'m> {
                 }
             }
         }
+    }
+
+    /// Stops the sequences of a job nobody waits for and frees their KV cells (cells a later
+    /// prompt borrowed stay with it).
+    fn abandon(
+        &self,
+        context: &mut LlamaContext<'m>,
+        admitted: &mut Admitted,
+    ) -> Result<(), BackendError> {
+        admitted.reply = None;
+        admitted.deltas = None;
+        for offset in 0..admitted.sequences.len() {
+            let id = (admitted.first_seq + offset) as u32;
+            context
+                .clear_kv_cache_seq(Some(id), None, None)
+                .map_err(|e| BackendError::Llama(e.to_string()))?;
+        }
+        admitted.sequences.clear();
+        self.stats.lock().expect("stats lock").abandoned_requests += 1;
+        Ok(())
     }
 
     /// Answers every job whose sequences have all finished.
