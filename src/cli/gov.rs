@@ -46,11 +46,15 @@ pub struct GovArgs {
 
 #[derive(Debug, Subcommand)]
 enum GovCommand {
-    /// Create the ledger: its voters (a TOML voters file), quorum and voting period.
+    /// Create the ledger: its voters (a TOML voters file), quorum and voting period, signed
+    /// with the initializer's key.
     Init {
         /// Voters file: `[[voter]]` tables with `address`, `weight` and an optional `name`.
         #[arg(long)]
         voters: PathBuf,
+        /// File holding the initializer's private key (64 hex digits): it signs the genesis.
+        #[arg(long, visible_alias = "key", env = "GYM_GOV_KEY_FILE")]
+        key_file: PathBuf,
         /// Quorum: the cast weight must reach this share of all voters' weight, in basis points.
         #[arg(long, default_value_t = 5_000)]
         quorum_bps: u16,
@@ -119,16 +123,26 @@ enum GovCommand {
         #[command(flatten)]
         chain: ChainArgs,
     },
-    /// Execute an accepted proposal: the library's governed head moves to its version.
+    /// Execute an accepted proposal, signed by a voter or the initializer: the library's
+    /// governed head moves to its version.
     Execute {
         /// Proposal id.
         id: u64,
+        /// File holding the executor's private key (a voter's or the initializer's); not used
+        /// with --chain, which sends with --sender-key-file.
+        #[arg(long, visible_alias = "key", env = "GYM_GOV_KEY_FILE")]
+        key_file: Option<PathBuf>,
         #[cfg(feature = "chain")]
         #[command(flatten)]
         chain: ChainArgs,
     },
-    /// Re-check the whole ledger: hash chain, every signature, weight, deadline and execution.
-    Verify,
+    /// Re-check the whole ledger: hash chain, the genesis and every vote and execution
+    /// signature, weight, deadline and tally.
+    Verify {
+        /// Fail unless the ledger was made (its genesis signed) by this address.
+        #[arg(long)]
+        initializer: Option<alloy::primitives::Address>,
+    },
     /// Deploy the KEEPER token and the registry on a chain, minting each voter's weight.
     #[cfg(feature = "chain")]
     Deploy(super::gov_chain::DeployArgs),
@@ -148,22 +162,25 @@ impl GovArgs {
         match self.command {
             GovCommand::Init {
                 voters,
+                key_file,
                 quorum_bps,
                 voting_period,
             } => {
                 let voters = read_voters(&voters)?;
+                let signer = read_key_file(&key_file)?;
                 let rules = Rules {
                     quorum_bps,
                     voting_period_secs: parse_duration_secs(&voting_period)?,
                 };
                 let count = voters.len();
-                let governance = Governance::init(gov, voters, rules, Utc::now())?;
+                let governance = Governance::init(gov, voters, rules, &signer, Utc::now())?;
                 writeln!(
                     out,
-                    "Created ledger {} ({}): {count} voters, total weight {}, quorum {} bps, \
-                     voting period {} s.",
+                    "Created ledger {} ({}), signed by {}: {count} voters, total weight {}, \
+                     quorum {} bps, voting period {} s.",
                     governance.path().display(),
                     governance.genesis().ledger_id,
+                    governance.genesis().initializer,
                     governance.total_weight(),
                     rules.quorum_bps,
                     rules.voting_period_secs
@@ -301,6 +318,7 @@ impl GovArgs {
             }
             GovCommand::Execute {
                 id,
+                key_file,
                 #[cfg(feature = "chain")]
                 chain,
             } => {
@@ -308,21 +326,37 @@ impl GovArgs {
                 if chain.chain {
                     return chain.execute(gov, id);
                 }
+                let key_file = key_file.context(
+                    "execute needs --key-file: a voter's or the initializer's key signs the \
+                     execution",
+                )?;
+                let signer = read_key_file(&key_file)?;
                 let governance = Governance::open(gov)?;
                 let library = Library::open(libraries, &governance.proposal(id)?.proposal.library)?;
-                let execution = Governance::execute(gov, id, &library, Utc::now())?;
+                let execution = Governance::execute(gov, id, &library, &signer, Utc::now())?;
                 writeln!(
                     out,
-                    "Executed proposal {id}: the governed head of `{}` is now version {} (root \
-                     {}); the working head is version {}.",
+                    "Executed proposal {id}, signed by {}: the governed head of `{}` is now \
+                     version {} (root {}); the working head is version {}.",
+                    execution.executor,
                     execution.library,
                     execution.version,
                     execution.root,
                     library.head_version()
                 )?;
             }
-            GovCommand::Verify => {
+            GovCommand::Verify { initializer } => {
                 let governance = Governance::open(gov)?;
+                let genesis = governance.genesis();
+                if let Some(expected) = initializer
+                    && genesis.initializer != expected
+                {
+                    anyhow::bail!(
+                        "{}: the ledger was made by {}, not by {expected} (--initializer)",
+                        governance.path().display(),
+                        genesis.initializer
+                    );
+                }
                 let executed = governance
                     .proposals()
                     .filter(|t| t.execution.is_some())
@@ -335,6 +369,22 @@ impl GovArgs {
                     governance.proposals().count(),
                     governance.head_hash()
                 )?;
+                writeln!(
+                    out,
+                    "Ledger id {}, made by {}; the genesis, every vote and every execution are \
+                     signed.",
+                    genesis.ledger_id, genesis.initializer
+                )?;
+                let (bound, entries) = (governance.bound(), governance.entries());
+                if bound < entries {
+                    writeln!(
+                        out,
+                        "Lines {}-{entries} come after the last execution: no signature binds \
+                         them yet, so whoever holds the file could drop them unnoticed until an \
+                         execution does.",
+                        bound + 1
+                    )?;
+                }
                 if let Some(torn) = governance.torn() {
                     writeln!(
                         out,

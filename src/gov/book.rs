@@ -1,22 +1,28 @@
 //! The governance state a ledger folds to, and the checks every new record must pass.
 //!
 //! [`Governance::open`] replays the ledger and re-checks every record as if it were new
-//! (signatures, weights, deadlines, acceptance), so a ledger that opens also verifies.
+//! (the genesis and execution signatures, every vote's signature, weight and deadline, every
+//! execution's acceptance and tally; see `replay.rs`), so a ledger that opens also verifies.
 //! [`Governance::propose`], [`Governance::vote`] and [`Governance::execute`] take the ledger's
 //! lock, fold it afresh, check, and append one record.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use alloy::primitives::Address;
+use alloy::signers::local::PrivateKeySigner;
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
 
+use super::attest::votes_digest;
 use super::error::{ExecuteRejected, GovError, VoteRejected};
-use super::ledger::{self, Contents, TornTail, Writer};
-use super::record::{CastVote, Entry, Execution, Genesis, Proposal, Record, Rules};
+use super::ledger::{self, TornTail, Writer};
+use super::record::{CastVote, Execution, Genesis, Proposal, Record, Rules};
 use super::tally::{ProposalState, Tally, quorum_weight};
 use super::vote::{Ballot, VoteSubject};
 use super::voters::Voter;
 use crate::library::{Digest, EMPTY_ROOT, Library};
+
+mod replay;
 
 /// The ledger's file name in the governance directory.
 pub const LEDGER_FILE: &str = "ledger.jsonl";
@@ -28,6 +34,8 @@ pub struct Tracked {
     pub proposal: Proposal,
     /// Votes, in the order received.
     pub votes: Vec<CastVote>,
+    /// The hash of each vote's ledger entry, in the same order.
+    pub vote_hashes: Vec<Digest>,
     /// Its execution, once executed.
     pub execution: Option<Execution>,
 }
@@ -78,6 +86,7 @@ pub struct Governance {
     proposals: BTreeMap<u64, Tracked>,
     governed: BTreeMap<String, Governed>,
     entries: usize,
+    bound: usize,
     head_hash: Digest,
     torn: Option<TornTail>,
 }
@@ -92,38 +101,15 @@ impl Governance {
         dir.join(LEDGER_FILE)
     }
 
-    /// Creates a ledger in `dir` with a fresh random id.
+    /// Creates a ledger in `dir`, its genesis signed by `initializer` (see [`super::attest`]).
     pub fn init(
         dir: &Path,
         voters: Vec<Voter>,
         rules: Rules,
+        initializer: &PrivateKeySigner,
         now: DateTime<Utc>,
     ) -> Result<Self, GovError> {
-        if voters.is_empty() {
-            return Err(GovError::Invalid {
-                field: "voters",
-                message: "a ledger needs at least one voter".to_owned(),
-            });
-        }
-        if rules.quorum_bps > 10_000 {
-            return Err(GovError::Invalid {
-                field: "quorum",
-                message: format!("{} basis points is over 10000", rules.quorum_bps),
-            });
-        }
-        if rules.voting_period_secs == 0 {
-            return Err(GovError::Invalid {
-                field: "voting period",
-                message: "it must be at least one second".to_owned(),
-            });
-        }
-        let id: [u8; 16] = rand::random();
-        let genesis = Genesis {
-            ledger_id: format!("gym-ledger:{}", hex::encode(id)),
-            created_at: now,
-            rules,
-            voters,
-        };
+        let genesis = Genesis::signed(voters, rules, now, initializer)?;
         let path = Self::ledger_path(dir);
         ledger::create(&path, Record::Genesis(genesis))?;
         Self::open(dir)
@@ -134,143 +120,6 @@ impl Governance {
         let path = Self::ledger_path(dir);
         let contents = ledger::read(&path)?;
         Self::fold(path, &contents)
-    }
-
-    fn fold(path: PathBuf, contents: &Contents) -> Result<Self, GovError> {
-        let mut entries = contents.entries.iter();
-        let first = entries.next().expect("ledger::read checks the genesis");
-        let Record::Genesis(genesis) = &first.record else {
-            unreachable!("ledger::read checks the genesis is first")
-        };
-        let mut governance = Self {
-            path,
-            genesis: genesis.clone(),
-            proposals: BTreeMap::new(),
-            governed: BTreeMap::new(),
-            entries: 1,
-            head_hash: first.hash,
-            torn: contents.torn,
-        };
-        for entry in entries {
-            governance
-                .replay(entry)
-                .map_err(|message| GovError::Corrupt {
-                    path: governance.path.clone(),
-                    line: entry.seq as usize + 1,
-                    message,
-                })?;
-            governance.entries += 1;
-            governance.head_hash = entry.hash;
-        }
-        Ok(governance)
-    }
-
-    fn replay(&mut self, entry: &Entry) -> Result<(), String> {
-        match &entry.record {
-            Record::Genesis(_) => Err("a second genesis record".to_owned()),
-            Record::Proposal(proposal) => {
-                let expected = self.check_proposal_fields(proposal);
-                if let Err(message) = expected {
-                    return Err(format!("proposal {}: {message}", proposal.id));
-                }
-                self.apply(Record::Proposal(proposal.clone()));
-                Ok(())
-            }
-            Record::Vote(cast) => {
-                let weight = self
-                    .check_vote(&cast.ballot, cast.received_at)
-                    .map_err(|error| format!("vote does not hold: {error}"))?;
-                if weight != cast.weight {
-                    return Err(format!(
-                        "vote records weight {} but the voter has {weight}",
-                        cast.weight
-                    ));
-                }
-                self.apply(Record::Vote(cast.clone()));
-                Ok(())
-            }
-            Record::Execution(execution) => {
-                let expected = self
-                    .check_execute(execution.proposal, execution.executed_at)
-                    .map_err(|error| format!("execution does not hold: {error}"))?;
-                if &expected != execution {
-                    return Err(format!(
-                        "execution of proposal {} does not match its proposal and votes",
-                        execution.proposal
-                    ));
-                }
-                self.apply(Record::Execution(execution.clone()));
-                Ok(())
-            }
-        }
-    }
-
-    /// Adds a checked record to the state.
-    fn apply(&mut self, record: Record) {
-        match record {
-            Record::Genesis(_) => {}
-            Record::Proposal(proposal) => {
-                self.proposals.insert(
-                    proposal.id,
-                    Tracked {
-                        proposal: *proposal,
-                        votes: Vec::new(),
-                        execution: None,
-                    },
-                );
-            }
-            Record::Vote(cast) => {
-                if let Some(tracked) = self.proposals.get_mut(&cast.ballot.proposal) {
-                    tracked.votes.push(cast);
-                }
-            }
-            Record::Execution(execution) => {
-                self.governed.insert(
-                    execution.library.clone(),
-                    Governed {
-                        version: execution.version,
-                        root: execution.root,
-                        proposal: Some(execution.proposal),
-                    },
-                );
-                if let Some(tracked) = self.proposals.get_mut(&execution.proposal) {
-                    tracked.execution = Some(execution);
-                }
-            }
-        }
-    }
-
-    fn check_proposal_fields(&self, proposal: &Proposal) -> Result<(), String> {
-        let next = self.next_id();
-        if proposal.id != next {
-            return Err(format!("id {} where {next} comes next", proposal.id));
-        }
-        let governed = self.governed(&proposal.library);
-        if (proposal.base_version, proposal.base_root) != (governed.version, governed.root) {
-            return Err(format!(
-                "base is version {} ({}) but the governed head was version {} ({})",
-                proposal.base_version, proposal.base_root, governed.version, governed.root
-            ));
-        }
-        if proposal.new_version <= proposal.base_version {
-            return Err(format!(
-                "version {} does not come after the base version {}",
-                proposal.new_version, proposal.base_version
-            ));
-        }
-        let period = self.period();
-        if proposal.deadline != proposal.created_at + period {
-            return Err("the deadline is not the creation time plus the voting period".into());
-        }
-        let total = self.total_weight();
-        let quorum = quorum_weight(total, self.genesis.rules.quorum_bps);
-        if (proposal.total_weight, proposal.quorum_weight) != (total, quorum) {
-            return Err(format!(
-                "weights say total {} and quorum {} but the voters give {total} and {quorum}",
-                proposal.total_weight, proposal.quorum_weight
-            ));
-        }
-        Ok(())
     }
 
     fn period(&self) -> Duration {
@@ -294,6 +143,13 @@ impl Governance {
     /// Complete entries in the ledger.
     pub fn entries(&self) -> usize {
         self.entries
+    }
+
+    /// Entries a signature binds: the genesis and everything up to the last execution, whose
+    /// signature covers the ledger head before it. Entries after it can be dropped by whoever
+    /// holds the file without `verify` noticing, until an execution binds them.
+    pub fn bound(&self) -> usize {
+        self.bound
     }
 
     /// The last entry's hash (the ledger's head).
@@ -422,7 +278,21 @@ impl Governance {
         Ok(voter.weight)
     }
 
-    /// Checks that proposal `id` can be executed at `now`; returns the execution record.
+    /// Checks that `executor` may sign executions: a voter or the initializer.
+    pub fn check_executor(&self, executor: Address) -> Result<(), ExecuteRejected> {
+        let genesis = &self.genesis;
+        if executor == genesis.initializer || genesis.voters.iter().any(|v| v.address == executor) {
+            Ok(())
+        } else {
+            Err(ExecuteRejected::NotAnExecutor {
+                executor,
+                initializer: genesis.initializer,
+            })
+        }
+    }
+
+    /// Checks that proposal `id` can be executed at `now`; returns the execution record,
+    /// unsigned (no executor, no signature: see [`Execution::sign`]).
     pub fn check_execute(&self, id: u64, now: DateTime<Utc>) -> Result<Execution, ExecuteRejected> {
         let tracked = self
             .proposals
@@ -438,7 +308,11 @@ impl Governance {
                 root: proposal.new_root,
                 yes: tally.yes,
                 no: tally.no,
+                votes: tracked.votes.len() as u64,
+                votes_digest: votes_digest(&tracked.vote_hashes),
                 executed_at: now,
+                executor: Address::ZERO,
+                signature: String::new(),
             }),
             ProposalState::Executed => Err(ExecuteRejected::AlreadyExecuted { id }),
             ProposalState::Stale => Err(ExecuteRejected::StaleBase {
@@ -570,15 +444,19 @@ impl Governance {
         })
     }
 
-    /// Executes proposal `id`: checks it is accepted and that `library` still holds the proposed
-    /// version with the proposed root, then moves the governed head.
+    /// Executes proposal `id`: checks that `executor` is a voter or the initializer, that the
+    /// proposal is accepted and that `library` still holds the proposed version with the
+    /// proposed root, then records the execution signed by `executor` (which moves the
+    /// governed head).
     pub fn execute(
         dir: &Path,
         id: u64,
         library: &Library,
+        executor: &PrivateKeySigner,
         now: DateTime<Utc>,
     ) -> Result<Execution, GovError> {
         Self::transact(dir, |governance| {
+            governance.check_executor(executor.address())?;
             let execution = governance.check_execute(id, now)?;
             if execution.library != library.name() {
                 return Err(GovError::Invalid {
@@ -600,7 +478,12 @@ impl Governance {
                 }
                 .into());
             }
-            Ok(Record::Execution(execution))
+            let signed = execution.sign(
+                &governance.genesis.ledger_id,
+                governance.head_hash,
+                executor,
+            )?;
+            Ok(Record::Execution(signed))
         })
         .map(|record| match record {
             Record::Execution(execution) => execution,

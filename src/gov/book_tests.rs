@@ -13,6 +13,7 @@ struct Fixture {
     gov: PathBuf,
     library: Library,
     keys: Vec<PrivateKeySigner>,
+    initializer: PrivateKeySigner,
     t0: DateTime<Utc>,
 }
 
@@ -53,12 +54,14 @@ fn fixture() -> Fixture {
         quorum_bps: 5_000,
         voting_period_secs: 3_600,
     };
-    Governance::init(&gov, voters, rules, t0).unwrap();
+    let (initializer, _) = new_key();
+    Governance::init(&gov, voters, rules, &initializer, t0).unwrap();
     Fixture {
         _dir: dir,
         gov,
         library,
         keys,
+        initializer,
         t0,
     }
 }
@@ -89,6 +92,10 @@ impl Fixture {
         Governance::vote(&self.gov, &self.ballot(voter, id, choice), at).map(drop)
     }
 
+    fn execute(&self, id: u64, at: DateTime<Utc>) -> Result<Execution, GovError> {
+        Governance::execute(&self.gov, id, &self.library, &self.keys[0], at)
+    }
+
     fn at(&self, minutes: i64) -> DateTime<Utc> {
         self.t0 + Duration::minutes(minutes)
     }
@@ -113,7 +120,7 @@ fn votes_below_then_above_66_percent_and_execute_moves_the_governed_head() {
     f.vote(0, 1, Choice::Yes, f.at(1)).unwrap();
     f.vote(1, 1, Choice::No, f.at(2)).unwrap();
     // 40 yes / 30 no = 57%: not accepted, and voting is still open.
-    let error = Governance::execute(&f.gov, 1, &f.library, f.at(3)).unwrap_err();
+    let error = f.execute(1, f.at(3)).unwrap_err();
     assert!(
         matches!(error, GovError::Execute(ExecuteRejected::VotingOpen { .. })),
         "{error}"
@@ -123,7 +130,7 @@ fn votes_below_then_above_66_percent_and_execute_moves_the_governed_head() {
     let governance = Governance::open(&f.gov).unwrap();
     let tracked = governance.proposal(1).unwrap();
     assert_eq!(governance.state(tracked, f.at(5)), ProposalState::Succeeded);
-    let execution = Governance::execute(&f.gov, 1, &f.library, f.at(5)).unwrap();
+    let execution = f.execute(1, f.at(5)).unwrap();
     assert_eq!(
         (execution.yes, execution.no, execution.version),
         (70, 30, 2)
@@ -131,7 +138,7 @@ fn votes_below_then_above_66_percent_and_execute_moves_the_governed_head() {
     let governed = Governance::open(&f.gov).unwrap().governed("arith");
     assert_eq!(governed.version, 2);
     assert_eq!(governed.root, f.library.head_record().root);
-    let error = Governance::execute(&f.gov, 1, &f.library, f.at(6)).unwrap_err();
+    let error = f.execute(1, f.at(6)).unwrap_err();
     assert!(reason(error).contains("already executed"));
 }
 
@@ -141,7 +148,7 @@ fn after_the_deadline_the_cast_weight_decides() {
     f.propose(f.at(0));
     f.vote(0, 1, Choice::Yes, f.at(1)).unwrap();
     f.vote(1, 1, Choice::No, f.at(2)).unwrap();
-    let error = Governance::execute(&f.gov, 1, &f.library, f.at(61)).unwrap_err();
+    let error = f.execute(1, f.at(61)).unwrap_err();
     let message = reason(error);
     assert!(
         message.contains("was not accepted: yes 40, no 30"),
@@ -151,7 +158,7 @@ fn after_the_deadline_the_cast_weight_decides() {
     let f = fixture();
     f.propose(f.at(0));
     f.vote(0, 1, Choice::Yes, f.at(1)).unwrap();
-    let message = reason(Governance::execute(&f.gov, 1, &f.library, f.at(61)).unwrap_err());
+    let message = reason(f.execute(1, f.at(61)).unwrap_err());
     assert!(message.contains("quorum of 50"), "{message}");
     // 30 + 30 yes: 60 of 100 does not decide it early; after the deadline, 100% of the 60 cast
     // (quorum 50) passes.
@@ -159,8 +166,8 @@ fn after_the_deadline_the_cast_weight_decides() {
     f.propose(f.at(0));
     f.vote(1, 1, Choice::Yes, f.at(1)).unwrap();
     f.vote(2, 1, Choice::Yes, f.at(2)).unwrap();
-    assert!(Governance::execute(&f.gov, 1, &f.library, f.at(30)).is_err());
-    Governance::execute(&f.gov, 1, &f.library, f.at(61)).unwrap();
+    assert!(f.execute(1, f.at(30)).is_err());
+    f.execute(1, f.at(61)).unwrap();
 }
 
 #[test]
@@ -257,8 +264,8 @@ fn proposals_start_from_the_governed_head_and_stale_ones_cannot_execute() {
         f.vote(voter, 2, Choice::Yes, f.at(1)).unwrap();
         f.vote(voter, 1, Choice::Yes, f.at(1)).unwrap();
     }
-    Governance::execute(&f.gov, 2, &f.library, f.at(2)).unwrap();
-    let message = reason(Governance::execute(&f.gov, 1, &f.library, f.at(2)).unwrap_err());
+    f.execute(2, f.at(2)).unwrap();
+    let message = reason(f.execute(1, f.at(2)).unwrap_err());
     assert!(message.contains("proposal 1 is stale"), "{message}");
     // The working head runs ahead; the next proposal starts from the governed version 2.
     f.library
@@ -379,15 +386,21 @@ fn init_refuses_an_existing_ledger_and_bad_rules() {
         quorum_bps: 0,
         voting_period_secs: 60,
     };
-    let message = reason(Governance::init(&f.gov, voters.clone(), rules, f.t0).unwrap_err());
+    let key = &f.initializer;
+    let message = reason(Governance::init(&f.gov, voters.clone(), rules, key, f.t0).unwrap_err());
     assert!(message.contains("already exists"), "{message}");
     let elsewhere = f.gov.with_file_name("other");
     let bad = Rules {
         quorum_bps: 10_001,
         ..rules
     };
-    assert!(Governance::init(&elsewhere, voters.clone(), bad, f.t0).is_err());
-    assert!(Governance::init(&elsewhere, vec![], rules, f.t0).is_err());
+    assert!(Governance::init(&elsewhere, voters.clone(), bad, key, f.t0).is_err());
+    assert!(Governance::init(&elsewhere, vec![], rules, key, f.t0).is_err());
+    let forever = Rules {
+        voting_period_secs: u64::MAX,
+        ..rules
+    };
+    assert!(Governance::init(&elsewhere, voters.clone(), forever, key, f.t0).is_err());
     assert!(!Path::new(&elsewhere).join(LEDGER_FILE).exists());
     let message = reason(Governance::open(&elsewhere).unwrap_err());
     assert!(message.contains("gym gov init"), "{message}");
@@ -410,4 +423,85 @@ fn concurrent_writers_take_turns_under_the_lock() {
     let governance = Governance::open(&f.gov).unwrap();
     assert_eq!(governance.entries(), 5);
     assert_eq!(Governance::tally(governance.proposal(1).unwrap()).yes, 100);
+}
+
+#[test]
+fn executions_are_signed_by_a_voter_or_the_initializer_and_commit_their_votes() {
+    let f = fixture();
+    f.propose(f.at(0));
+    for voter in 0..3 {
+        f.vote(voter, 1, Choice::Yes, f.at(1)).unwrap();
+    }
+    let (stranger, _) = new_key();
+    let error = Governance::execute(&f.gov, 1, &f.library, &stranger, f.at(2)).unwrap_err();
+    let message = reason(error);
+    assert!(
+        message.contains(&format!("{} may not execute", stranger.address())),
+        "{message}"
+    );
+    assert_eq!(Governance::open(&f.gov).unwrap().entries(), 5);
+    // The initializer, who is no voter, may.
+    let execution = Governance::execute(&f.gov, 1, &f.library, &f.initializer, f.at(2)).unwrap();
+    assert_eq!(execution.executor, f.initializer.address());
+    let contents = ledger::read(&f.ledger()).unwrap();
+    let hashes: Vec<_> = contents.entries[2..5].iter().map(|e| e.hash).collect();
+    assert_eq!(execution.votes, 3);
+    assert_eq!(execution.votes_digest, attest::votes_digest(&hashes));
+    let governance = Governance::open(&f.gov).unwrap();
+    assert_eq!((governance.entries(), governance.bound()), (6, 6));
+    let message = execution.message(&governance.genesis().ledger_id, contents.entries[4].hash);
+    assert!(message.starts_with("Gym governance execution\nledger: gym-ledger:"));
+    assert!(
+        message.contains("\nyes: 100\nno: 0\nvotes: 3\nvotes digest: "),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_vote_dropped_under_a_resealed_execution_is_found() {
+    let f = fixture();
+    f.propose(f.at(0));
+    f.vote(0, 1, Choice::Yes, f.at(1)).unwrap();
+    f.vote(2, 1, Choice::Yes, f.at(1)).unwrap();
+    f.vote(1, 1, Choice::No, f.at(2)).unwrap();
+    f.execute(1, f.at(3)).unwrap();
+    let entries = ledger::read(&f.ledger()).unwrap().entries;
+    let reseal = |records: Vec<Record>| {
+        let mut prev = crate::library::Digest::default();
+        let mut out = String::new();
+        for (seq, record) in records.into_iter().enumerate() {
+            let sealed = record::Entry::sealed(seq as u64, prev, record);
+            prev = sealed.hash;
+            out.push_str(&serde_json::to_string(&sealed).unwrap());
+            out.push('\n');
+        }
+        std::fs::write(f.ledger(), out).unwrap();
+    };
+    let mut records: Vec<Record> = entries.into_iter().map(|e| e.record).collect();
+    records.remove(4);
+    reseal(records.clone());
+    let message = reason(Governance::open(&f.gov).unwrap_err());
+    assert!(
+        message
+            .contains("ledger.jsonl:5: execution of proposal 1: it counted 3 votes (yes 70, no 30"),
+        "{message}"
+    );
+    // With the tally, the count and the digest made to agree, the signature gives it away.
+    let hashes: Vec<_> = {
+        reseal(records[..4].to_vec());
+        ledger::read(&f.ledger()).unwrap().entries[2..4]
+            .iter()
+            .map(|e| e.hash)
+            .collect()
+    };
+    if let Record::Execution(execution) = &mut records[4] {
+        (execution.no, execution.votes) = (0, 2);
+        execution.votes_digest = attest::votes_digest(&hashes);
+    }
+    reseal(records);
+    let message = reason(Governance::open(&f.gov).unwrap_err());
+    assert!(
+        message.contains("ledger.jsonl:5: execution of proposal 1: its signature recovers to"),
+        "{message}"
+    );
 }

@@ -134,6 +134,17 @@ pub enum ExecuteRejected {
         /// The governed head now.
         head_version: u64,
     },
+    /// The executor is neither a voter nor the initializer.
+    #[error(
+        "{executor} may not execute: executions are signed by a voter or by the ledger's \
+         initializer ({initializer})"
+    )]
+    NotAnExecutor {
+        /// Who tried.
+        executor: Address,
+        /// The ledger's initializer.
+        initializer: Address,
+    },
     /// The library's files no longer hold the proposed version with the proposed root.
     #[error(
         "version {version} of `{library}` has root {found}, not the proposed {proposed}: the \

@@ -3,15 +3,20 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET /v1/gov` | ledger id, rules, voters, governed heads |
+//! | `GET /v1/gov` | ledger id and its signed genesis message, rules, voters, governed heads |
 //! | `GET /v1/gov/proposals` | every proposal with its state and tally |
 //! | `GET /v1/gov/proposals/{id}` | the review: each changed experience with provenance |
-//! | `GET /v1/gov/proposals/{id}/votes` | the votes, with signatures |
+//! | `GET /v1/gov/proposals/{id}/votes` | the votes and the execution, with signatures |
 //! | `POST /v1/gov/proposals/{id}/votes` | a signed [`Ballot`] (from `gym gov vote --sign-only`) |
 //!
 //! A vote needs no API key: its EIP-191 signature by a voter is the credential, checked like
 //! every other vote (forged, replayed, double, late and non-voter votes get 4xx with the
 //! reason, and nothing is written).
+//!
+//! Execution is not offered over HTTP: it is `gym gov execute ID --key-file FILE` only. An
+//! execution is signed by its executor over the ledger's head at the moment it is appended
+//! ([`super::attest`]), so it is signed under the ledger's lock by a key the executing process
+//! holds; the server holds no key and takes no unsigned execution.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -96,6 +101,9 @@ async fn summary(State(state): State<Arc<GovState>>) -> Result<Json<Value>, ApiE
         let genesis = governance.genesis();
         Ok(Json(json!({
             "ledger_id": genesis.ledger_id,
+            "initializer": genesis.initializer,
+            "genesis_message": genesis.message(),
+            "genesis_signature": genesis.signature,
             "rules": genesis.rules,
             "voters": genesis.voters,
             "total_weight": governance.total_weight(),
@@ -161,6 +169,7 @@ async fn votes(
             "proposal": id,
             "tally": Governance::tally(tracked),
             "votes": tracked.votes,
+            "execution": tracked.execution,
         })))
     })
     .await

@@ -74,8 +74,13 @@ pub fn parse(bytes: &[u8], path: &Path) -> Result<Contents, GovError> {
         };
         let line = &bytes[offset..offset + end];
         offset += end + 1;
-        let entry: Entry = serde_json::from_slice(line)
-            .map_err(|error| corrupt(line_number, format!("not a ledger entry: {error}")))?;
+        let entry: Entry = serde_json::from_slice(line).map_err(|error| {
+            if entries.is_empty() && super::attest::is_unsigned_genesis(line) {
+                corrupt(line_number, super::attest::UNSIGNED_GENESIS.to_owned())
+            } else {
+                corrupt(line_number, format!("not a ledger entry: {error}"))
+            }
+        })?;
         let expected_seq = entries.len() as u64;
         if entry.seq != expected_seq {
             return Err(corrupt(

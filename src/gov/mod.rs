@@ -4,11 +4,15 @@
 //! both Merkle roots, author, deadline). **Voters** are addresses with weights; a **vote** is an
 //! EIP-191 signature over (ledger id, proposal id, library, proposed root, choice). A proposal
 //! is accepted when yes ≥ 66% of the cast weight and the cast weight reaches the quorum;
-//! **executing** it moves the library's governed head (the working head can run ahead).
+//! **executing** it moves the library's governed head (the working head can run ahead). The
+//! genesis is signed by the ledger's initializer and its digest is the ledger id; an execution
+//! is signed by a voter or the initializer over its tally, the count and digest of the votes it
+//! counted and the ledger's head ([`attest`]).
 //!
 //! | module | what |
 //! |---|---|
 //! | [`vote`] | the signed message, signing with a key file, recovery |
+//! | [`attest`] | the signed genesis (its digest is the ledger id) and signed executions |
 //! | [`voters`] | the voters file |
 //! | [`record`] | ledger records: genesis (rules, voters), proposal, vote, execution |
 //! | [`ledger`] | the append-only, hash-chained, fsynced JSONL file; torn tails |
@@ -33,19 +37,20 @@
 //! let voters = vec![Voter { address: alice.address(), weight: 1, name: None }];
 //! let rules = Rules { quorum_bps: 5_000, voting_period_secs: 3_600 };
 //! let gov_dir = dir.path().join("governance");
-//! let governance = Governance::init(&gov_dir, voters, rules, Utc::now())?;
+//! let governance = Governance::init(&gov_dir, voters, rules, &alice, Utc::now())?;
 //! let draft = Draft { library: "arith".into(), author: "alice".into(), ..Draft::default() };
 //! let proposal = Governance::propose(&gov_dir, &library, &draft, Utc::now())?;
 //! let governance = Governance::open(&gov_dir)?;
 //! let tracked = governance.proposal(proposal.id)?;
 //! let ballot = Ballot::sign(&governance.subject(tracked, Choice::Yes), &alice)?;
 //! Governance::vote(&gov_dir, &ballot, Utc::now())?;
-//! Governance::execute(&gov_dir, proposal.id, &library, Utc::now())?;
+//! Governance::execute(&gov_dir, proposal.id, &library, &alice, Utc::now())?;
 //! assert_eq!(Governance::open(&gov_dir)?.governed("arith").version, 1);
 //! # Ok(())
 //! # }
 //! ```
 
+pub mod attest;
 pub mod book;
 #[cfg(test)]
 mod book_tests;

@@ -1,5 +1,9 @@
 //! What the ledger records: its genesis (rules and voters), proposals, votes and executions.
+//!
+//! The genesis is signed by the ledger's initializer and every execution by its executor; the
+//! messages they sign are in [`super::attest`].
 
+use alloy::primitives::Address;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -20,12 +24,16 @@ pub struct Rules {
     pub voting_period_secs: u64,
 }
 
-/// The first record: who votes, with which weights, under which rules.
+/// The first record: who votes, with which weights, under which rules, signed by whoever made
+/// the ledger.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Genesis {
-    /// Random id every vote signature is bound to.
+    /// `gym-ledger:` and the SHA-256 of the genesis message ([`Genesis::message`]): every vote
+    /// and execution signs it, so it binds them to these voters, weights and rules.
     pub ledger_id: String,
+    /// 16 random bytes as hex: two ledgers with the same voters and rules get different ids.
+    pub nonce: String,
     /// When the ledger was made.
     #[serde(with = "crate::library::millis")]
     pub created_at: DateTime<Utc>,
@@ -33,6 +41,10 @@ pub struct Genesis {
     pub rules: Rules,
     /// The voter set.
     pub voters: Vec<Voter>,
+    /// Who made the ledger: the address the signature recovers to.
+    pub initializer: Address,
+    /// The initializer's EIP-191 signature over [`Genesis::message`], `0x`-prefixed hex.
+    pub signature: String,
 }
 
 /// A proposal: move a library's governed head from one version to another.
@@ -85,7 +97,9 @@ pub struct CastVote {
     pub received_at: DateTime<Utc>,
 }
 
-/// An executed proposal: the library's governed head moved.
+/// An executed proposal: the library's governed head moved. Signed by its executor (a voter or
+/// the initializer) over every other field and the ledger's head before it
+/// ([`Execution::message`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Execution {
@@ -101,9 +115,17 @@ pub struct Execution {
     pub yes: u64,
     /// No weight at execution.
     pub no: u64,
+    /// How many votes it counted: every vote on the proposal before it.
+    pub votes: u64,
+    /// SHA-256 over those votes' entry hashes, in ledger order ([`super::attest::votes_digest`]).
+    pub votes_digest: Digest,
     /// When.
     #[serde(with = "crate::library::millis")]
     pub executed_at: DateTime<Utc>,
+    /// Who executed it: the address the signature recovers to.
+    pub executor: Address,
+    /// The executor's EIP-191 signature over [`Execution::message`], `0x`-prefixed hex.
+    pub signature: String,
 }
 
 /// One ledger record.

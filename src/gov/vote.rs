@@ -118,28 +118,17 @@ pub struct Ballot {
 impl Ballot {
     /// Signs `subject` with `signer`.
     pub fn sign(subject: &VoteSubject<'_>, signer: &PrivateKeySigner) -> Result<Self, GovError> {
-        let signature = signer
-            .sign_message_sync(subject.message().as_bytes())
-            .map_err(|error| GovError::Invalid {
-                field: "key",
-                message: format!("signing failed: {error}"),
-            })?;
         Ok(Self {
             proposal: subject.proposal,
             voter: signer.address(),
             choice: subject.choice,
-            signature: format!("0x{}", hex::encode(signature.as_bytes())),
+            signature: sign_message(signer, &subject.message())?,
         })
     }
 
     /// Checks that the signature signs `subject` by `self.voter`.
     pub fn verify(&self, subject: &VoteSubject<'_>) -> Result<(), VoteRejected> {
-        let signature = parse_signature(&self.signature)?;
-        let recovered = signature
-            .recover_address_from_msg(subject.message().as_bytes())
-            .map_err(|error| VoteRejected::MalformedSignature {
-                reason: format!("no key recovers from it: {error}"),
-            })?;
+        let recovered = recover_signer(&self.signature, &subject.message())?;
         if recovered != self.voter {
             return Err(VoteRejected::BadSignature {
                 claimed: self.voter,
@@ -149,6 +138,28 @@ impl Ballot {
         }
         Ok(())
     }
+}
+
+/// Signs `message` as an EIP-191 personal message (`personal_sign`); the 65-byte signature
+/// (`r ‖ s ‖ v`) as `0x`-prefixed hex.
+pub fn sign_message(signer: &PrivateKeySigner, message: &str) -> Result<String, GovError> {
+    let signature = signer
+        .sign_message_sync(message.as_bytes())
+        .map_err(|error| GovError::Invalid {
+            field: "key",
+            message: format!("signing failed: {error}"),
+        })?;
+    Ok(format!("0x{}", hex::encode(signature.as_bytes())))
+}
+
+/// The address whose key made `signature` (65 bytes of hex, optional `0x`) over the EIP-191
+/// personal message `message`.
+pub fn recover_signer(signature: &str, message: &str) -> Result<Address, VoteRejected> {
+    parse_signature(signature)?
+        .recover_address_from_msg(message.as_bytes())
+        .map_err(|error| VoteRejected::MalformedSignature {
+            reason: format!("no key recovers from it: {error}"),
+        })
 }
 
 fn parse_signature(text: &str) -> Result<Signature, VoteRejected> {

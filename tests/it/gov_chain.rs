@@ -91,7 +91,8 @@ fn anvil_deploy_anchor_vote_below_and_above_66_percent_execute_and_verify() {
     for voter in 0..3 {
         assert_eq!(g.vote("1", voter, "yes").0, 0);
     }
-    s.ok(&["gov", "execute", "1"]);
+    let (code, _, error) = g.execute("1", 0);
+    assert_eq!(code, 0, "{error}");
     let head = s.ok(&["library", "verify", "arith"]);
     let root = head
         .trim()

@@ -7,8 +7,10 @@ use std::time::{Duration, Instant};
 
 use crate::common::Scratch;
 
-/// A scratch directory with three voter keys (weights 40, 30, 30), a library `arith` at
-/// version 2 and a ledger with a 50% quorum.
+mod tamper;
+
+/// A scratch directory with three voter keys (weights 40, 30, 30), a non-voter `mallory`, a
+/// library `arith` at version 2 and a ledger with a 50% quorum made by `admin` (no voter).
 pub struct Governed {
     pub scratch: Scratch,
     pub keys: Vec<PathBuf>,
@@ -26,7 +28,8 @@ impl Governed {
         let scratch = Scratch::new();
         let mut keys = Vec::new();
         let mut addresses = Vec::new();
-        for (index, name) in ["alice", "bob", "carol", "mallory"].into_iter().enumerate() {
+        let names = ["alice", "bob", "carol", "mallory", "admin"];
+        for (index, name) in names.into_iter().enumerate() {
             let path = scratch.dir.path().join(format!("{name}.key"));
             let address = if let Some(key) = given.get(index) {
                 std::fs::write(&path, key).unwrap();
@@ -68,6 +71,8 @@ impl Governed {
             "voters.toml",
             "--voting-period",
             voting_period,
+            "--key-file",
+            "admin.key",
         ]);
         Self {
             scratch,
@@ -83,6 +88,12 @@ impl Governed {
     pub fn vote(&self, id: &str, voter: usize, choice: &str) -> (i32, String, String) {
         self.scratch
             .gym(&["gov", "vote", id, choice, "--key-file", self.key(voter)])
+    }
+
+    /// `gym gov execute ID` signed with key `who` (0-2 voters, 3 mallory, 4 the initializer).
+    pub fn execute(&self, id: &str, who: usize) -> (i32, String, String) {
+        self.scratch
+            .gym(&["gov", "execute", id, "--key-file", self.key(who)])
     }
 }
 
@@ -134,17 +145,25 @@ fn propose_review_vote_below_and_above_66_percent_then_execute() {
     let (code, out, _) = g.vote("1", 1, "no");
     assert_eq!(code, 0, "{out}");
     // 40 of 70 cast is 57%: below 66%, and voting is still open.
-    let error = s.fails(&["gov", "execute", "1"]);
+    let (code, _, error) = g.execute("1", 0);
+    assert_ne!(code, 0);
     assert!(error.contains("proposal 1 is not accepted yet"), "{error}");
     let (code, out, _) = g.vote("1", 2, "yes");
     assert_eq!(code, 0);
     assert!(out.contains("yes 70 / no 30 of 100 (70.0% yes)"), "{out}");
-    let out = s.ok(&["gov", "execute", "1"]);
+    let error = s.fails(&["gov", "execute", "1"]);
+    assert!(error.contains("execute needs --key-file"), "{error}");
+    let (code, out, error) = g.execute("1", 1);
+    assert_eq!(code, 0, "{error}");
     assert!(
-        out.contains("the governed head of `arith` is now version 2"),
+        out.contains(&format!(
+            "Executed proposal 1, signed by {}: the governed head of `arith` is now version 2",
+            g.addresses[1]
+        )),
         "{out}"
     );
-    let error = s.fails(&["gov", "execute", "1"]);
+    let (code, _, error) = g.execute("1", 0);
+    assert_ne!(code, 0);
     assert!(error.contains("already executed"), "{error}");
 
     // The working head runs ahead; the next proposal starts from the governed version.
@@ -167,10 +186,26 @@ fn propose_review_vote_below_and_above_66_percent_then_execute() {
     let list = s.ok(&["gov", "list"]);
     assert!(list.contains("   2  active"), "{list}");
     assert!(list.contains("   1  executed"), "{list}");
-    let out = s.ok(&["gov", "verify"]);
+    let out = s.ok(&["gov", "verify", "--initializer", &g.addresses[4]]);
     assert!(
         out.contains("verifies: 7 entries, 2 proposals (1 executed)"),
         "{out}"
+    );
+    assert!(
+        out.contains(&format!("made by {}", g.addresses[4])),
+        "{out}"
+    );
+    assert!(
+        out.contains("Lines 7-7 come after the last execution"),
+        "{out}"
+    );
+    let error = s.fails(&["gov", "verify", "--initializer", &g.addresses[0]]);
+    assert!(
+        error.contains(&format!(
+            "the ledger was made by {}, not by {}",
+            g.addresses[4], g.addresses[0]
+        )),
+        "{error}"
     );
 
     // No key ever reaches the output.
@@ -186,7 +221,8 @@ fn double_late_and_non_voter_votes_and_early_execution_are_refused() {
     let g = Governed::new("3s");
     let s = &g.scratch;
     s.ok(&["gov", "propose", "arith"]);
-    let error = s.fails(&["gov", "execute", "1"]);
+    let (code, _, error) = g.execute("1", 0);
+    assert_ne!(code, 0);
     assert!(error.contains("not accepted yet"), "{error}");
     assert_eq!(g.vote("1", 0, "yes").0, 0);
     let (code, _, error) = g.vote("1", 0, "no");
@@ -206,7 +242,8 @@ fn double_late_and_non_voter_votes_and_early_execution_are_refused() {
     assert_ne!(code, 0);
     assert!(error.contains("voting on proposal 1 closed at"), "{error}");
     // 40 yes alone is 100% of the cast weight but below the 50% quorum.
-    let error = s.fails(&["gov", "execute", "1"]);
+    let (code, _, error) = g.execute("1", 0);
+    assert_ne!(code, 0);
     assert!(error.contains("was not accepted: yes 40, no 0"), "{error}");
     assert!(s.ok(&["gov", "verify"]).contains("3 entries"));
 }
@@ -219,8 +256,18 @@ fn bad_voters_files_and_key_files_are_named() {
         "[[voter]]\naddress = \"0x12\"\nweight = 1\n",
     )
     .unwrap();
-    let error = s.fails(&["gov", "init", "--voters", "voters.toml"]);
+    s.ok(&["gov", "keygen", "--out", "admin.key"]);
+    let error = s.fails(&[
+        "gov",
+        "init",
+        "--voters",
+        "voters.toml",
+        "--key",
+        "admin.key",
+    ]);
     assert!(error.contains("voters.toml:2: field `address`"), "{error}");
+    let error = s.fails(&["gov", "init", "--voters", "voters.toml"]);
+    assert!(error.contains("--key-file"), "{error}");
     let error = s.fails(&["gov", "list"]);
     assert!(error.contains("gym gov init"), "{error}");
     std::fs::write(s.dir.path().join("bad.key"), "not a key\n").unwrap();

@@ -1,12 +1,13 @@
-//! Governance over HTTP: proposals, reviews and votes read back; signed votes submitted and
-//! verified by the server, forged, replayed, double and non-voter votes refused with the reason.
+//! Governance over HTTP: the signed genesis, proposals, reviews, votes and executions read back;
+//! signed votes submitted and verified by the server, forged, replayed, double and non-voter
+//! votes refused with the reason.
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use chrono::Utc;
 use gym::gov::http::{GovState, router};
 use gym::gov::{Ballot, Choice, Draft, Governance, Rules, Voter, new_key};
-use gym::library::{Change, Library, Provenance, Settings};
+use gym::library::{Change, Digest, Library, Provenance, Settings};
 use http_body_util::BodyExt as _;
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
@@ -15,6 +16,7 @@ struct Fixture {
     _dir: tempfile::TempDir,
     state: GovState,
     keys: Vec<alloy::signers::local::PrivateKeySigner>,
+    initializer: alloy::primitives::Address,
 }
 
 fn fixture() -> Fixture {
@@ -42,7 +44,8 @@ fn fixture() -> Fixture {
         quorum_bps: 5_000,
         voting_period_secs: 3_600,
     };
-    Governance::init(&gov_dir, voters, rules, Utc::now()).unwrap();
+    let (initializer, _) = new_key();
+    Governance::init(&gov_dir, voters, rules, &initializer, Utc::now()).unwrap();
     let draft = Draft {
         library: "arith".into(),
         author: "tester".into(),
@@ -58,6 +61,7 @@ fn fixture() -> Fixture {
             library_dir: libraries,
         },
         keys,
+        initializer: initializer.address(),
     }
 }
 
@@ -119,6 +123,23 @@ async fn proposals_and_reviews_read_back() {
     let (status, body) = f.call("GET", "/v1/gov", None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["total_weight"], 100);
+    // The genesis message is there to check: the ledger id is its SHA-256.
+    assert_eq!(body["initializer"], json!(f.initializer));
+    let genesis = body["genesis_message"].as_str().unwrap();
+    assert!(
+        genesis.starts_with("Gym governance ledger\nnonce: "),
+        "{genesis}"
+    );
+    assert_eq!(
+        body["ledger_id"],
+        format!("gym-ledger:{}", Digest::of(genesis.as_bytes()))
+    );
+    assert!(
+        body["genesis_signature"]
+            .as_str()
+            .unwrap()
+            .starts_with("0x")
+    );
     let (status, body) = f.call("GET", "/v1/gov/proposals/9", None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(message(&body).contains("no proposal 9"), "{body}");
@@ -187,4 +208,17 @@ async fn signed_votes_are_verified_and_refusals_name_the_reason() {
     }
     let (_, body) = f.call("GET", "/v1/gov/proposals", None).await;
     assert_eq!(body["data"][0]["state"], "succeeded");
+
+    // Executed (from the CLI side: HTTP offers no execution), the signed execution reads back.
+    let (_, body) = f.call("GET", "/v1/gov/proposals/1/votes", None).await;
+    assert_eq!(body["execution"], Value::Null);
+    let library = Library::open(&f.state.library_dir, "arith").unwrap();
+    Governance::execute(&f.state.gov_dir, 1, &library, &f.keys[2], Utc::now()).unwrap();
+    let (_, body) = f.call("GET", "/v1/gov/proposals/1/votes", None).await;
+    let execution = &body["execution"];
+    assert_eq!(execution["executor"], json!(f.keys[2].address()));
+    assert_eq!(
+        (&execution["votes"], &execution["yes"]),
+        (&json!(3), &json!(100))
+    );
 }
