@@ -21,16 +21,19 @@ pub const CONSOLIDATE: &str = include_str!("../../prompts/consolidate.txt");
 /// Shown instead of an empty library, so the model does not invent one.
 pub const EMPTY_LIBRARY: &str = "(none yet)";
 
+/// Every stage template.
+const TEMPLATES: [&str; 5] = [
+    SUMMARIZE,
+    SUMMARIZE_TOOLS,
+    EXTRACT,
+    EXTRACT_TOOLS,
+    CONSOLIDATE,
+];
+
 /// SHA-256 (hex) over the stage templates, recorded in each version's provenance.
 pub fn prompts_hash() -> String {
     let mut hasher = Sha256::new();
-    for template in [
-        SUMMARIZE,
-        SUMMARIZE_TOOLS,
-        EXTRACT,
-        EXTRACT_TOOLS,
-        CONSOLIDATE,
-    ] {
+    for template in TEMPLATES {
         hasher.update((template.len() as u64).to_le_bytes());
         hasher.update(template.as_bytes());
     }
@@ -151,13 +154,7 @@ mod tests {
     #[test]
     fn templates_stay_short_for_small_models() {
         // Stage 2 is the longest: its instructions and two example lessons.
-        for template in [
-            SUMMARIZE,
-            SUMMARIZE_TOOLS,
-            EXTRACT,
-            EXTRACT_TOOLS,
-            CONSOLIDATE,
-        ] {
+        for template in TEMPLATES {
             let words = template.split_whitespace().count();
             assert!(words < 250, "{words} words");
         }

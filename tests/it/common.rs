@@ -94,6 +94,20 @@ impl Scratch {
         stdout
     }
 
+    /// Writes `sevens.jsonl`: `count` queries "What is i + (7 - i)?", all answered 7, for runs
+    /// against the fake OpenAI server.
+    pub fn write_sevens(&self, count: usize) {
+        let lines: String = (0..count)
+            .map(|i| {
+                format!(
+                    "{{\"id\": \"q{i}\", \"question\": \"What is {i} + {}?\", \"answer\": \"7\"}}\n",
+                    7 - i
+                )
+            })
+            .collect();
+        std::fs::write(self.dir.path().join("sevens.jsonl"), lines).unwrap();
+    }
+
     /// The lines of run `run`'s journal that parse (a torn last line is left out).
     pub fn journal(&self, run: &str) -> Vec<serde_json::Value> {
         let path = self.dir.path().join("runs").join(run).join("journal.jsonl");

@@ -16,15 +16,7 @@ fn grpo(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> (i32, String, String) {
-    let lines: String = (0..2)
-        .map(|i| {
-            format!(
-                "{{\"id\": \"q{i}\", \"question\": \"What is {i} + {}?\", \"answer\": \"7\"}}\n",
-                7 - i
-            )
-        })
-        .collect();
-    std::fs::write(scratch.dir.path().join("sevens.jsonl"), lines).unwrap();
+    scratch.write_sevens(2);
     let both_roles = server.both_roles_flags();
     let mut args = vec![
         "grpo",

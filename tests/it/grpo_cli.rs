@@ -274,15 +274,7 @@ fn gated_run(lesson_helps: bool) -> (String, Vec<Value>, Scratch) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let server = runtime.block_on(FakeOpenAi::policy(lesson_helps));
     let scratch = Scratch::new();
-    let lines: String = (0..8)
-        .map(|i| {
-            format!(
-                "{{\"id\": \"q{i}\", \"question\": \"What is {i} + {}?\", \"answer\": \"7\"}}\n",
-                7 - i
-            )
-        })
-        .collect();
-    std::fs::write(scratch.dir.path().join("sevens.jsonl"), lines).unwrap();
+    scratch.write_sevens(8);
     let mut args = vec![
         "grpo",
         "--dataset",

@@ -12,18 +12,6 @@ use crate::fake_openai::{FakeOpenAi, LESSON};
 /// The lesson another writer adds in the middle of step 1.
 const OTHER: &str = "When a question names a letter in quotes, look for that exact letter only.";
 
-fn sevens(scratch: &Scratch) {
-    let lines: String = (0..8)
-        .map(|i| {
-            format!(
-                "{{\"id\": \"q{i}\", \"question\": \"What is {i} + {}?\", \"answer\": \"7\"}}\n",
-                7 - i
-            )
-        })
-        .collect();
-    std::fs::write(scratch.dir.path().join("sevens.jsonl"), lines).unwrap();
-}
-
 fn grpo(scratch: &Scratch, server: &FakeOpenAi, run: &str) -> (i32, String, String) {
     let mut args: Vec<String> = [
         "grpo",
@@ -73,7 +61,7 @@ fn a_commit_by_another_process_mid_step_is_rebased_onto_not_a_failure() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let server = runtime.block_on(FakeOpenAi::policy(true));
     let scratch = Scratch::new();
-    sevens(&scratch);
+    scratch.write_sevens(8);
     scratch.ok(&["library", "init", "shared"]);
     // After step 1's rollouts, before its stages answer: the run holds v0 in memory.
     let dir = scratch.dir.path().to_path_buf();
@@ -133,7 +121,7 @@ fn a_step_committed_before_another_writer_is_not_committed_again_on_resume() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let server = runtime.block_on(FakeOpenAi::policy(true));
     let scratch = Scratch::new();
-    sevens(&scratch);
+    scratch.write_sevens(8);
     scratch.ok(&["library", "init", "shared"]);
     let (code, stdout, stderr) = grpo(&scratch, &server, "once");
     assert_eq!(code, 0, "{stdout}\n{stderr}");
