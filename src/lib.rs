@@ -25,7 +25,7 @@
 //! | [`embed`] | here | the `Embedder` seam: MiniLM sentence embeddings in process (ONNX Runtime), cosine, near-duplicate detection |
 //! | [`run`] | here | a Training-Free GRPO run: the step loop, the append-only journal and resume, typed run events |
 //! | [`serve`] | here | the OpenAI-compatible server: library selection, retrieval (exact and IVF indexes) and injection, router with failover, HLLM figures and escalation, library API with API keys |
-//! | [`gov`] | here | proposals over library diffs with a reviewer's rendering and provenance, EIP-191 signed votes, 66% tally and quorum, an append-only hash-chained ledger that survives kill -9, execution to a governed head; the contracts in `contracts/` deployed, voted and read through `alloy` (feature `chain`); `/v1/gov` routes |
+//! | [`gov`] | here | proposals over library diffs with a reviewer's rendering and provenance, EIP-191 signed votes, 66% tally and quorum, an append-only hash-chained ledger that survives kill -9 with a signed genesis and signed executions that commit the votes they counted, execution to a governed head; the contracts in `contracts/` deployed, voted and read through `alloy` (feature `chain`); `/v1/gov` routes |
 //! | `finetune` | here (feature `finetune`) | LoRA SFT in candle on a run's solved rollouts; the candle backend |
 //! | [`tools`] | here | the `Tool` seam and `Toolbox` (argument checks, timeouts, errors as observations): a calculator, a sandboxed Python, MCP servers (feature `mcp`) |
 //! | [`agent`] | here | agent rollouts: a ReAct loop over the backend seam with a bounded number of tool rounds, trajectories recorded in the journal |
