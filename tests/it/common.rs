@@ -66,8 +66,6 @@ impl Scratch {
     /// Starts `gym serve ARGS` on a free port; returns the process and its base URL
     /// (`http://127.0.0.1:PORT/v1`), read from the line the server prints when it listens.
     pub fn serve(&self, args: &[&str]) -> (std::process::Child, String) {
-        use std::io::{BufRead, BufReader};
-
         let mut all = vec!["serve", "--listen", "127.0.0.1:0"];
         all.extend(args);
         let mut child = self
@@ -76,15 +74,7 @@ impl Scratch {
             .stderr(std::process::Stdio::inherit())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .split_whitespace()
-            .find(|word| word.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .to_owned();
+        let url = served_url(&mut child);
         (child, url)
     }
 
@@ -138,6 +128,21 @@ impl Scratch {
         assert_ne!(code, 0, "gym {args:?} succeeded:\n{stdout}");
         stderr
     }
+}
+
+/// The base URL (`http://127.0.0.1:PORT/v1`) from the line a `gym serve` started with piped
+/// stdout prints when it listens.
+pub fn served_url(child: &mut std::process::Child) -> String {
+    use std::io::{BufRead, BufReader};
+
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().expect("stdout is piped"))
+        .read_line(&mut line)
+        .unwrap();
+    line.split_whitespace()
+        .find(|word| word.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned()
 }
 
 /// The default model fetched by `make setup` (`$GYM_MODELS_DIR`, else `models/` in the checkout).

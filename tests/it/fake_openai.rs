@@ -158,6 +158,21 @@ impl FakeOpenAi {
         .to_vec()
     }
 
+    /// Writes `DIR/upstreams.toml` naming this server as the upstream `remote` (model
+    /// `upstream-model`) for `gym serve --upstreams`; returns its path.
+    pub fn upstreams_file(&self, dir: &std::path::Path) -> std::path::PathBuf {
+        let path = dir.join("upstreams.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[[upstream]]\nname = \"remote\"\nbackend = \"openai\"\nbase-url = \"{}\"\nmodel = \"upstream-model\"\n",
+                self.base_url()
+            ),
+        )
+        .unwrap();
+        path
+    }
+
     pub fn inject(&self, faults: impl IntoIterator<Item = Fault>) {
         self.shared.faults.lock().unwrap().extend(faults);
     }

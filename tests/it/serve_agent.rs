@@ -227,15 +227,7 @@ async fn tools_without_key_lets_any_client_ask_for_them() {
 /// `gym serve --upstreams FILE ARGS`, with no API keys from the caller's environment; stderr
 /// is piped.
 fn serve_command(scratch: &Scratch, upstream: &FakeOpenAi, args: &[&str]) -> std::process::Command {
-    let upstreams = scratch.dir.path().join("upstreams.toml");
-    std::fs::write(
-        &upstreams,
-        format!(
-            "[[upstream]]\nname = \"remote\"\nbackend = \"openai\"\nbase-url = \"{}\"\nmodel = \"upstream-model\"\n",
-            upstream.base_url()
-        ),
-    )
-    .unwrap();
+    let upstreams = upstream.upstreams_file(scratch.dir.path());
     let mut all = vec![
         "serve",
         "--listen",
@@ -258,7 +250,7 @@ fn serve_command(scratch: &Scratch, upstream: &FakeOpenAi, args: &[&str]) -> std
 fn start(
     mut command: std::process::Command,
 ) -> (std::process::Child, String, std::thread::JoinHandle<String>) {
-    use std::io::{BufRead, BufReader, Read};
+    use std::io::Read;
     let mut child = command.spawn().unwrap();
     let mut stderr = child.stderr.take().unwrap();
     let errors = std::thread::spawn(move || {
@@ -266,15 +258,7 @@ fn start(
         let _ = stderr.read_to_string(&mut text);
         text
     });
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|word| word.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_owned();
+    let url = crate::common::served_url(&mut child);
     (child, url, errors)
 }
 

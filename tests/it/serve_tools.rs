@@ -305,15 +305,7 @@ fn the_openai_python_client_runs_a_tool_call_round_trip_through_gym_serve() {
     upstream.call_tools(vec![paris_call()]);
     upstream.call_tools(vec![paris_call()]);
     let scratch = Scratch::new();
-    let upstreams = scratch.dir.path().join("upstreams.toml");
-    std::fs::write(
-        &upstreams,
-        format!(
-            "[[upstream]]\nname = \"remote\"\nbackend = \"openai\"\nbase-url = \"{}\"\nmodel = \"upstream-model\"\n",
-            upstream.base_url()
-        ),
-    )
-    .unwrap();
+    let upstreams = upstream.upstreams_file(scratch.dir.path());
     let (mut child, url) = scratch.serve(&["--upstreams", upstreams.to_str().unwrap()]);
     let output = Command::new(python())
         .args(["-c", CLIENT, &url, &weather_tool().to_string()])
