@@ -135,6 +135,12 @@ pub struct ServeArgs {
     )]
     gov_dir: PathBuf,
 
+    /// JSON-RPC URL of the chain a governance directory anchored with `gym gov deploy` is on:
+    /// the review pages at /gov then show the accepted root and whether the governed head
+    /// matches it.
+    #[arg(long, env = "GYM_RPC_URL")]
+    rpc_url: Option<String>,
+
     /// File of API keys for the routes that write and for requests that ask for the server's
     /// tools, one `NAME:KEY` per line; NAME is recorded as the author. More keys can come from
     /// GYM_API_KEYS="NAME:KEY,NAME:KEY".
@@ -330,12 +336,17 @@ impl ServeArgs {
                 gov_dir: self.gov_dir.clone(),
                 library_dir: self.library_dir.clone(),
             });
+            let web = gym::web::router(gym::web::WebState {
+                gov_dir: self.gov_dir.clone(),
+                library_dir: self.library_dir.clone(),
+                rpc_url: self.rpc_url.clone(),
+            });
             let flusher = tokio::spawn(gym::serve::usage::flush_every(
                 Arc::clone(&usage),
                 Arc::clone(&catalog),
                 USAGE_FLUSH_PERIOD,
             ));
-            let served = axum::serve(listener, app(state).merge(gov))
+            let served = axum::serve(listener, app(state).merge(gov).merge(web))
                 .with_graceful_shutdown(shutdown_signal())
                 .await
                 .context("the server failed");

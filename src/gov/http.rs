@@ -54,7 +54,8 @@ pub fn router(state: GovState) -> Router {
         .with_state(Arc::new(state))
 }
 
-fn api_error(error: GovError) -> ApiError {
+/// The HTTP error a governance error answers with (also used by the web pages' data).
+pub(crate) fn api_error(error: GovError) -> ApiError {
     match error {
         GovError::NoLedger { .. } => ApiError::NotFound {
             message: error.to_string(),

@@ -51,3 +51,4 @@ mod serve_stream;
 mod serve_tools;
 mod setup_models;
 mod tools;
+mod web_browser;
