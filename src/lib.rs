@@ -26,6 +26,7 @@
 //! | [`run`] | here | a Training-Free GRPO run: the step loop, the append-only journal and resume, typed run events |
 //! | [`serve`] | here | the OpenAI-compatible server: library selection, retrieval (exact and IVF indexes) and injection, router with failover, HLLM figures and escalation, library API with API keys |
 //! | [`gov`] | here | proposals over library diffs with a reviewer's rendering and provenance, EIP-191 signed votes, 66% tally and quorum, an append-only hash-chained ledger that survives kill -9 with a signed genesis and signed executions that commit the votes they counted, execution to a governed head; the contracts in `contracts/` deployed, voted and read through `alloy` (feature `chain`); `/v1/gov` routes |
+//! | [`pack`] | here | library packs: a version's files, its held-out results (model and data hashes, decoding, Mean@k with intervals and seeds) and an EIP-191 signed receipt in one archive; verification from the bytes alone, bounded for untrusted packs; import with history |
 //! | [`web`] | here | the voters' web app at `/gov` (proposals, reviews with word diffs and provenance, voting through an EIP-1193 wallet or a pasted ballot) and the library browser at `/libraries` (versions, diffs, histories, proof downloads): embedded HTML, CSS and JavaScript under a strict Content-Security-Policy |
 //! | `finetune` | here (feature `finetune`) | LoRA SFT in candle on a run's solved rollouts; the candle backend |
 //! | [`tools`] | here | the `Tool` seam and `Toolbox` (argument checks, timeouts, errors as observations): a calculator, a sandboxed Python, MCP servers (feature `mcp`) |
@@ -45,6 +46,7 @@ pub mod embed;
 pub mod finetune;
 pub mod gov;
 pub mod library;
+pub mod pack;
 pub mod reward;
 pub mod rollout;
 pub mod run;

@@ -160,6 +160,11 @@ pub struct EvalArgs {
     #[arg(long)]
     output: Option<PathBuf>,
 
+    /// Also write the report and how it was measured (the model's SHA-256, decoding, the
+    /// queries' and prompts' hashes) here, for `gym pack NAME@V --eval FILE`.
+    #[arg(long, requires = "library", conflicts_with = "compare_adapter")]
+    report: Option<PathBuf>,
+
     /// Also evaluate the base model (candle) with this fine-tune and no library: a `gym
     /// finetune` output directory, an adapter file, or a weight delta from `gym delta` (needs
     /// the `finetune` feature). Its column comes last; the paired difference is then
@@ -304,6 +309,25 @@ impl EvalArgs {
             started.elapsed().as_secs_f64()
         );
         print!("{}", render_report(&header, &report));
+        if let Some(path) = &self.report {
+            anyhow::ensure!(
+                settings.agent.is_none(),
+                "--report: a pack's results are re-run without tools; evaluate without --tools"
+            );
+            let evaluation = super::pack::describe(&super::pack::Described {
+                backend: &self.backend,
+                dataset_args: &self.dataset,
+                split: &split,
+                dataset: &dataset,
+                sampling: self.sampling.sampling(),
+                reward: self.reward.reward.as_ref(),
+                k: self.k,
+                control: self.control,
+                concurrency: settings.concurrency,
+                conditions: &conditions,
+            })?;
+            super::pack::write_report_file(path, evaluation, report.clone())?;
+        }
         let failures: usize = report.conditions.iter().map(|c| c.verifier_failures).sum();
         if failures > 0 {
             let first = report

@@ -815,6 +815,35 @@ pub(super) fn run_origin(runs_dir: &Path, run_id: &str) -> anyhow::Result<RunOri
     })
 }
 
+/// What a run's final held-out evaluation was made with (`gym pack`): its dataset flags with
+/// the evaluation's limit, reward, sampling, backend, k, control and parallelism.
+pub(super) struct RunEvaluation {
+    pub dataset: DatasetArgs,
+    pub reward: RewardArgs,
+    pub sampling: gym::backend::Sampling,
+    pub backend: BackendArgs,
+    pub k: usize,
+    pub control: Control,
+    pub concurrency: usize,
+}
+
+/// Reads how run `run_id` evaluated its library from its `args.json`.
+pub(super) fn run_evaluation(runs_dir: &Path, run_id: &str) -> anyhow::Result<RunEvaluation> {
+    let settings = stored_settings(runs_dir, run_id)?;
+    let args = parse_settings(&settings, &runs_dir.join(run_id).join(ARGS_FILE))?;
+    let mut dataset = args.dataset;
+    dataset.limit = Some(args.eval_limit);
+    Ok(RunEvaluation {
+        dataset,
+        reward: args.reward,
+        sampling: args.sampling.sampling(),
+        backend: args.backend,
+        k: args.eval_k,
+        control: args.eval_control,
+        concurrency: args.parallel,
+    })
+}
+
 fn open_or_init(dir: &Path, name: &str) -> anyhow::Result<Library> {
     match Library::open(dir, name) {
         Ok(library) => Ok(library),

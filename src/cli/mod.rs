@@ -16,6 +16,7 @@ mod gov;
 mod gov_chain;
 mod grpo;
 mod library;
+mod pack;
 mod run_settings;
 mod serve;
 pub mod tool_args;
@@ -58,6 +59,9 @@ enum Command {
     /// Weight deltas: BitDelta compression and reconstruction, DeltaSoup combination.
     #[cfg(feature = "finetune")]
     Delta(delta::DeltaArgs),
+    /// Library packs: a version, its held-out results and a signed receipt in one file;
+    /// `gym pack verify` (`--rerun` measures again), `gym pack import`.
+    Pack(Box<pack::PackArgs>),
     /// Tools for agents: list them, call one, serve them over MCP (`gym tools mcp-serve`).
     #[command(subcommand_required = true)]
     Tools(tools::ToolsArgs),
@@ -106,6 +110,7 @@ impl Cli {
             Command::Finetune(args) => args.run(),
             #[cfg(feature = "finetune")]
             Command::Delta(args) => args.run(),
+            Command::Pack(args) => args.run(),
             Command::Tools(args) => args.run(),
         }
     }

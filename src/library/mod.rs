@@ -42,6 +42,7 @@ mod version;
 pub use digest::{Digest, ParseDigestError, canonical_json};
 pub use error::{LibraryError, OpError};
 pub use files::TEMP_PREFIX;
+pub(crate) use layout::usage_file_bytes;
 pub use id::{ExperienceId, ParseIdError};
 pub use merkle::{EMPTY_ROOT, InclusionProof, LeafContent, ProofError};
 pub use op::{Change, Limits, Op};

@@ -36,6 +36,8 @@ mod library_tamper;
 mod llama_backend;
 mod openai_backend;
 mod openai_tools;
+mod pack_attacks;
+mod pack_cli;
 #[cfg(feature = "llama")]
 mod serve_abandon;
 mod serve_agent;

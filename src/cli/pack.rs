@@ -1,0 +1,736 @@
+//! `gym pack`: a library version with its held-out results and a signed receipt in one file;
+//! `gym pack verify` (and `--rerun`), `gym pack import`.
+
+use std::fmt::Write as _;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand, ValueEnum as _};
+use gym::backend::Sampling;
+use gym::data::{Dataset, Split};
+use gym::library::{Digest, Library};
+use gym::pack::receipt::{DatasetRef, Evaluation, ModelRef};
+use gym::pack::{Limits, Measured, Results, Verified};
+use gym::reward::VerifierSpec;
+use gym::rollout::eval::{
+    Condition, Control, EvalReport, EvalSettings, evaluate, library_conditions,
+};
+use gym::rollout::prompt::Shown;
+use gym::rollout::stats::Estimate;
+
+use super::backend_args::{BackendArgs, BackendKind, runtime};
+use super::eval::{DatasetArgs, RewardArgs, parse_library_ref};
+
+/// What `gym eval --report FILE` writes and `gym pack --eval FILE` reads.
+pub const REPORT_FORMAT: &str = "gym-eval-report/1";
+
+/// A held-out evaluation and how it was made, as one file.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportFile {
+    pub format: String,
+    pub evaluation: Evaluation,
+    pub report: EvalReport,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct PackArgs {
+    #[command(subcommand)]
+    command: Option<PackCommand>,
+
+    #[command(flatten)]
+    create: CreateArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum PackCommand {
+    /// Check a pack from its bytes alone: its form and bounds, the signature, every file's
+    /// SHA-256, the library's hash chain and Merkle roots, and the results; exit 1 naming the
+    /// file that fails. With --rerun, measure the results again.
+    Verify(VerifyArgs),
+    /// Verify a pack and add its library, with every version it holds.
+    Import(ImportArgs),
+}
+
+/// `gym pack LIB[@V] --out FILE --key-file KEY`.
+#[derive(Debug, Args)]
+struct CreateArgs {
+    /// The library version to pack: NAME or NAME@VERSION (default: the head).
+    #[arg(required = true)]
+    library: Option<String>,
+
+    /// Where to write the pack.
+    #[arg(long, required = true)]
+    out: Option<PathBuf>,
+
+    /// The signer's private key (64 hex digits, as `gym gov` key files).
+    #[arg(long, required = true)]
+    key_file: Option<PathBuf>,
+
+    /// Take the results from this file (written by `gym eval --library NAME@V --report FILE`)
+    /// instead of the run that made the version.
+    #[arg(long, conflicts_with = "no_results")]
+    eval: Option<PathBuf>,
+
+    /// Pack the library without held-out results.
+    #[arg(long)]
+    no_results: bool,
+
+    /// Directory holding the libraries.
+    #[arg(
+        long,
+        env = "GYM_LIBRARY_DIR",
+        hide_env_values = true,
+        default_value = "experiences"
+    )]
+    library_dir: PathBuf,
+
+    /// Directory holding run journals (where the run that made the version left eval.json).
+    #[arg(long, env = "GYM_RUNS_DIR", default_value = "runs")]
+    runs_dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+struct VerifyArgs {
+    /// The pack.
+    file: PathBuf,
+
+    /// Also require that this address signed the receipt.
+    #[arg(long)]
+    signer: Option<alloy::primitives::Address>,
+
+    /// Re-run the held-out evaluation on the same model and data and say whether each figure
+    /// falls within the packed interval.
+    #[arg(long)]
+    rerun: bool,
+
+    /// With --rerun: the dataset file, when it is not where the pack says.
+    #[arg(long, requires = "rerun")]
+    data: Option<String>,
+
+    #[command(flatten)]
+    backend: BackendArgs,
+}
+
+#[derive(Debug, Args)]
+struct ImportArgs {
+    /// The pack.
+    file: PathBuf,
+
+    /// Import under this name instead of the packed one.
+    #[arg(long = "as", value_name = "NAME")]
+    name: Option<String>,
+
+    /// Also require that this address signed the receipt.
+    #[arg(long)]
+    signer: Option<alloy::primitives::Address>,
+
+    /// Directory holding the libraries.
+    #[arg(
+        long,
+        env = "GYM_LIBRARY_DIR",
+        hide_env_values = true,
+        default_value = "experiences"
+    )]
+    library_dir: PathBuf,
+}
+
+impl PackArgs {
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        match self.command {
+            Some(PackCommand::Verify(args)) => args.run(),
+            Some(PackCommand::Import(args)) => args.run(),
+            None => self.create.run(),
+        }
+    }
+}
+
+impl CreateArgs {
+    fn run(self) -> anyhow::Result<ExitCode> {
+        let (Some(reference), Some(out), Some(key_file)) = (self.library, self.out, self.key_file)
+        else {
+            anyhow::bail!("gym pack needs LIBRARY, --out and --key-file");
+        };
+        let (name, version) = parse_library_ref(&reference)?;
+        let library = Library::open(&self.library_dir, &name)?;
+        let version = version.unwrap_or_else(|| library.head_version());
+        let state = library.checkout(version)?;
+        let signer = gym::gov::read_key_file(&key_file)?;
+        let measured = if self.no_results {
+            None
+        } else if let Some(path) = &self.eval {
+            Some(read_report_file(path)?)
+        } else {
+            Some(from_run(&library, version, &state, &self.runs_dir)?)
+        };
+        let bytes = gym::pack::make(
+            &self.library_dir,
+            &name,
+            version,
+            measured.as_ref(),
+            &signer,
+        )?;
+        gym::pack::write_pack(&out, &bytes)?;
+        println!(
+            "packed {name}@{version} ({} experiences, root {}) into {}: {} bytes, signed by {}",
+            state.active_count(),
+            state.root(),
+            out.display(),
+            bytes.len(),
+            signer.address()
+        );
+        match &measured {
+            Some(m) => print!(
+                "{}",
+                render_results(&Results::from_report(&m.report, m.evaluation.decoding.seed))
+            ),
+            None => println!("no held-out results (--no-results)"),
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Writes `gym eval --report FILE` crash-safely.
+pub fn write_report_file(
+    path: &Path,
+    evaluation: Evaluation,
+    report: EvalReport,
+) -> anyhow::Result<()> {
+    let file = ReportFile {
+        format: REPORT_FORMAT.to_owned(),
+        evaluation,
+        report,
+    };
+    gym::pack::write_pack(path, &gym::pack::receipt::file_bytes(&file))?;
+    eprintln!("report: {}", path.display());
+    Ok(())
+}
+
+fn read_report_file(path: &Path) -> anyhow::Result<Measured> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let file: ReportFile = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not a `gym eval --report` file", path.display()))?;
+    anyhow::ensure!(
+        file.format == REPORT_FORMAT,
+        "{}: format `{}` is not {REPORT_FORMAT}",
+        path.display(),
+        file.format
+    );
+    Ok(Measured {
+        evaluation: file.evaluation,
+        report: file.report,
+    })
+}
+
+/// The held-out results of the run that made `name@version`, from its `eval.json` and the
+/// settings in its `args.json`.
+fn from_run(
+    library: &Library,
+    version: u64,
+    state: &gym::library::State,
+    runs_dir: &Path,
+) -> anyhow::Result<Measured> {
+    let name = library.name();
+    let hint = format!(
+        "give results with --eval FILE (from `gym eval --library {name}@{version} --report FILE`) or pack without them with --no-results"
+    );
+    let Some(run) = gym::pack::producing_run(library, version) else {
+        anyhow::bail!(
+            "no run made {name}@{version} (its history has no run step), so there are no held-out results to pack: {hint}"
+        );
+    };
+    let dir = runs_dir.join(&run.id);
+    let eval_path = dir.join("eval.json");
+    let bytes = std::fs::read(&eval_path).map_err(|error| {
+        anyhow::anyhow!(
+            "run `{}` made {name}@{version} but its held-out results cannot be read ({}: {error}; was it run with --no-eval, stopped, or is --runs-dir elsewhere?): {hint}",
+            run.id,
+            eval_path.display()
+        )
+    })?;
+    let report: EvalReport = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not a held-out report", eval_path.display()))?;
+    let label = gym::pack::library_label(name, version);
+    let evaluated = report
+        .conditions
+        .last()
+        .map(|c| c.label.clone())
+        .unwrap_or_default();
+    anyhow::ensure!(
+        evaluated == label,
+        "run `{}` evaluated `{}`, not {name}@{version}: pack that version, or {hint}",
+        run.id,
+        evaluated.trim_start_matches("with ")
+    );
+    let origin = super::grpo::run_evaluation(runs_dir, &run.id)?;
+    let (dataset, split) = (
+        origin.dataset.load(Split::Heldout, origin.sampling.seed)?,
+        "heldout",
+    );
+    let conditions = library_conditions(
+        label,
+        Shown::active(state),
+        origin.control,
+        origin.sampling.seed,
+    );
+    let evaluation = describe(&Described {
+        backend: &origin.backend,
+        dataset_args: &origin.dataset,
+        split,
+        dataset: &dataset,
+        sampling: origin.sampling.clone(),
+        reward: origin.reward.reward.as_ref(),
+        k: origin.k,
+        control: origin.control,
+        concurrency: origin.concurrency,
+        conditions: &conditions,
+    })?;
+    anyhow::ensure!(
+        report.k == evaluation.k
+            && report.conditions.first().map(|c| c.queries) == Some(dataset.samples.len()),
+        "run `{}`'s eval.json does not match its args.json (k or number of queries differ)",
+        run.id
+    );
+    Ok(Measured { evaluation, report })
+}
+
+/// What an evaluation was made with.
+pub struct Described<'a> {
+    pub backend: &'a BackendArgs,
+    pub dataset_args: &'a DatasetArgs,
+    pub split: &'a str,
+    pub dataset: &'a Dataset,
+    pub sampling: Sampling,
+    pub reward: Option<&'a VerifierSpec>,
+    pub k: usize,
+    pub control: Control,
+    pub concurrency: usize,
+    pub conditions: &'a [Condition],
+}
+
+/// The receipt's account of an evaluation: the model (its file hashed), decoding, data and
+/// prompts.
+pub fn describe(d: &Described<'_>) -> anyhow::Result<Evaluation> {
+    Ok(Evaluation {
+        model: model_ref(d.backend)?,
+        decoding: d.sampling.clone(),
+        dataset: DatasetRef {
+            source: d.dataset_args.dataset.clone(),
+            split: d.split.to_owned(),
+            limit: d.dataset_args.limit,
+            question_field: d.dataset_args.question_field.clone(),
+            answer_field: d.dataset_args.answer_field.clone(),
+            id_field: d.dataset_args.id_field.clone(),
+            queries: d.dataset.samples.len(),
+            sha256: gym::pack::queries_sha256(&d.dataset.samples),
+        },
+        reward: d.reward.map(ToString::to_string),
+        k: d.k,
+        control: d.control,
+        concurrency: d.concurrency,
+        prompts_sha256: gym::pack::prompts_sha256(
+            &d.dataset.samples,
+            d.dataset.instruction.as_deref(),
+            d.conditions,
+        ),
+    })
+}
+
+fn backend_name(kind: BackendKind) -> String {
+    kind.to_possible_value()
+        .map_or_else(String::new, |v| v.get_name().to_owned())
+}
+
+/// The model a backend would load: a file's name and SHA-256, or a served model's name.
+fn model_ref(backend: &BackendArgs) -> anyhow::Result<ModelRef> {
+    let kind = backend_name(backend.backend);
+    if backend.backend == BackendKind::Openai {
+        return Ok(ModelRef {
+            backend: kind,
+            name: backend.model.clone().unwrap_or_default(),
+            sha256: None,
+            bytes: None,
+        });
+    }
+    let path = backend
+        .model
+        .as_ref()
+        .map_or_else(gym::backend::default_model_path, PathBuf::from);
+    let (sha256, bytes) = hash_file(&path)?;
+    Ok(ModelRef {
+        backend: kind,
+        name: path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+        sha256: Some(sha256),
+        bytes: Some(bytes),
+    })
+}
+
+fn hash_file(path: &Path) -> anyhow::Result<(Digest, u64)> {
+    use sha2::Digest as _;
+    let mut file = std::fs::File::open(path)
+        .with_context(|| format!("cannot read the model {}", path.display()))?;
+    let mut hash = sha2::Sha256::new();
+    let mut buffer = vec![0; 1 << 20];
+    let mut total = 0;
+    loop {
+        let n = file
+            .read(&mut buffer)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        hash.update(&buffer[..n]);
+        total += n as u64;
+    }
+    Ok((Digest(hash.finalize().into()), total))
+}
+
+fn read_and_verify(
+    file: &Path,
+    signer: Option<alloy::primitives::Address>,
+) -> anyhow::Result<(Verified, u64, f64)> {
+    let limits = Limits::default();
+    let size = std::fs::metadata(file)
+        .with_context(|| format!("cannot read {}", file.display()))?
+        .len();
+    anyhow::ensure!(
+        size <= limits.max_archive_bytes(),
+        "{}: refused: {size} bytes is over the {} bytes a pack may have",
+        file.display(),
+        limits.max_archive_bytes()
+    );
+    let started = Instant::now();
+    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let verified = gym::pack::verify(&bytes, &limits, signer)
+        .with_context(|| format!("{} does not verify", file.display()))?;
+    Ok((verified, size, started.elapsed().as_secs_f64()))
+}
+
+impl VerifyArgs {
+    fn run(self) -> anyhow::Result<ExitCode> {
+        let (verified, size, seconds) = read_and_verify(&self.file, self.signer)?;
+        print!("{}", render_verified(&self.file, &verified, size, seconds));
+        if !self.rerun {
+            return Ok(ExitCode::SUCCESS);
+        }
+        rerun(&verified, &self.backend, self.data.as_deref())
+    }
+}
+
+/// What `gym pack verify` prints about a pack that verified.
+fn render_verified(file: &Path, v: &Verified, size: u64, seconds: f64) -> String {
+    let r = &v.receipt;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{}: verified ({} files, {size} bytes, {seconds:.2} s): every hash, the Merkle root of every version and the signature",
+        file.display(),
+        v.entries
+    );
+    let _ = writeln!(
+        out,
+        "library   {}@{} ({} experiences, versions 0-{}), root {}",
+        r.library.name, r.library.version, r.library.experiences, r.library.version, r.library.root
+    );
+    let _ = writeln!(out, "signed    by {}", v.signer);
+    if let Some(run) = &r.run {
+        let _ = writeln!(
+            out,
+            "run       {} (distiller {}, stage prompts {})",
+            run.id, run.distill_model, run.stage_prompts_sha256
+        );
+    }
+    if let (Some(e), Some(results)) = (&r.evaluation, &r.results) {
+        let _ = writeln!(
+            out,
+            "model     {} {}{}",
+            e.model.backend,
+            e.model.name,
+            e.model
+                .sha256
+                .map(|s| format!(", sha256 {s}"))
+                .unwrap_or_default()
+        );
+        let _ = writeln!(
+            out,
+            "data      {} ({}, {} queries), sha256 {}",
+            e.dataset.source, e.dataset.split, e.dataset.queries, e.dataset.sha256
+        );
+        let d = &e.decoding;
+        let _ = writeln!(
+            out,
+            "decoding  temperature {}, top-p {}, top-k {}, max tokens {}, seed {}",
+            d.temperature, d.top_p, d.top_k, d.max_tokens, d.seed
+        );
+        let _ = writeln!(out, "prompts   sha256 {}", e.prompts_sha256);
+        out.push_str(&render_results(results));
+    } else {
+        let _ = writeln!(out, "no held-out results in this pack");
+    }
+    out
+}
+
+fn interval(e: &Estimate, signed: bool) -> String {
+    if signed {
+        format!("{:+.3} [{:+.3}, {:+.3}]", e.value, e.low, e.high)
+    } else {
+        format!("{:.3} [{:.3}, {:.3}]", e.value, e.low, e.high)
+    }
+}
+
+/// The figures of a receipt, one per line.
+fn render_results(results: &Results) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "results   Mean@{k} and Pass@{k} on {} held-out queries (95% intervals):",
+        results.queries,
+        k = results.k
+    );
+    for (label, mean, pass, signed) in figures(results) {
+        let _ = writeln!(
+            out,
+            "  {label:<22} {:<26} {}",
+            interval(&mean, signed),
+            interval(&pass, signed)
+        );
+    }
+    out
+}
+
+/// (label, Mean@k, Pass@k, is a difference) for each figure of `results`.
+fn figures(results: &Results) -> Vec<(String, Estimate, Estimate, bool)> {
+    let mut rows: Vec<_> = results
+        .conditions
+        .iter()
+        .map(|c| (c.label.clone(), c.mean_at_k, c.pass_at_k, false))
+        .collect();
+    if let Some(d) = &results.library_minus_without {
+        rows.push((
+            "library − without".to_owned(),
+            d.mean_at_k,
+            d.pass_at_k,
+            true,
+        ));
+    }
+    if let Some(d) = &results.library_minus_placebo {
+        rows.push((
+            "library − placebo".to_owned(),
+            d.mean_at_k,
+            d.pass_at_k,
+            true,
+        ));
+    }
+    rows
+}
+
+/// Measures the pack's results again on the same model and data, and says which figures
+/// fall within their packed intervals. Exit 1 when any does not.
+fn rerun(
+    verified: &Verified,
+    user_backend: &BackendArgs,
+    data: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let receipt = &verified.receipt;
+    let (Some(evaluation), Some(packed)) = (&receipt.evaluation, &receipt.results) else {
+        anyhow::bail!("--rerun: the pack has no held-out results to measure again");
+    };
+    let mut backend = user_backend.clone();
+    backend.backend = BackendKind::from_str(&evaluation.model.backend, true)
+        .map_err(|_| anyhow::anyhow!("--rerun: unknown backend `{}`", evaluation.model.backend))?;
+    if backend.backend == BackendKind::Openai {
+        backend.model = Some(evaluation.model.name.clone());
+    } else if backend.model.is_none() {
+        let path = gym::backend::models_dir().join(&evaluation.model.name);
+        backend.model = Some(path.to_string_lossy().into_owned());
+    }
+    let model = model_ref(&backend)?;
+    anyhow::ensure!(
+        model.sha256 == evaluation.model.sha256,
+        "--rerun: the model here ({}, sha256 {}) is not the packed one ({}, sha256 {}); pass --model PATH",
+        backend.model.as_deref().unwrap_or_default(),
+        model
+            .sha256
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| "unknown".into()),
+        evaluation.model.name,
+        evaluation
+            .model
+            .sha256
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| "unknown".into())
+    );
+    let named = &evaluation.dataset;
+    let dataset_args = DatasetArgs {
+        dataset: data.map_or_else(|| named.source.clone(), str::to_owned),
+        limit: named.limit,
+        question_field: named.question_field.clone(),
+        answer_field: named.answer_field.clone(),
+        id_field: named.id_field.clone(),
+        skip_bad_lines: false,
+    };
+    let split = if named.split == "heldout" {
+        Split::Heldout
+    } else {
+        Split::Train
+    };
+    let dataset = dataset_args.load(split, evaluation.decoding.seed)?;
+    let sha256 = gym::pack::queries_sha256(&dataset.samples);
+    anyhow::ensure!(
+        sha256 == named.sha256,
+        "--rerun: the queries of {} ({}, {} queries, sha256 {sha256}) are not the packed ones ({} queries, sha256 {}); pass --data FILE",
+        dataset_args.dataset,
+        named.split,
+        dataset.samples.len(),
+        named.queries,
+        named.sha256
+    );
+    let reward = match &evaluation.reward {
+        None => None,
+        Some(text) => {
+            let spec: VerifierSpec = text
+                .parse()
+                .with_context(|| format!("the packed reward `{text}`"))?;
+            anyhow::ensure!(
+                !matches!(spec, VerifierSpec::Command { .. }),
+                "--rerun: the pack's reward runs a command (`{text}`); a pack's command is not run"
+            );
+            Some(spec)
+        }
+    };
+    let label = gym::pack::library_label(&receipt.library.name, receipt.library.version);
+    let conditions = library_conditions(
+        label,
+        Shown::active(&verified.state),
+        evaluation.control,
+        evaluation.decoding.seed,
+    );
+    let prompts = gym::pack::prompts_sha256(
+        &dataset.samples,
+        dataset.instruction.as_deref(),
+        &conditions,
+    );
+    anyhow::ensure!(
+        prompts == evaluation.prompts_sha256,
+        "--rerun: the prompts this Gym builds (sha256 {prompts}) are not the packed ones ({}): the solver prompt or the placebo changed",
+        evaluation.prompts_sha256
+    );
+    let built = backend.build()?;
+    let verifier = RewardArgs {
+        reward,
+        verifier_timeout: 30.0,
+    }
+    .build(&dataset, &built)?;
+    let settings = EvalSettings {
+        k: evaluation.k,
+        sampling: evaluation.decoding.clone(),
+        concurrency: evaluation.concurrency,
+        instruction: dataset.instruction.clone(),
+        agent: None,
+    };
+    let started = Instant::now();
+    let rt = runtime()?;
+    let report = rt.block_on(evaluate(
+        built.as_ref(),
+        verifier.as_ref(),
+        &dataset.samples,
+        &conditions,
+        &settings,
+        &|_, _| {},
+    ))?;
+    let again = Results::from_report(&report, evaluation.decoding.seed);
+    let (text, outside) = render_rerun(packed, &again, evaluation, started.elapsed().as_secs_f64());
+    print!("{text}");
+    Ok(if outside == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The packed figures beside the re-run ones; returns the text and how many fell outside.
+fn render_rerun(
+    packed: &Results,
+    again: &Results,
+    e: &Evaluation,
+    seconds: f64,
+) -> (String, usize) {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "re-ran on {} (sha256 matches) and {} ({}, {} queries, sha256 matches), k={}, {seconds:.1} s",
+        e.model.name, e.dataset.source, e.dataset.split, e.dataset.queries, e.k
+    );
+    let _ = writeln!(
+        out,
+        "{:<30} {:<26} {:<8} reproduces",
+        "figure", "packed", "re-run"
+    );
+    let mut total = 0;
+    let mut outside = 0;
+    let rows = figures(packed).into_iter().zip(figures(again));
+    for ((label, mean, pass, signed), (_, mean_again, pass_again, _)) in rows {
+        for (name, was, now) in [("Mean", mean, mean_again), ("Pass", pass, pass_again)] {
+            let within = now.value >= was.low - 1e-9 && now.value <= was.high + 1e-9;
+            total += 1;
+            outside += usize::from(!within);
+            let value = if signed {
+                format!("{:+.3}", now.value)
+            } else {
+                format!("{:.3}", now.value)
+            };
+            let _ = writeln!(
+                out,
+                "{:<30} {:<26} {value:<8} {}",
+                format!("{name}@{} {label}", packed.k),
+                interval(&was, signed),
+                if within { "yes" } else { "NO" }
+            );
+        }
+    }
+    if outside == 0 {
+        let _ = writeln!(
+            out,
+            "all {total} figures reproduce within their packed 95% intervals"
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "{outside} of {total} figures fall outside their packed 95% intervals"
+        );
+    }
+    (out, outside)
+}
+
+impl ImportArgs {
+    fn run(self) -> anyhow::Result<ExitCode> {
+        let (verified, _, _) = read_and_verify(&self.file, self.signer)?;
+        let name = self
+            .name
+            .clone()
+            .unwrap_or_else(|| verified.receipt.library.name.clone());
+        if gym::library::library_dir(&self.library_dir, &name)?.exists() {
+            anyhow::bail!(
+                "a library `{name}` exists in {}; import under another name with --as NAME",
+                self.library_dir.display()
+            );
+        }
+        let library = gym::pack::import(&verified, &self.library_dir, &name)?;
+        println!(
+            "imported {}@{} as `{name}`: versions 0-{}, {} experiences, root {}, signed by {}",
+            verified.receipt.library.name,
+            verified.receipt.library.version,
+            library.head_version(),
+            library.head().active_count(),
+            library.head().root(),
+            verified.signer
+        );
+        Ok(ExitCode::SUCCESS)
+    }
+}

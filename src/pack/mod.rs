@@ -1,0 +1,147 @@
+//! Library packs: one file that carries a library version, how well it did on held-out
+//! queries, and a signed receipt that binds the two (`gym pack`).
+//!
+//! A pack is a plain ustar archive ([`archive`]) that holds, in this order:
+//!
+//! ```text
+//! receipt.json                    what the pack holds and how the results were measured
+//! signature.json                  the signer's address and EIP-191 signature over receipt.json
+//! library/library.json            the library's files, byte for byte as Gym wrote them:
+//! library/versions/000000.json    versions 0 to the packed one, so the history comes along
+//! …
+//! results/eval.json               every held-out answer with its seed and reward
+//! ```
+//!
+//! The receipt ([`receipt::Receipt`]) names the library version (name, number, Merkle root,
+//! hash), lists every other file with its SHA-256 and size, names the run that made the
+//! version, and records the held-out evaluation: the model (file name and SHA-256), the
+//! decoding settings, the dataset (source, split, limit, and the SHA-256 of its queries), the
+//! SHA-256 of every prompt shown, k, the control, and the results: Mean@k and Pass@k without
+//! the library, with the placebo and with the library, the paired differences, their 95%
+//! intervals, and the seeds.
+//!
+//! [`verify()`] checks a pack from its bytes alone and names the file that fails: the archive's
+//! bounds and exact form, the signature, every file's hash, the library's hash chain and Merkle
+//! roots (replayed by [`crate::library::verify()`]), and the receipt's figures against the
+//! per-query answers. [`import()`] adds a verified pack's library with all its versions.
+//!
+//! ```
+//! use gym::library::{Change, Library, Provenance, Settings};
+//! use gym::pack::{Limits, make, verify};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let root = tempfile::tempdir()?;
+//! let mut library = Library::init(root.path(), "arith", Settings::default())?;
+//! library.commit(&[Change::add("When a problem says each, multiply first.")], Provenance::Init)?;
+//! let (key, _) = gym::gov::new_key();
+//! let bytes = make(root.path(), "arith", 1, None, &key)?;
+//! let verified = verify(&bytes, &Limits::default(), Some(key.address()))?;
+//! assert_eq!(verified.receipt.library.version, 1);
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod archive;
+mod error;
+mod import;
+mod make;
+pub mod receipt;
+mod verify;
+
+use std::io::Write as _;
+use std::path::Path;
+
+pub use archive::{Entry, Limits};
+pub use error::PackError;
+pub use import::import;
+pub use make::{Measured, library_label, make, producing_run};
+pub use receipt::{Evaluation, Receipt, Results};
+pub use verify::{Verified, verify};
+
+/// The receipt's path in a pack.
+pub const RECEIPT: &str = "receipt.json";
+/// The signature's path in a pack.
+pub const SIGNATURE: &str = "signature.json";
+/// What the library's files' paths start with in a pack.
+pub const LIBRARY_PREFIX: &str = "library/";
+/// The per-query results' path in a pack.
+pub const EVAL_FILE: &str = "results/eval.json";
+
+/// SHA-256 over queries in order (ids, questions and reference answers, each
+/// length-prefixed), as a run's journal records its training set.
+pub fn queries_sha256(samples: &[crate::data::Sample]) -> String {
+    use sha2::Digest as _;
+    let mut hash = sha2::Sha256::new();
+    for sample in samples {
+        for field in [&sample.id, &sample.question, &sample.answer] {
+            hash.update((field.len() as u64).to_le_bytes());
+            hash.update(field.as_bytes());
+        }
+    }
+    hex::encode(hash.finalize())
+}
+
+/// SHA-256 over every prompt an evaluation shows: for each condition in order, each query's
+/// messages in order (each message as its JSON, length-prefixed).
+pub fn prompts_sha256(
+    samples: &[crate::data::Sample],
+    instruction: Option<&str>,
+    conditions: &[crate::rollout::eval::Condition],
+) -> crate::library::Digest {
+    use sha2::Digest as _;
+    let mut hash = sha2::Sha256::new();
+    for condition in conditions {
+        for sample in samples {
+            let messages =
+                crate::rollout::prompt::solve_messages(sample, instruction, &condition.experiences);
+            for message in messages {
+                let json = serde_json::to_vec(&message).expect("a message always serializes");
+                hash.update((json.len() as u64).to_le_bytes());
+                hash.update(&json);
+            }
+        }
+    }
+    crate::library::Digest(hash.finalize().into())
+}
+
+/// Writes `bytes` to a new file at `path` and fsyncs it.
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), PackError> {
+    let mut file = std::fs::File::create_new(path).map_err(PackError::io("create", path))?;
+    file.write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .map_err(PackError::io("write", path))
+}
+
+/// Makes renames and creations in `dir` durable.
+fn sync_dir(dir: &Path) -> Result<(), PackError> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(PackError::io("sync", dir))
+}
+
+/// Writes a pack to `path` crash-safely: a temporary file in the same directory, fsynced and
+/// renamed over `path`, then the directory fsynced; a reader never sees half a pack.
+pub fn write_pack(path: &Path, bytes: &[u8]) -> Result<(), PackError> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let mut temp = tempfile::Builder::new()
+        .prefix(crate::library::TEMP_PREFIX)
+        .tempfile_in(dir)
+        .map_err(PackError::io("create a temporary file in", dir))?;
+    temp.write_all(bytes)
+        .and_then(|()| temp.as_file().sync_all())
+        .map_err(PackError::io("write", temp.path().to_owned()))?;
+    // A pack is for sharing: readable by all, as `cp` would make it.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        temp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644))
+            .map_err(PackError::io("write", temp.path().to_owned()))?;
+    }
+    temp.persist(path)
+        .map_err(|error| PackError::io("write", path)(error.error))?;
+    sync_dir(dir)
+}

@@ -1,0 +1,321 @@
+//! `gym pack` end to end through the real binary: pack → verify → one changed byte refused
+//! naming the file → import with history; results taken from the run that made the version;
+//! `--rerun` on the local model; and packs made by an attacker (links, `../` and absolute
+//! paths, too many or too large entries) refused before anything is written.
+
+use crate::common::{Scratch, filters, model_path};
+use crate::fake_openai::FakeOpenAi;
+
+/// A fixed signer, so snapshots show one address.
+const KEY: &str = "0x4c0883a69102937d6231471b5dbb6204fe5129617082792ae468d01a3f362318";
+
+fn key_file(scratch: &Scratch) -> String {
+    let path = scratch.dir.path().join("signer.key");
+    std::fs::write(&path, format!("{KEY}\n")).unwrap();
+    path.display().to_string()
+}
+
+fn with_filters(scratch: &Scratch, test: impl FnOnce()) {
+    let mut settings = insta::Settings::clone_current();
+    for (pattern, replacement) in filters(scratch) {
+        settings.add_filter(&pattern, replacement);
+    }
+    settings.add_filter(r"[0-9a-f]{64}", "[SHA256]");
+    settings.add_filter(r"\d+ bytes, \d+\.\d\d s", "[SIZE] bytes, [TIME] s");
+    settings.add_filter(r": \d+ bytes, signed", ": [SIZE] bytes, signed");
+    settings.bind(test);
+}
+
+/// Library `arith` at version 3, edited by hand.
+fn manual_library(scratch: &Scratch) {
+    scratch.ok(&["library", "init", "arith"]);
+    for text in [
+        "When a problem says each, multiply before adding.",
+        "When asked for a remainder, use integer division.",
+    ] {
+        scratch.ok(&["library", "add", "arith", "--text", text]);
+    }
+    scratch.ok(&[
+        "library",
+        "update",
+        "arith",
+        "E0001",
+        "--text",
+        "When a problem says each, multiply first.",
+    ]);
+}
+
+/// The pack with one byte changed: the first byte of `needle`'s first occurrence.
+fn tampered(pack: &[u8], needle: &str) -> Vec<u8> {
+    let at = pack
+        .windows(needle.len())
+        .position(|w| w == needle.as_bytes())
+        .unwrap_or_else(|| panic!("`{needle}` is in the pack"));
+    let mut bytes = pack.to_vec();
+    bytes[at] ^= 0x01;
+    bytes
+}
+
+#[test]
+fn a_pack_verifies_refuses_any_changed_byte_naming_the_file_and_imports_with_its_history() {
+    let scratch = Scratch::new();
+    manual_library(&scratch);
+    let key = key_file(&scratch);
+    with_filters(&scratch, || {
+        // A hand-made version has no run, so no results unless given or waived.
+        let refused = scratch.fails(&["pack", "arith", "--out", "arith.pack", "--key-file", &key]);
+        insta::assert_snapshot!("pack_without_results_refused", refused);
+        let made = scratch.ok(&[
+            "pack",
+            "arith@3",
+            "--out",
+            "arith.pack",
+            "--key-file",
+            &key,
+            "--no-results",
+        ]);
+        insta::assert_snapshot!("pack_made", made);
+        let signer = gym::gov::read_key_file(std::path::Path::new(&key))
+            .unwrap()
+            .address()
+            .to_string();
+        let verified = scratch.ok(&["pack", "verify", "arith.pack", "--signer", &signer]);
+        insta::assert_snapshot!("pack_verified", verified);
+    });
+    let path = scratch.dir.path().join("arith.pack");
+    let pack = std::fs::read(&path).unwrap();
+
+    // One changed byte in each file's content, in the receipt, in a header: each refused,
+    // naming the file.
+    for (needle, named) in [
+        ("multiply first", "`library/versions/000003.json`"),
+        ("integer division", "`library/versions/000002.json`"),
+        ("\"max_words\"", "`library/library.json`"),
+        ("\"created_at\"", "`receipt.json`: not a valid receipt.json"),
+        ("gym-pack/1", "receipt.json or signature.json was changed"),
+        ("\"signature\"", "`signature.json`"),
+        (
+            "library/versions/000001.json\0",
+            "entry 5 (after `library/versions/000000.json`",
+        ),
+    ] {
+        std::fs::write(scratch.dir.path().join("bad.pack"), tampered(&pack, needle)).unwrap();
+        let error = scratch.fails(&["pack", "verify", "bad.pack"]);
+        assert!(
+            error.contains(named) && error.contains("bad.pack does not verify"),
+            "a change at {needle:?} names {named}: {error}"
+        );
+        let error = scratch.fails(&["pack", "import", "bad.pack", "--as", "bad"]);
+        assert!(error.contains(named), "{error}");
+        assert!(!scratch.libraries().join("bad").exists());
+    }
+    // Another signer than the one asked for.
+    let error = scratch.fails(&[
+        "pack",
+        "verify",
+        "arith.pack",
+        "--signer",
+        "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+    ]);
+    assert!(error.contains("not by 0x70997970"), "{error}");
+
+    // Import: not over an existing library; under another name, with every version.
+    let error = scratch.fails(&["pack", "import", "arith.pack"]);
+    assert!(error.contains("--as NAME"), "{error}");
+    let imported = scratch.ok(&["pack", "import", "arith.pack", "--as", "arith2"]);
+    assert!(imported.contains("versions 0-3"), "{imported}");
+    scratch.ok(&["library", "verify", "arith2"]);
+    for number in 0..=3 {
+        let file = format!("versions/{number:06}.json");
+        assert_eq!(
+            std::fs::read(scratch.libraries().join("arith").join(&file)).unwrap(),
+            std::fs::read(scratch.libraries().join("arith2").join(&file)).unwrap(),
+            "{file} is imported byte for byte"
+        );
+    }
+    let log = scratch.ok(&["library", "log", "arith2"]);
+    assert!(log.contains("manual by tester") && log.lines().count() >= 5, "{log}");
+    // Versions made after the import build on the imported history.
+    scratch.ok(&[
+        "library",
+        "add",
+        "arith2",
+        "--text",
+        "When done, check the units.",
+    ]);
+    scratch.ok(&["library", "verify", "arith2"]);
+}
+
+/// Training and held-out queries, all answered 7.
+fn write_split_sevens(scratch: &Scratch) {
+    let lines: String = (0..8)
+        .map(|i| {
+            let split = if i < 4 { "train" } else { "heldout" };
+            format!(
+                "{{\"id\": \"q{i}\", \"question\": \"What is {i} + {}?\", \"answer\": \"7\", \"split\": \"{split}\"}}\n",
+                7 - i
+            )
+        })
+        .collect();
+    std::fs::write(scratch.dir.path().join("sevens.jsonl"), lines).unwrap();
+}
+
+#[test]
+fn a_pack_takes_its_results_from_the_run_that_made_the_version() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(FakeOpenAi::policy(true));
+    let scratch = Scratch::new();
+    write_split_sevens(&scratch);
+    let mut args: Vec<String> = [
+        "grpo",
+        "--dataset",
+        "sevens.jsonl",
+        "--reward",
+        "numeric",
+        "--batch-size",
+        "4",
+        "--group-size",
+        "2",
+        "--epochs",
+        "1",
+        "--validate",
+        "0",
+        "--library",
+        "sevens",
+        "--run-id",
+        "learn",
+        "--eval-limit",
+        "4",
+        "--eval-k",
+        "2",
+        "--no-tui",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(server.both_roles_flags());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let output = scratch.model_command(&args).output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let key = key_file(&scratch);
+
+    let made = scratch.ok(&["pack", "sevens", "--out", "sevens.pack", "--key-file", &key]);
+    assert!(made.contains("packed sevens@1"), "{made}");
+    let verified = scratch.ok(&["pack", "verify", "sevens.pack"]);
+    for expected in [
+        "run       learn",
+        "model     openai policy",
+        "data      sevens.jsonl (heldout, 4 queries)",
+        "Mean@2 and Pass@2 on 4 held-out queries",
+        "without library",
+        "placebo",
+        "with sevens@1",
+        "library − placebo",
+    ] {
+        assert!(verified.contains(expected), "{expected}:\n{verified}");
+    }
+    // The figures are the run's own.
+    let eval: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(scratch.dir.path().join("runs/learn/eval.json")).unwrap(),
+    )
+    .unwrap();
+    let with = eval["conditions"][2]["mean_at_k"]["value"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        verified.contains(&format!("{with:.3} [")),
+        "{with}:\n{verified}"
+    );
+
+    // A later version the run did not evaluate is refused, with the ways out.
+    scratch.ok(&[
+        "library",
+        "add",
+        "sevens",
+        "--text",
+        "When adding, count on.",
+    ]);
+    let error = scratch.fails(&["pack", "sevens", "--out", "later.pack", "--key-file", &key]);
+    assert!(
+        error.contains("evaluated `sevens@1`, not sevens@2") && error.contains("--no-results"),
+        "{error}"
+    );
+    let imported = scratch.ok(&["pack", "import", "sevens.pack", "--as", "copy"]);
+    assert!(imported.contains("versions 0-1"), "{imported}");
+    let log = scratch.ok(&["library", "log", "copy"]);
+    assert!(
+        log.contains("learn"),
+        "the run's provenance comes along: {log}"
+    );
+}
+
+#[test]
+#[cfg(feature = "llama")]
+fn rerun_measures_the_packed_results_again_on_the_local_model() {
+    let scratch = Scratch::new();
+    scratch.ok(&["library", "init", "letters"]);
+    scratch.ok(&[
+        "library",
+        "add",
+        "letters",
+        "--text",
+        "When counting a letter, spell the word one letter at a time.",
+    ]);
+    let key = key_file(&scratch);
+    let model = model_path().display().to_string();
+    let eval = [
+        "eval",
+        "--dataset",
+        "builtin:letters",
+        "--limit",
+        "4",
+        "-k",
+        "2",
+        "--max-tokens",
+        "48",
+        "--library",
+        "letters@1",
+        "--report",
+        "letters.eval.json",
+        "--model",
+        &model,
+    ];
+    let output = scratch.model_command(&eval).output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    scratch.ok(&[
+        "pack",
+        "letters@1",
+        "--eval",
+        "letters.eval.json",
+        "--out",
+        "letters.pack",
+        "--key-file",
+        &key,
+    ]);
+    let output = scratch
+        .model_command(&["pack", "verify", "letters.pack", "--rerun"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        stdout.contains("all 10 figures reproduce within their packed 95% intervals"),
+        "{stdout}"
+    );
+    // Another model is refused before anything runs.
+    let other = scratch.dir.path().join("other.gguf");
+    std::fs::write(&other, b"not the model").unwrap();
+    let output = scratch
+        .model_command(&[
+            "pack",
+            "verify",
+            "letters.pack",
+            "--rerun",
+            "--model",
+            &other.display().to_string(),
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("is not the packed one"), "{stderr}");
+}
