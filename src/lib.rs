@@ -41,6 +41,7 @@ pub mod backend;
 pub mod data;
 pub mod delta;
 pub mod distill;
+pub mod durable;
 pub mod embed;
 #[cfg(feature = "finetune")]
 pub mod finetune;

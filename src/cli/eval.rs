@@ -1,7 +1,7 @@
 //! `gym eval`: Mean@k and Pass@k with and without a library's experiences.
 
 use std::fmt::Write as _;
-use std::io::{IsTerminal as _, Write as _};
+use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -246,13 +246,6 @@ impl EvalArgs {
             }
             None => vec![Condition::without_library()],
         };
-        let mut output = match &self.output {
-            Some(path) => Some(std::io::BufWriter::new(
-                std::fs::File::create(path)
-                    .with_context(|| format!("cannot create {}", path.display()))?,
-            )),
-            None => None,
-        };
         let backend = self.backend.build()?;
         let verifier = self.reward.build(&dataset, &backend)?;
         // One runtime for the whole command: MCP tool servers live on it.
@@ -289,12 +282,14 @@ impl EvalArgs {
                 self.fine_tuned_report(&rt, fine_tune, &dataset, verifier.as_ref(), &settings)?;
             append_condition(&mut report, tuned);
         }
-        if let Some(out) = output.as_mut() {
+        if let Some(path) = &self.output {
+            let mut rows = Vec::new();
             for row in &report.results {
-                serde_json::to_writer(&mut *out, row)?;
-                out.write_all(b"\n")?;
+                serde_json::to_writer(&mut rows, row)?;
+                rows.push(b'\n');
             }
-            out.flush()?;
+            gym::durable::write(path, &rows, gym::durable::Replace::Yes)
+                .with_context(|| format!("cannot write {}", path.display()))?;
         }
         let queries = dataset.samples.len();
         let header = format!(

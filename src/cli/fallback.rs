@@ -309,14 +309,23 @@ pub fn fallback_finetune(
         }
     }
     let path = dir.join(FALLBACK_FILE);
-    std::fs::write(&path, serde_json::to_vec_pretty(&record)?)
-        .with_context(|| format!("cannot write {}", path.display()))?;
+    gym::durable::write(
+        &path,
+        &serde_json::to_vec_pretty(&record)?,
+        gym::durable::Replace::Yes,
+    )
+    .with_context(|| format!("cannot write {}", path.display()))?;
     let report = dir.join(gym::run::report::REPORT_FILE);
     let section = gym::run::report::fallback_markdown(&record);
-    let appended = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&report)
-        .and_then(|mut file| std::io::Write::write_all(&mut file, section.as_bytes()));
+    // The report is replaced whole with the section added, like every file Gym writes.
+    let appended = std::fs::read(&report).and_then(|mut text| {
+        text.extend_from_slice(section.as_bytes());
+        Ok(gym::durable::write(
+            &report,
+            &text,
+            gym::durable::Replace::Yes,
+        )?)
+    });
     if let Err(error) = appended {
         eprintln!("cannot add the fallback to {}: {error}", report.display());
     }

@@ -407,14 +407,6 @@ impl GovArgs {
 
 /// Creates a key file readable only by its owner, refusing to overwrite one.
 fn write_key(path: &Path, text: &str) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("cannot create the key file {}", path.display()))?;
-    file.write_all(text.as_bytes())
-        .and_then(|()| file.sync_all())
-        .with_context(|| format!("cannot write the key file {}", path.display()))
+    gym::durable::write_private(path, text.as_bytes())
+        .with_context(|| format!("cannot create the key file {}", path.display()))
 }

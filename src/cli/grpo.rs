@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use clap::Args;
 use gym::data::Split;
 use gym::distill::DistillConfig;
+use gym::durable::Replace;
 use gym::library::{Library, LibraryError, Settings};
 use gym::rollout::eval::{Control, EvalSettings, evaluate, library_conditions};
 use gym::rollout::prompt::Shown;
@@ -511,9 +512,10 @@ impl GrpoArgs {
                 return Err(error.into());
             }
         };
-        std::fs::write(
-            dir.join("summary.json"),
-            serde_json::to_vec_pretty(&summary)?,
+        gym::durable::write(
+            &dir.join("summary.json"),
+            &serde_json::to_vec_pretty(&summary)?,
+            Replace::Yes,
         )?;
         // A user's stop is not a plateau: the checks still pending are dropped then.
         let trigger = fallback.and_then(|watch| {
@@ -591,7 +593,11 @@ impl GrpoArgs {
                 &settings,
                 &|_, _| {},
             ))?;
-            std::fs::write(dir.join("eval.json"), serde_json::to_vec_pretty(&report)?)?;
+            gym::durable::write(
+                &dir.join("eval.json"),
+                &serde_json::to_vec_pretty(&report)?,
+                Replace::Yes,
+            )?;
             if let (Some(without), Some(with)) =
                 (report.conditions.first(), report.conditions.last())
             {

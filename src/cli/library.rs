@@ -416,7 +416,7 @@ fn commit_manual(
 
 fn emit(text: &str, path: Option<&Path>, out: &mut impl std::io::Write) -> anyhow::Result<()> {
     match path {
-        Some(path) => std::fs::write(path, text)
+        Some(path) => gym::durable::write(path, text.as_bytes(), gym::durable::Replace::Yes)
             .with_context(|| format!("cannot write {}", path.display()))?,
         None => out.write_all(text.as_bytes())?,
     }

@@ -162,8 +162,12 @@ pub fn write(path: &Path, settings: &Settings) -> anyhow::Result<()> {
         format: FORMAT,
         settings: settings.clone(),
     };
-    std::fs::write(path, serde_json::to_vec_pretty(&file)?)
-        .with_context(|| format!("cannot write {}", path.display()))
+    gym::durable::write(
+        path,
+        &serde_json::to_vec_pretty(&file)?,
+        gym::durable::Replace::Yes,
+    )
+    .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// What an `args.json` holds: the settings, or (a run from before they were kept) the raw

@@ -34,18 +34,9 @@ fn tensor_err(path: &Path) -> impl Fn(candle_core::Error) -> DeltaError + '_ {
 }
 
 fn write(path: &Path, tensors: &HashMap<String, Tensor>) -> Result<(), DeltaError> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-    let tmp = tempfile::Builder::new()
-        .suffix(".safetensors")
-        .tempfile_in(dir.unwrap_or_else(|| Path::new(".")))
-        .map_err(|e| bad(path, e.to_string()))?;
-    candle_core::safetensors::save(tensors, tmp.path()).map_err(tensor_err(path))?;
-    tmp.as_file()
-        .sync_all()
-        .map_err(|e| bad(path, e.to_string()))?;
-    tmp.persist(path)
-        .map_err(|e| bad(path, e.error.to_string()))?;
-    Ok(())
+    let bytes = safetensors::serialize(tensors, None).map_err(|e| bad(path, e.to_string()))?;
+    crate::durable::write(path, &bytes, crate::durable::Replace::Yes)
+        .map_err(|e| bad(path, e.to_string()))
 }
 
 /// Writes dense deltas.

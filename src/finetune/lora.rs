@@ -157,19 +157,11 @@ pub fn save_adapters(adapters: &Adapters, path: &Path) -> Result<(), FinetuneErr
         SCALE_KEY.into(),
         Tensor::new(&[adapters.scale as f32], &Device::Cpu)?,
     );
-    let io = |source| FinetuneError::Io {
+    let bytes = safetensors::serialize(&tensors, None).map_err(|error| FinetuneError::Io {
         path: path.to_owned(),
-        source,
-    };
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-    let tmp = tempfile::Builder::new()
-        .suffix(".safetensors")
-        .tempfile_in(dir.unwrap_or_else(|| Path::new(".")))
-        .map_err(io)?;
-    candle_core::safetensors::save(&tensors, tmp.path())?;
-    tmp.as_file().sync_all().map_err(io)?;
-    tmp.persist(path).map_err(|e| io(e.error))?;
-    Ok(())
+        source: std::io::Error::other(error),
+    })?;
+    super::write_atomic(path, &bytes)
 }
 
 /// Reads adapters written by [`save_adapters`], checking every name and shape.

@@ -98,18 +98,12 @@ pub fn file_sha256(path: &Path) -> Result<String, FinetuneError> {
     Ok(hex::encode(hasher.finalize()))
 }
 
-/// Writes `bytes` to `path` atomically (a temporary file in the same directory, then rename).
+/// Writes `bytes` to `path` crash-safely ([`crate::durable::write`]).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FinetuneError> {
-    use std::io::Write as _;
-    let io = |source| FinetuneError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-    let dir = dir.unwrap_or_else(|| Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
-    tmp.write_all(bytes).map_err(io)?;
-    tmp.as_file().sync_all().map_err(io)?;
-    tmp.persist(path).map_err(|e| io(e.error))?;
-    Ok(())
+    crate::durable::write(path, bytes, crate::durable::Replace::Yes).map_err(|error| {
+        FinetuneError::Io {
+            path: path.to_owned(),
+            source: error.into(),
+        }
+    })
 }

@@ -138,9 +138,7 @@ impl Deployment {
         std::fs::create_dir_all(dir).map_err(|e| error(e.to_string()))?;
         let mut text = serde_json::to_string_pretty(self).expect("a deployment serializes");
         text.push('\n');
-        let temp = dir.join(format!(".{CHAIN_FILE}.tmp"));
-        std::fs::write(&temp, text)
-            .and_then(|()| std::fs::rename(&temp, &path))
+        crate::durable::write(&path, text.as_bytes(), crate::durable::Replace::Yes)
             .map_err(|e| error(e.to_string()))?;
         Ok(path)
     }

@@ -1,30 +1,21 @@
 //! The ledger file: append-only JSON lines, hash-chained, fsynced, torn tails detected.
 //!
-//! Each line is one [`Entry`] followed by `\n`, written with a single `write` and then
-//! `fdatasync`. A process killed mid-write leaves at most one incomplete last line, without its
-//! `\n`: readers ignore it (and say so), and the next writer truncates it away before
-//! appending. A complete line that does not parse or chain is corruption and is reported with
-//! its line number; nothing is ever rewritten.
+//! The file is a [`crate::durable::AppendLog`]: each line is one [`Entry`] followed by `\n`,
+//! written with a single `write` and then `fdatasync`. A process killed mid-write leaves at
+//! most one incomplete last line, without its `\n`: readers ignore it (and say so), and the
+//! next writer cuts it away before appending. A complete line that does not parse or chain is
+//! corruption and is reported with its line number; nothing is ever rewritten.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::error::GovError;
 use super::record::{Entry, Record};
+pub use crate::durable::TornTail;
+use crate::durable::{AppendLog, Durability, WriteError};
 use crate::library::Digest;
 
 /// The largest line accepted (proposals carry their ops and rationale).
 pub const MAX_LINE_BYTES: usize = 64 << 20;
-
-/// An incomplete last line left by an interrupted write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TornTail {
-    /// Where it starts: the length of the intact ledger.
-    pub offset: u64,
-    /// Its length in bytes.
-    pub len: u64,
-}
 
 /// The entries of a ledger file, checked.
 #[derive(Debug, Clone)]
@@ -38,18 +29,15 @@ pub struct Contents {
 /// Reads and checks every complete line of `path`: each parses, has the next sequence
 /// number, links to the previous hash and matches its own hash; the first is the genesis.
 pub fn read(path: &Path) -> Result<Contents, GovError> {
-    let mut file = match File::open(path) {
-        Ok(file) => file,
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             return Err(GovError::NoLedger {
                 path: path.to_owned(),
             });
         }
-        Err(error) => return Err(GovError::io("open", path)(error)),
+        Err(error) => return Err(GovError::io("read", path)(error)),
     };
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)
-        .map_err(GovError::io("read", path))?;
     parse(&bytes, path)
 }
 
@@ -60,20 +48,10 @@ pub fn parse(bytes: &[u8], path: &Path) -> Result<Contents, GovError> {
         line,
         message,
     };
-    let mut entries: Vec<Entry> = Vec::new();
-    let mut offset = 0usize;
-    let mut torn = None;
-    while offset < bytes.len() {
+    let (lines, torn) = crate::durable::split_lines(bytes);
+    let mut entries: Vec<Entry> = Vec::with_capacity(lines.len());
+    for line in lines {
         let line_number = entries.len() + 1;
-        let Some(end) = bytes[offset..].iter().position(|b| *b == b'\n') else {
-            torn = Some(TornTail {
-                offset: offset as u64,
-                len: (bytes.len() - offset) as u64,
-            });
-            break;
-        };
-        let line = &bytes[offset..offset + end];
-        offset += end + 1;
         let entry: Entry = serde_json::from_slice(line).map_err(|error| {
             if entries.is_empty() && super::attest::is_unsigned_genesis(line) {
                 corrupt(line_number, super::attest::UNSIGNED_GENESIS.to_owned())
@@ -126,59 +104,47 @@ pub fn parse(bytes: &[u8], path: &Path) -> Result<Contents, GovError> {
     Ok(Contents { entries, torn })
 }
 
-/// Creates a ledger file holding only `genesis`, refusing to replace one.
+/// Creates a ledger file holding only `genesis`, refusing to replace one. The file appears
+/// whole or not at all.
 pub fn create(path: &Path, genesis: Record) -> Result<Entry, GovError> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(GovError::io("create", parent))?;
     }
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(|error| {
-            if error.kind() == std::io::ErrorKind::AlreadyExists {
-                GovError::LedgerExists {
-                    path: path.to_owned(),
-                }
-            } else {
-                GovError::io("create", path)(error)
-            }
-        })?;
     let entry = Entry::sealed(0, Digest::default(), genesis);
-    file.write_all(&line_bytes(&entry)?)
-        .and_then(|()| file.sync_all())
-        .map_err(GovError::io("write", path))?;
-    sync_parent(path)?;
+    AppendLog::create_new(path, &line_bytes(&entry)?).map_err(|error| match error {
+        WriteError::Exists { .. } => GovError::LedgerExists {
+            path: path.to_owned(),
+        },
+        WriteError::Io { source, .. } => GovError::io("create", path)(source),
+    })?;
     Ok(entry)
 }
 
 /// An open ledger file under its exclusive lock: read, then append.
 #[derive(Debug)]
 pub struct Writer {
-    path: PathBuf,
-    file: File,
+    log: AppendLog,
     contents: Contents,
 }
 
 impl Writer {
-    /// Opens `path` for appending and takes its lock (waiting for other writers), then reads it.
+    /// Opens `path` for appending and takes its lock (waiting for other writers), then reads
+    /// it; an unfinished last line is cut away.
     pub fn lock(path: &Path) -> Result<Self, GovError> {
-        let file = match OpenOptions::new().read(true).write(true).open(path) {
-            Ok(file) => file,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                return Err(GovError::NoLedger {
-                    path: path.to_owned(),
-                });
-            }
-            Err(error) => return Err(GovError::io("open", path)(error)),
-        };
-        file.lock().map_err(GovError::io("lock", path))?;
-        let contents = read(path)?;
-        Ok(Self {
-            path: path.to_owned(),
-            file,
-            contents,
-        })
+        let (log, bytes) = AppendLog::open(path, false, true, Durability::Synced).map_err(
+            |error| match error {
+                WriteError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                    GovError::NoLedger {
+                        path: path.to_owned(),
+                    }
+                }
+                WriteError::Io { action, source, .. } => GovError::io(action, path)(source),
+                WriteError::Exists { .. } => unreachable!("opening never creates"),
+            },
+        )?;
+        let mut contents = parse(&bytes, path)?;
+        contents.torn = log.cut_at_open();
+        Ok(Self { log, contents })
     }
 
     /// What the ledger holds now.
@@ -186,31 +152,24 @@ impl Writer {
         &self.contents
     }
 
-    /// Appends `record` as the next entry: drops a torn tail first, writes the line in one
-    /// call and syncs it to disk before returning.
+    /// Appends `record` as the next entry: writes the line in one call and syncs it to disk
+    /// before returning.
     pub fn append(&mut self, record: Record) -> Result<Entry, GovError> {
-        let path = &self.path;
-        if let Some(torn) = self.contents.torn.take() {
-            self.file
-                .set_len(torn.offset)
-                .and_then(|()| self.file.sync_all())
-                .map_err(GovError::io("truncate the torn last line of", path))?;
-        }
         let last = self.contents.entries.last().expect("read checks genesis");
         let entry = Entry::sealed(last.seq + 1, last.hash, record);
-        let bytes = line_bytes(&entry)?;
-        self.file
-            .seek(SeekFrom::End(0))
-            .and_then(|_| self.file.write_all(&bytes))
-            .and_then(|()| self.file.sync_data())
-            .map_err(GovError::io("append to", path))?;
+        let line = line_bytes(&entry)?;
+        self.log.append(&line).map_err(|error| {
+            GovError::io("append to", self.log.path())(std::io::Error::from(error))
+        })?;
+        self.contents.torn = None;
         self.contents.entries.push(entry.clone());
         Ok(entry)
     }
 }
 
+/// One entry as its line, without the `\n` the log adds.
 fn line_bytes(entry: &Entry) -> Result<Vec<u8>, GovError> {
-    let mut bytes = serde_json::to_vec(entry).expect("ledger entries always serialize");
+    let bytes = serde_json::to_vec(entry).expect("ledger entries always serialize");
     if bytes.len() >= MAX_LINE_BYTES {
         return Err(GovError::Invalid {
             field: "record",
@@ -220,16 +179,5 @@ fn line_bytes(entry: &Entry) -> Result<Vec<u8>, GovError> {
             ),
         });
     }
-    bytes.push(b'\n');
     Ok(bytes)
-}
-
-fn sync_parent(path: &Path) -> Result<(), GovError> {
-    let parent = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
-    File::open(parent)
-        .and_then(|dir| dir.sync_all())
-        .map_err(GovError::io("sync", parent))
 }

@@ -4,8 +4,7 @@
 //! is byte-for-byte in that form. Together with the hash each file carries over its own content
 //! (or, for versions, the hash chain), any change to any byte of a library file is detected.
 
-use std::fs::{self, File};
-use std::io::Write;
+use std::fs;
 use std::path::Path;
 
 use serde::Serialize;
@@ -13,15 +12,9 @@ use serde::de::DeserializeOwned;
 
 use super::digest::{Digest, canonical_json};
 use super::error::LibraryError;
+use crate::durable::WriteError;
 
-/// Prefix of temporary files; readers ignore them, so an interrupted write leaves the library
-/// as it was before.
-pub const TEMP_PREFIX: &str = ".tmp";
-
-/// Whether a directory entry is a leftover temporary file.
-pub fn is_temp_name(name: &str) -> bool {
-    name.starts_with(TEMP_PREFIX)
-}
+pub use crate::durable::{Replace, TEMP_PREFIX, is_temp_name};
 
 /// The exact bytes Gym writes for `value`.
 pub fn file_bytes<T: Serialize>(value: &T) -> Vec<u8> {
@@ -70,62 +63,35 @@ fn first_difference(a: &[u8], b: &[u8]) -> (usize, usize) {
     (line, column)
 }
 
-/// Whether an existing file may be replaced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Replace {
-    /// Overwrite it.
-    Yes,
-    /// Fail with [`LibraryError::ConcurrentWrite`] if it exists.
-    No,
-}
-
-/// Writes `bytes` to `path` crash-safely: a temporary file in the same directory, fsync, rename,
-/// fsync of the directory. Readers see the old file or the new one, never a partial one.
+/// Writes `bytes` to `path` crash-safely ([`crate::durable::write`]): readers see the old file
+/// or the new one, never a partial one; with [`Replace::No`] a file that exists (another
+/// writer won the race) is [`LibraryError::ConcurrentWrite`].
 pub fn write_atomic(
     path: &Path,
     bytes: &[u8],
     replace: Replace,
     library: &str,
 ) -> Result<(), LibraryError> {
-    let dir = path.parent().expect("library files live in a directory");
-    let mut builder = tempfile::Builder::new();
-    builder.prefix(TEMP_PREFIX);
-    // Library files are plain readable files, not tempfile's private 0600.
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        builder.permissions(fs::Permissions::from_mode(0o644));
-    }
-    let mut temp = builder
-        .tempfile_in(dir)
-        .map_err(LibraryError::io("create a temporary file in", dir))?;
-    temp.write_all(bytes)
-        .and_then(|()| temp.as_file().sync_all())
-        .map_err(LibraryError::io("write", temp.path().to_owned()))?;
-    match replace {
-        Replace::Yes => temp
-            .persist(path)
-            .map(drop)
-            .map_err(|error| LibraryError::io("replace", path)(error.error))?,
-        Replace::No => temp.persist_noclobber(path).map(drop).map_err(|error| {
-            if error.error.kind() == std::io::ErrorKind::AlreadyExists {
-                LibraryError::ConcurrentWrite {
-                    library: library.to_owned(),
-                    path: path.to_owned(),
-                }
-            } else {
-                LibraryError::io("create", path)(error.error)
-            }
-        })?,
-    }
-    sync_dir(dir)
+    crate::durable::write(path, bytes, replace).map_err(|error| library_error(error, library))
 }
 
 /// Makes a rename or create in `dir` durable.
 pub fn sync_dir(dir: &Path) -> Result<(), LibraryError> {
-    File::open(dir)
-        .and_then(|handle| handle.sync_all())
-        .map_err(LibraryError::io("sync", dir))
+    crate::durable::sync_dir(dir).map_err(|error| library_error(error, ""))
+}
+
+fn library_error(error: WriteError, library: &str) -> LibraryError {
+    match error {
+        WriteError::Exists { path } => LibraryError::ConcurrentWrite {
+            library: library.to_owned(),
+            path,
+        },
+        WriteError::Io {
+            action,
+            path,
+            source,
+        } => LibraryError::io(action, path)(source),
+    }
 }
 
 #[cfg(test)]

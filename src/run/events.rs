@@ -2,7 +2,6 @@
 //! `--events-jsonl`), the terminal dashboard (folded into a snapshot by [`super::dashboard`])
 //! and, through the events file, the dashboard stream of `gym serve`.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -302,21 +301,24 @@ pub trait EventSink: Send + Sync {
     fn emit(&self, event: &RunEvent);
 }
 
-/// Appends every event as a JSON line.
+/// Appends every event as a JSON line (a [`crate::durable::AppendLog`] without fsync: an
+/// observer's copy, but a resumed run never appends onto an unfinished line).
 pub struct JsonlSink {
     path: PathBuf,
-    file: Mutex<std::fs::File>,
+    log: Mutex<crate::durable::AppendLog>,
 }
 
 impl JsonlSink {
     pub fn create(path: &Path) -> std::io::Result<Self> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
+        let (log, _) = crate::durable::AppendLog::open(
+            path,
+            true,
+            false,
+            crate::durable::Durability::Buffered,
+        )?;
         Ok(Self {
             path: path.to_owned(),
-            file: Mutex::new(file),
+            log: Mutex::new(log),
         })
     }
 
@@ -327,10 +329,9 @@ impl JsonlSink {
 
 impl EventSink for JsonlSink {
     fn emit(&self, event: &RunEvent) {
-        let mut line = serde_json::to_vec(event).expect("events always serialize");
-        line.push(b'\n');
+        let line = serde_json::to_vec(event).expect("events always serialize");
         // An events file is an observer's copy: failing to write it must not stop the run.
-        let _ = self.file.lock().expect("events lock").write_all(&line);
+        let _ = self.log.lock().expect("events lock").append(&line);
     }
 }
 

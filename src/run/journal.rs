@@ -1,18 +1,18 @@
 //! The run journal: an append-only JSONL file of everything a run produced, so a run killed at
 //! any moment resumes without redoing finished work.
 //!
-//! Each entry is one line, written with a single `write` and fsynced before the work that
-//! depends on it goes on. A crash can therefore leave at most one torn line, and only at the
-//! end: that line is ignored (and reported); a bad line anywhere else is corruption and an error.
+//! The file is a [`crate::durable::AppendLog`]: each entry is one line, written with a single
+//! `write` and fsynced before the work that depends on it goes on. A crash can therefore leave
+//! at most one unfinished line, and only at the end: it is ignored (and reported) and cut by
+//! the next writer; a bad line anywhere else is corruption and an error.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 pub use crate::distill::Stage;
+use crate::durable::{AppendLog, Durability, WriteError};
 use crate::rollout::RolloutGroup;
 
 pub const JOURNAL_FILE: &str = "journal.jsonl";
@@ -215,99 +215,80 @@ pub struct Replay {
     pub torn_tail: bool,
 }
 
+impl JournalError {
+    fn from_write(error: WriteError, path: &Path) -> Self {
+        match error {
+            WriteError::Io { source, .. } => JournalError::Io {
+                path: path.to_owned(),
+                source,
+            },
+            exists @ WriteError::Exists { .. } => JournalError::Io {
+                path: path.to_owned(),
+                source: exists.into(),
+            },
+        }
+    }
+}
+
 /// An open journal, appended to as the run goes.
 pub struct Journal {
-    path: PathBuf,
-    file: File,
+    log: AppendLog,
 }
 
 impl Journal {
-    /// Opens (creating if needed) the journal in `dir`, returning what it already holds.
+    /// Opens (creating if needed) the journal in `dir`, returning what it already holds. An
+    /// unfinished last line left by a crash is reported in [`Replay::torn_tail`] and cut, so
+    /// the next entry starts on a line of its own.
     pub fn open(dir: &Path) -> Result<(Self, Replay), JournalError> {
         let path = dir.join(JOURNAL_FILE);
-        let io = |source| JournalError::Io {
-            path: path.clone(),
-            source,
-        };
-        let replay = if path.exists() {
-            read(&path)?
-        } else {
-            Replay::default()
-        };
-        if replay.torn_tail {
-            // Cut the torn line so the next entry starts on a line of its own.
-            let text = std::fs::read(&path).map_err(io)?;
-            let keep = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-            let file = OpenOptions::new().write(true).open(&path).map_err(io)?;
-            file.set_len(keep as u64).map_err(io)?;
-            file.sync_all().map_err(io)?;
-        }
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(io)?;
-        Ok((Self { path, file }, replay))
+        let (log, bytes) = AppendLog::open(&path, true, false, Durability::Synced)
+            .map_err(|error| JournalError::from_write(error, &path))?;
+        let mut replay = parse(&bytes, &path)?;
+        replay.torn_tail = log.cut_at_open().is_some();
+        Ok((Self { log }, replay))
     }
 
     /// Appends one entry and makes it durable before returning.
     pub fn append(&mut self, entry: &Entry) -> Result<(), JournalError> {
-        let mut line = serde_json::to_vec(entry).expect("journal entries always serialize");
-        line.push(b'\n');
-        let io = |source| JournalError::Io {
-            path: self.path.clone(),
-            source,
-        };
-        self.file.write_all(&line).map_err(io)?;
-        self.file.sync_data().map_err(io)
+        let line = serde_json::to_vec(entry).expect("journal entries always serialize");
+        self.log
+            .append(&line)
+            .map_err(|error| JournalError::from_write(error, self.log.path()))
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        self.log.path()
     }
 }
 
-/// Reads the journal in `dir` without opening it for writing (a torn last line is reported in
-/// [`Replay::torn_tail`], not cut), for tools that consume a finished or running run.
+/// Reads the journal in `dir` without opening it for writing (an unfinished last line is
+/// reported in [`Replay::torn_tail`], not cut), for tools that consume a finished or running
+/// run.
 pub fn read_only(dir: &Path) -> Result<Replay, JournalError> {
-    read(&dir.join(JOURNAL_FILE))
-}
-
-fn read(path: &Path) -> Result<Replay, JournalError> {
-    let file = File::open(path).map_err(|source| JournalError::Io {
-        path: path.to_owned(),
+    let path = dir.join(JOURNAL_FILE);
+    let bytes = std::fs::read(&path).map_err(|source| JournalError::Io {
+        path: path.clone(),
         source,
     })?;
-    let lines: Vec<Vec<u8>> = BufReader::new(file)
-        .split(b'\n')
-        .collect::<Result<_, _>>()
-        .map_err(|source| JournalError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
-    let ends_with_newline = std::fs::read(path)
-        .map(|bytes| bytes.last() == Some(&b'\n'))
-        .unwrap_or(true);
-    let mut replay = Replay::default();
-    let count = lines.len();
+    parse(&bytes, &path)
+}
+
+fn parse(bytes: &[u8], path: &Path) -> Result<Replay, JournalError> {
+    let (lines, torn) = crate::durable::split_lines(bytes);
+    let mut replay = Replay {
+        torn_tail: torn.is_some(),
+        ..Replay::default()
+    };
     for (index, line) in lines.into_iter().enumerate() {
         if line.is_empty() {
             continue;
         }
-        let entry = match serde_json::from_slice::<Entry>(&line) {
-            Ok(entry) => entry,
-            Err(error) => {
-                if index + 1 == count && !ends_with_newline {
-                    replay.torn_tail = true;
-                    break;
-                }
-                return Err(JournalError::Corrupt {
-                    path: path.to_owned(),
-                    line: index + 1,
-                    message: error.to_string(),
-                });
-            }
-        };
+        let entry =
+            serde_json::from_slice::<Entry>(line).map_err(|error| JournalError::Corrupt {
+                path: path.to_owned(),
+                line: index + 1,
+                message: error.to_string(),
+            })?;
         match entry {
             Entry::Started { inputs, .. } => {
                 replay.starts += 1;
@@ -448,6 +429,26 @@ mod tests {
         let (_, replay) = Journal::open(dir.path()).unwrap();
         assert_eq!(replay.inputs, Some(inputs));
         assert_eq!(replay.starts, 3);
+    }
+
+    #[test]
+    fn a_last_line_without_its_newline_is_cut_even_when_it_parses() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(JOURNAL_FILE);
+        // The write of the second entry stopped just before its newline.
+        std::fs::write(
+            &path,
+            "{\"kind\":\"finished\",\"at\":\"1\"}\n{\"kind\":\"finished\",\"at\":\"2\"}",
+        )
+        .unwrap();
+        assert!(read_only(dir.path()).unwrap().torn_tail);
+        let (mut journal, replay) = Journal::open(dir.path()).unwrap();
+        assert!(replay.torn_tail && replay.finished);
+        journal.append(&Entry::Finished { at: "3".into() }).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "{\"kind\":\"finished\",\"at\":\"1\"}\n{\"kind\":\"finished\",\"at\":\"3\"}\n"
+        );
     }
 
     #[test]

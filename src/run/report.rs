@@ -19,9 +19,14 @@ pub fn write_report(
     library: &str,
     eval: Option<&EvalReport>,
 ) -> std::io::Result<PathBuf> {
-    std::fs::write(dir.join(PLOT_FILE), plot(summary))?;
+    use crate::durable::{Replace, write};
+    write(&dir.join(PLOT_FILE), plot(summary).as_bytes(), Replace::Yes)?;
     let path = dir.join(REPORT_FILE);
-    std::fs::write(&path, markdown(summary, library, eval))?;
+    write(
+        &path,
+        markdown(summary, library, eval).as_bytes(),
+        Replace::Yes,
+    )?;
     Ok(path)
 }
 

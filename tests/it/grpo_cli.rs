@@ -192,6 +192,7 @@ fn a_run_killed_at_any_point_resumes_without_redoing_or_double_committing() {
             kills += 1;
         }
         let status = child.wait().unwrap();
+        assert_files_are_whole(scratch.dir.path());
         if status.success() {
             finished = true;
             break;
@@ -254,6 +255,39 @@ fn a_run_killed_at_any_point_resumes_without_redoing_or_double_committing() {
     }
     scratch.ok(&["library", "verify", "tiny"]);
     assert_journal_is_clean(&scratch.dir.path().join("runs/killed/journal.jsonl"));
+}
+
+/// Every file Gym wrote under `dir` is whole: each JSON file parses, each JSONL file is complete
+/// lines that parse plus at most an unfinished last line (cut by the next writer).
+fn assert_files_are_whole(dir: &Path) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let path = entry.path();
+        let name = entry.file_name().into_string().unwrap();
+        if gym::durable::is_temp_name(&name) || name == "models" {
+            continue;
+        }
+        if entry.file_type().unwrap().is_dir() {
+            assert_files_are_whole(&path);
+        } else if name.ends_with(".jsonl") {
+            let bytes = std::fs::read(&path).unwrap();
+            for (i, line) in gym::durable::split_lines(&bytes).0.iter().enumerate() {
+                assert!(
+                    serde_json::from_slice::<Value>(line).is_ok(),
+                    "{} line {} is not whole",
+                    path.display(),
+                    i + 1
+                );
+            }
+        } else if name.ends_with(".json") {
+            let text = std::fs::read(&path).unwrap();
+            assert!(
+                serde_json::from_slice::<Value>(&text).is_ok(),
+                "{} is not whole",
+                path.display()
+            );
+        }
+    }
 }
 
 fn assert_journal_is_clean(path: &Path) {

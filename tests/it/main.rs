@@ -11,6 +11,7 @@ mod dashboard_stream;
 mod dashboard_tmux;
 #[cfg(feature = "finetune")]
 mod delta_cli;
+mod durable_kill;
 mod eval_cli;
 mod fake_openai;
 #[cfg(feature = "qdrant")]
