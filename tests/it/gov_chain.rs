@@ -11,10 +11,10 @@ use std::time::Instant;
 use crate::gov_cli::Governed;
 
 /// A running anvil, killed on drop.
-struct Anvil {
+pub struct Anvil {
     child: Child,
-    url: String,
-    keys: Vec<String>,
+    pub url: String,
+    pub keys: Vec<String>,
 }
 
 impl Drop for Anvil {
@@ -44,7 +44,7 @@ fn anvil_path() -> PathBuf {
     anvil
 }
 
-fn start_anvil() -> Anvil {
+pub fn start_anvil() -> Anvil {
     let mut child = Command::new(anvil_path())
         .args(["--host", "127.0.0.1", "--port", "0", "--accounts", "4"])
         .stdout(Stdio::piped())

@@ -55,3 +55,4 @@ mod serve_tools;
 mod setup_models;
 mod tools;
 mod web_browser;
+mod web_http;

@@ -11,187 +11,22 @@
 //! `chromium-driver`). Where neither is installed the tests say so and pass, unless
 //! `GYM_REQUIRE_BROWSER` is set, which makes a missing browser a failure.
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::Locator;
 use gym::gov::{Choice, Governance, read_key_file};
 use gym::library::{Change, Evidence, Library, Provenance, Usage, Validation};
 use serde_json::{Value, json};
 
 use crate::gov_cli::Governed;
 
-const WAIT: Duration = Duration::from_secs(30);
+mod browser;
+
+use browser::{Browser, WAIT, browser_binaries};
+
 const XSS: &str = "<script>window.pwned=1</script> <img src=x onerror=\"window.pwned=2\"> When output has tags, show them as text.";
-
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|dir| dir.join(name))
-            .find(|candidate| candidate.is_file())
-    })
-}
-
-/// chromedriver and the browser, or `None` (after saying why) when they are not installed and
-/// `GYM_REQUIRE_BROWSER` is unset.
-fn browser_binaries() -> Option<(PathBuf, Option<PathBuf>)> {
-    let driver = on_path("chromedriver");
-    let browser = ["chromium", "chromium-browser", "google-chrome"]
-        .iter()
-        .find_map(|name| on_path(name));
-    match driver {
-        Some(driver) if browser.is_some() => Some((driver, browser)),
-        _ if std::env::var_os("GYM_REQUIRE_BROWSER").is_some() => panic!(
-            "GYM_REQUIRE_BROWSER is set but chromedriver or chromium is not on PATH: run \
-             scripts/setup (it installs Debian's chromium and chromium-driver)"
-        ),
-        _ => {
-            eprintln!(
-                "SKIPPED: the browser tests need chromedriver and chromium on PATH (Debian: \
-                 apt-get install chromium chromium-driver, as scripts/setup does); set \
-                 GYM_REQUIRE_BROWSER=1 to make this a failure"
-            );
-            None
-        }
-    }
-}
-
-/// A chromedriver process and a session in headless Chromium; both end on drop.
-struct Browser {
-    driver: Child,
-    client: Option<Client>,
-    downloads: PathBuf,
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-    }
-}
-
-impl Browser {
-    async fn start(scratch: &Path) -> Option<Self> {
-        let (driver_path, browser) = browser_binaries()?;
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let driver = Command::new(driver_path)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start chromedriver");
-        let downloads = scratch.join("downloads");
-        std::fs::create_dir_all(&downloads).unwrap();
-        let mut options = json!({
-            "args": [
-                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--hide-scrollbars", "--force-device-scale-factor=1", "--window-size=1280,1800",
-                "--no-first-run", "--disable-extensions",
-                format!("--user-data-dir={}", scratch.join("chromium-profile").display()),
-            ],
-            "prefs": {
-                "download.default_directory": downloads.display().to_string(),
-                "download.prompt_for_download": false,
-            },
-        });
-        if let Some(browser) = browser {
-            options["binary"] = json!(browser.display().to_string());
-        }
-        let mut capabilities = serde_json::Map::new();
-        capabilities.insert("browserName".into(), json!("chrome"));
-        capabilities.insert("goog:chromeOptions".into(), options);
-        let mut browser = Self {
-            driver,
-            client: None,
-            downloads,
-        };
-        let started = Instant::now();
-        let client = loop {
-            let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-            match ClientBuilder::new(connector)
-                .capabilities(capabilities.clone())
-                .connect(&format!("http://127.0.0.1:{port}"))
-                .await
-            {
-                Ok(client) => break client,
-                Err(error) if started.elapsed() < WAIT => {
-                    let _ = error;
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(error) => panic!("no WebDriver session from chromedriver: {error}"),
-            }
-        };
-        browser.client = Some(client);
-        Some(browser)
-    }
-
-    fn client(&self) -> &Client {
-        self.client.as_ref().expect("a session")
-    }
-
-    async fn goto(&self, url: &str) {
-        self.client().goto(url).await.unwrap();
-    }
-
-    /// The text of the first element matching `css`, once it contains `needle`.
-    async fn text_with(&self, css: &str, needle: &str) -> String {
-        let started = Instant::now();
-        let mut last = Value::Null;
-        while started.elapsed() < WAIT {
-            last = self
-                .client()
-                .execute(
-                    "const e = document.querySelector(arguments[0]); return e ? e.textContent : null;",
-                    vec![json!(css)],
-                )
-                .await
-                .unwrap();
-            if last.as_str().is_some_and(|text| text.contains(needle)) {
-                return last.as_str().unwrap().to_owned();
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("`{css}` never contained {needle:?}; last text: {last}");
-    }
-
-    async fn script(&self, script: &str, args: Vec<Value>) -> Value {
-        self.client().execute(script, args).await.unwrap()
-    }
-
-    /// A screenshot of the page at `width` px wide (and tall enough for most of it).
-    async fn screenshot(&self, name: &str, width: u32) -> (PathBuf, usize) {
-        let client = self.client();
-        client.set_window_size(width, 1800).await.unwrap();
-        let started = Instant::now();
-        loop {
-            let inner = self.script("return window.innerWidth;", vec![]).await;
-            if inner == json!(width) {
-                break;
-            }
-            assert!(
-                started.elapsed() < WAIT,
-                "the window did not become {width} px wide (innerWidth {inner})"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let png = client.screenshot().await.unwrap();
-        assert!(png.starts_with(b"\x89PNG"), "a PNG");
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("web-screenshots");
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("{name}-{width}.png"));
-        std::fs::write(&path, &png).unwrap();
-        eprintln!("screenshot {} ({} bytes)", path.display(), png.len());
-        client.set_window_size(1280, 1800).await.unwrap();
-        (path, png.len())
-    }
-}
 
 /// The governed scratch (voters alice 40, bob 30, carol 30; mallory votes not), proposal 1
 /// executed (library `arith` v2 governed), then v3 from a training run (an update with its
@@ -361,14 +196,19 @@ async fn sign_pending(browser: &Browser, key: &Path, expected: &str) {
 
 async fn wallet_vote(browser: &Browser, key: &Path, address: &str, choice: &str, message: &str) {
     browser.script(WALLET, vec![json!(address)]).await;
+    // By keyboard: focus the button and press Enter.
     browser
-        .client()
-        .find(Locator::Id(&format!("vote-{choice}")))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+        .script(
+            "document.getElementById(arguments[0]).focus();",
+            vec![json!(format!("vote-{choice}"))],
+        )
+        .await;
+    let focused = browser.client().active_element().await.unwrap();
+    assert_eq!(
+        focused.attr("id").await.unwrap().as_deref(),
+        Some(format!("vote-{choice}").as_str())
+    );
+    focused.send_keys("\u{E007}").await.unwrap();
     sign_pending(browser, key, message).await;
 }
 
