@@ -254,8 +254,8 @@ async fn voters_review_a_proposal_and_vote_with_a_wallet_and_a_pasted_ballot_in_
     }
     let row = browser.text_with("#proposal-1", "executed").await;
     assert!(row.contains("v0 → v2") && row.contains("yes 70"), "{row}");
-    browser.screenshot("gov-list", 1280).await;
-    browser.screenshot("gov-list", 390).await;
+    browser.screenshot("gov-list", 1280, None).await;
+    browser.screenshot("gov-list", 390, None).await;
 
     // The review, reached by keyboard-focusable link.
     browser
@@ -383,8 +383,12 @@ async fn voters_review_a_proposal_and_vote_with_a_wallet_and_a_pasted_ballot_in_
         .yes,
         70
     );
-    browser.screenshot("gov-review", 1280).await;
-    browser.screenshot("gov-review", 390).await;
+    for width in [1280, 390] {
+        browser.screenshot("gov-review", width, None).await;
+        browser
+            .screenshot("gov-review-changes", width, Some("#items-section"))
+            .await;
+    }
 
     // The list follows.
     browser.goto(&format!("{}/gov", site.base)).await;
@@ -489,8 +493,12 @@ async fn the_library_browser_diffs_versions_shows_a_history_and_downloads_a_proo
         .await
         .unwrap();
     browser.text_with("#diff-summary", "v2 → v4").await;
-    browser.screenshot("library-diff", 1280).await;
-    browser.screenshot("library-diff", 390).await;
+    browser
+        .screenshot("library-diff", 1280, Some("#diff-section"))
+        .await;
+    browser
+        .screenshot("library-diff", 390, Some("#diff-section"))
+        .await;
 
     // E0001's history, and its proof at the head downloaded and checked by the CLI.
     client

@@ -151,8 +151,15 @@ impl Browser {
         self.client().execute(script, args).await.unwrap()
     }
 
-    /// A screenshot of the page at `width` px wide (and tall enough for most of it).
-    pub async fn screenshot(&self, name: &str, width: u32) -> (PathBuf, usize) {
+    /// A screenshot of the page at `width` px wide (and tall enough for most of it), scrolled to
+    /// the element `scroll_to` when given. Nothing may be wider than the window: at phone width
+    /// the page must not scroll sideways.
+    pub async fn screenshot(
+        &self,
+        name: &str,
+        width: u32,
+        scroll_to: Option<&str>,
+    ) -> (PathBuf, usize) {
         let client = self.client();
         client.set_window_size(width, 1800).await.unwrap();
         let started = Instant::now();
@@ -168,6 +175,23 @@ impl Browser {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
+        let overflow = self
+            .script(
+                "return document.documentElement.scrollWidth - window.innerWidth;",
+                vec![],
+            )
+            .await;
+        assert_eq!(overflow, json!(0), "{name} scrolls sideways at {width} px");
+        let scrolled = match scroll_to {
+            Some(css) => self
+                .script(
+                    "const e = document.querySelector(arguments[0]); if (e) e.scrollIntoView(); return !!e;",
+                    vec![json!(css)],
+                )
+                .await,
+            None => self.script("window.scrollTo(0, 0); return true;", vec![]).await,
+        };
+        assert_eq!(scrolled, json!(true), "{name}: no {scroll_to:?}");
         let png = client.screenshot().await.unwrap();
         assert!(png.starts_with(b"\x89PNG"), "a PNG");
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("web-screenshots");
