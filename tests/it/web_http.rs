@@ -349,3 +349,51 @@ async fn the_review_shows_whether_the_governed_head_is_the_root_accepted_on_chai
     assert!(error.contains("127.0.0.1:9"), "{error}");
     drop(g);
 }
+
+/// Past its deadline a proposal's page offers no vote: `open` is false and the status says why.
+#[tokio::test]
+async fn a_closed_proposal_is_not_offered_for_voting() {
+    let dir = tempfile::tempdir().unwrap();
+    let libraries = dir.path().join("experiences");
+    let mut library = Library::init(&libraries, "arith", Settings::default()).unwrap();
+    library
+        .commit(
+            &[Change::add("When in doubt, estimate first.")],
+            Provenance::Init,
+        )
+        .unwrap();
+    let gov_dir = dir.path().join("governance");
+    let (alice, _) = new_key();
+    let voters = vec![Voter {
+        address: alice.address(),
+        weight: 1,
+        name: None,
+    }];
+    let rules = Rules {
+        quorum_bps: 5_000,
+        voting_period_secs: 1,
+    };
+    let made = Utc::now() - chrono::Duration::seconds(10);
+    Governance::init(&gov_dir, voters, rules, &alice, made).unwrap();
+    let draft = Draft {
+        library: "arith".into(),
+        author: "tester".into(),
+        ..Draft::default()
+    };
+    Governance::propose(&gov_dir, &library, &draft, made).unwrap();
+    let state = WebState {
+        gov_dir,
+        library_dir: libraries,
+        rpc_url: None,
+    };
+    let (status, _, body) = get(&state, "/gov/data/proposals/1").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let page: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (&page["status"], &page["open"]),
+        (&"rejected".into(), &false.into())
+    );
+    let (_, _, body) = get(&state, "/gov/data/proposals").await;
+    let list: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(list["proposals"][0]["status"], "rejected");
+}
