@@ -22,6 +22,9 @@
 //! | `chain` | the same on an EVM chain with `contracts/` (feature `chain`) |
 //! | `http` | proposals, diffs and votes over `gym serve` |
 //!
+//! Voters review and vote in a browser through the pages of [`crate::web`] (`/gov`), which draw
+//! on the same ledger and post the same signed ballots.
+//!
 //! Everything but `chain` and `http` is synchronous and pure over files.
 //!
 //! ```

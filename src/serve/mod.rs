@@ -29,6 +29,7 @@
 pub mod agent;
 pub mod catalog;
 mod chat;
+pub mod deadline;
 pub mod error;
 pub mod hllm;
 pub mod inject;
@@ -172,7 +173,7 @@ async fn record(State(app): State<AppState>, request: Request, next: Next) -> Re
 async fn not_found() -> ApiError {
     ApiError::NotFound {
         message: "no such route; Gym serves /v1/chat/completions, /v1/models, /v1/libraries, \
-                  /v1/runs, /health and /metrics"
+                  /v1/runs, /v1/gov, /health and /metrics, and web pages at /gov and /libraries"
             .into(),
         code: "unknown_url",
     }

@@ -150,7 +150,7 @@ window.__wallet = { pending: null, methods: [] };
 window.ethereum = {
   request(args) {
     window.__wallet.methods.push(args.method);
-    if (args.method === "eth_requestAccounts") return Promise.resolve([window.__walletAddress]);
+    if (args.method === "eth_requestAccounts") return Promise.resolve([window.__walletAddress.toLowerCase()]);
     if (args.method === "personal_sign") {
       return new Promise((resolve, reject) => { window.__wallet.pending = { params: args.params, resolve, reject }; });
     }
