@@ -23,7 +23,11 @@ fn state_bytes(n: u64) -> Vec<u8> {
 /// The log line for write number `n`. Every third is 4 MiB: the kernel checks for a fatal
 /// signal between the pages of one `write`, so a kill can cut such a line short.
 fn log_line(n: u64) -> Vec<u8> {
-    let pad = if n % 3 == 0 { 4 << 20 } else { 64 << 10 };
+    let pad = if n.is_multiple_of(3) {
+        4 << 20
+    } else {
+        64 << 10
+    };
     format!("{{\"n\":{n},\"pad\":\"{}\"}}", "y".repeat(pad)).into_bytes()
 }
 
