@@ -383,6 +383,11 @@ async fn voters_review_a_proposal_and_vote_with_a_wallet_and_a_pasted_ballot_in_
         .yes,
         70
     );
+    // A vote cast elsewhere (carol, from the CLI) appears without reloading the page.
+    let (code, _, err) = g.vote("2", 2, "no");
+    assert_eq!(code, 0, "{err}");
+    browser.text_with("#tally-text", "Yes 70 · No 30").await;
+    browser.text_with("#votes-table", "no").await;
     for width in [1280, 390] {
         browser.screenshot("gov-review", width, None).await;
         browser
@@ -394,7 +399,7 @@ async fn voters_review_a_proposal_and_vote_with_a_wallet_and_a_pasted_ballot_in_
     browser.goto(&format!("{}/gov", site.base)).await;
     let row = browser.text_with("#proposal-2", "accepted").await;
     assert!(
-        row.contains("yes 70 · no 0") && row.contains("quorum 50 reached"),
+        row.contains("yes 70 · no 30") && row.contains("quorum 50 reached"),
         "{row}"
     );
     browser.client().clone().close().await.unwrap();
