@@ -65,6 +65,11 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 4 << 20)]
     max_body_bytes: usize,
 
+    /// Seconds a request's body may take to arrive whole (408 after that, so a client that
+    /// trickles its body cannot hold a connection).
+    #[arg(long, default_value_t = gym::serve::deadline::BODY_DEADLINE.as_secs_f64())]
+    body_timeout: f64,
+
     /// Seconds between checks for new library versions committed by other processes.
     #[arg(long, default_value_t = 1.0)]
     library_refresh: f64,
@@ -241,6 +246,7 @@ impl ServeArgs {
             ("--library-refresh", self.library_refresh),
             ("--upstream-cooldown", self.upstream_cooldown),
             ("--follow-idle", self.follow_idle),
+            ("--body-timeout", self.body_timeout),
         ] {
             anyhow::ensure!(
                 value.is_finite() && value >= 0.0,
@@ -346,7 +352,14 @@ impl ServeArgs {
                 Arc::clone(&catalog),
                 USAGE_FLUSH_PERIOD,
             ));
-            let served = axum::serve(listener, app(state).merge(gov).merge(web))
+            let (body_deadline, body_limit) =
+                (Duration::from_secs_f64(self.body_timeout), self.max_body_bytes);
+            let routes = app(state).merge(gov).merge(web).layer(axum::middleware::from_fn(
+                move |request, next| {
+                    gym::serve::deadline::read_body_in_time(body_deadline, body_limit, request, next)
+                },
+            ));
+            let served = axum::serve(listener, routes)
                 .with_graceful_shutdown(shutdown_signal())
                 .await
                 .context("the server failed");

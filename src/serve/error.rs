@@ -30,6 +30,9 @@ pub enum ApiError {
     /// The model did not answer in time.
     #[error("the model did not answer within {seconds} s")]
     Timeout { seconds: f64 },
+    /// The client did not send its whole body in time.
+    #[error("the request body did not arrive within {seconds} s")]
+    BodyTimeout { seconds: f64 },
     /// The model backend failed.
     #[error("the model backend failed: {0}")]
     Backend(#[from] BackendError),
@@ -68,6 +71,7 @@ impl ApiError {
             Self::NotFound { .. } => StatusCode::NOT_FOUND,
             Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::Backend(
                 BackendError::InvalidRequest { .. } | BackendError::ContextTooSmall { .. },
             ) => StatusCode::BAD_REQUEST,
@@ -85,6 +89,7 @@ impl ApiError {
             StatusCode::BAD_REQUEST
             | StatusCode::NOT_FOUND
             | StatusCode::PAYLOAD_TOO_LARGE
+            | StatusCode::REQUEST_TIMEOUT
             | StatusCode::CONFLICT => "invalid_request_error",
             StatusCode::UNAUTHORIZED => "authentication_error",
             StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
@@ -106,6 +111,7 @@ impl ApiError {
             Self::TooLarge { .. } => Some("request_too_large"),
             Self::Unauthorized(_) => Some("invalid_api_key"),
             Self::Timeout { .. } => Some("timeout"),
+            Self::BodyTimeout { .. } => Some("body_timeout"),
             Self::Busy { .. } => Some("queue_full"),
             _ => None,
         }

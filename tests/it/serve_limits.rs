@@ -197,3 +197,57 @@ fn oversized_schemas_and_tool_histories_are_refused_quickly_and_the_server_stays
     server.kill().unwrap();
     server.wait().unwrap();
 }
+
+#[test]
+fn a_body_that_trickles_or_stalls_is_answered_408_at_the_deadline() {
+    let scratch = Scratch::new();
+    let (mut server, url) = scratch.serve(&["--body-timeout", "1"]);
+    let address = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let header = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n"
+    );
+    for trickle in [false, true] {
+        let started = Instant::now();
+        let mut stream = TcpStream::connect(&address).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        stream.write_all(header.as_bytes()).unwrap();
+        stream.write_all(b"{\"model\":").unwrap();
+        if trickle {
+            // A byte every 200 ms: never idle for long, never done.
+            let mut writer = stream.try_clone().unwrap();
+            std::thread::spawn(move || {
+                while writer.write_all(b" ").is_ok() {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            });
+        }
+        let mut response = Vec::new();
+        let _ = stream.read_to_end(&mut response);
+        let took = started.elapsed();
+        let text = String::from_utf8_lossy(&response);
+        assert!(
+            text.starts_with("HTTP/1.1 408"),
+            "trickle {trickle}: {text}"
+        );
+        assert!(text.contains("did not arrive within 1 s"), "{text}");
+        assert!(
+            took >= Duration::from_millis(900) && took < Duration::from_secs(10),
+            "trickle {trickle}: answered after {took:?}"
+        );
+    }
+    // The server still answers.
+    let (status, value, _) = post(
+        &address,
+        &json!({"model": "gym", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}),
+    );
+    assert_eq!(status, 200, "{value}");
+    server.kill().unwrap();
+    server.wait().unwrap();
+}
