@@ -22,6 +22,8 @@ use serde_json::{Value, json};
 
 use crate::gov_cli::Governed;
 
+#[cfg(feature = "chain")]
+mod anchor;
 mod browser;
 
 use browser::{Browser, WAIT, browser_binaries};
@@ -122,6 +124,17 @@ fn site() -> Site {
         "--rationale",
         "Validated on held-out queries.",
     ]);
+    let (server, base) = serve(s, &[]);
+    Site {
+        governed,
+        server,
+        base,
+    }
+}
+
+/// `gym serve` on the scratch's libraries and governance (an upstream that is never called:
+/// the pages need no model), with `extra` flags; the process and the base URL.
+fn serve(s: &crate::common::Scratch, extra: &[&str]) -> (Child, String) {
     let upstreams = s.dir.path().join("upstreams.toml");
     std::fs::write(
         &upstreams,
@@ -129,18 +142,15 @@ fn site() -> Site {
     )
     .unwrap();
     let gov_dir = s.dir.path().join("governance");
-    let (server, url) = s.serve(&[
+    let mut args = vec![
         "--upstreams",
         upstreams.to_str().unwrap(),
         "--gov-dir",
         gov_dir.to_str().unwrap(),
-    ]);
-    let base = url.trim_end_matches("/v1").to_owned();
-    Site {
-        governed,
-        server,
-        base,
-    }
+    ];
+    args.extend(extra);
+    let (server, url) = s.serve(&args);
+    (server, url.trim_end_matches("/v1").to_owned())
 }
 
 /// The injected wallet: `eth_requestAccounts` answers `address`; `personal_sign` waits for the
