@@ -257,6 +257,10 @@ impl EvalArgs {
             instruction: dataset.instruction.clone(),
             agent: rt.block_on(self.tools.agent())?,
         };
+        anyhow::ensure!(
+            self.report.is_none() || settings.agent.is_none(),
+            "--report: a pack's results are re-run without tools; evaluate without --tools"
+        );
         let started = Instant::now();
         let interactive = std::io::stderr().is_terminal();
         let progress = move |done: usize, total: usize| {
@@ -305,10 +309,6 @@ impl EvalArgs {
         );
         print!("{}", render_report(&header, &report));
         if let Some(path) = &self.report {
-            anyhow::ensure!(
-                settings.agent.is_none(),
-                "--report: a pack's results are re-run without tools; evaluate without --tools"
-            );
             let evaluation = super::pack::describe(&super::pack::Described {
                 backend: &self.backend,
                 dataset_args: &self.dataset,

@@ -36,6 +36,9 @@ pub enum PackError {
     /// Reading the key file or signing failed.
     #[error(transparent)]
     Key(#[from] GovError),
+    /// Writing a file failed (the target is untouched).
+    #[error(transparent)]
+    Write(#[from] crate::durable::WriteError),
     /// Reading or writing a file on this machine failed.
     #[error("cannot {action} {}: {source}", path.display())]
     Io {

@@ -25,9 +25,8 @@ pub fn import(verified: &Verified, root: &Path, name: &str) -> Result<Library, P
         .prefix(TEMP_PREFIX)
         .tempdir_in(root)
         .map_err(PackError::io("create a temporary directory in", root))?;
-    write_library(staging.path(), &verified.library_files)?;
-    super::sync_dir(&staging.path().join("versions"))?;
-    super::sync_dir(staging.path())?;
+    write_library(staging.path(), &verified.library_files, true)?;
+    crate::durable::sync_dir(staging.path())?;
     let staged = staging.keep();
     // rename(2) would replace an empty directory that appeared meanwhile; refuse instead.
     if dir.exists() {
@@ -38,6 +37,6 @@ pub fn import(verified: &Verified, root: &Path, name: &str) -> Result<Library, P
         let _ = std::fs::remove_dir_all(&staged);
         return Err(PackError::io("create", &dir)(error));
     }
-    super::sync_dir(root)?;
+    crate::durable::sync_dir(root)?;
     Ok(Library::open(root, name)?)
 }

@@ -23,7 +23,8 @@
 //! [`verify()`] checks a pack from its bytes alone and names the file that fails: the archive's
 //! bounds and exact form, the signature, every file's hash, the library's hash chain and Merkle
 //! roots (replayed by [`crate::library::verify()`]), and the receipt's figures against the
-//! per-query answers. [`import()`] adds a verified pack's library with all its versions.
+//! per-query answers (every answer drawn with the named seeds, every mean, interval and paired
+//! difference recomputed). [`import()`] adds a verified pack's library with all its versions.
 //!
 //! ```
 //! use gym::library::{Change, Library, Provenance, Settings};
@@ -43,13 +44,15 @@
 
 pub mod archive;
 mod error;
+mod figures;
 mod import;
 mod make;
 pub mod receipt;
 mod verify;
 
-use std::io::Write as _;
 use std::path::Path;
+
+use crate::durable::Replace;
 
 pub use archive::{Entry, Limits};
 pub use error::PackError;
@@ -104,44 +107,8 @@ pub fn prompts_sha256(
     crate::library::Digest(hash.finalize().into())
 }
 
-/// Writes `bytes` to a new file at `path` and fsyncs it.
-fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), PackError> {
-    let mut file = std::fs::File::create_new(path).map_err(PackError::io("create", path))?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .map_err(PackError::io("write", path))
-}
-
-/// Makes renames and creations in `dir` durable.
-fn sync_dir(dir: &Path) -> Result<(), PackError> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(PackError::io("sync", dir))
-}
-
-/// Writes a pack to `path` crash-safely: a temporary file in the same directory, fsynced and
-/// renamed over `path`, then the directory fsynced; a reader never sees half a pack.
+/// Writes a pack (or any file of this module) to `path` crash-safely
+/// ([`crate::durable::write`]): a reader sees the old file or the whole new one.
 pub fn write_pack(path: &Path, bytes: &[u8]) -> Result<(), PackError> {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    let mut temp = tempfile::Builder::new()
-        .prefix(crate::library::TEMP_PREFIX)
-        .tempfile_in(dir)
-        .map_err(PackError::io("create a temporary file in", dir))?;
-    temp.write_all(bytes)
-        .and_then(|()| temp.as_file().sync_all())
-        .map_err(PackError::io("write", temp.path().to_owned()))?;
-    // A pack is for sharing: readable by all, as `cp` would make it.
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        temp.as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o644))
-            .map_err(PackError::io("write", temp.path().to_owned()))?;
-    }
-    temp.persist(path)
-        .map_err(|error| PackError::io("write", path)(error.error))?;
-    sync_dir(dir)
+    Ok(crate::durable::write(path, bytes, Replace::Yes)?)
 }

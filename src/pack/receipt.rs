@@ -171,7 +171,8 @@ pub struct Difference {
 pub struct Results {
     pub k: usize,
     pub queries: usize,
-    /// The base seed; answer `i` of a query draws with `seeds[query] + i`.
+    /// The base seed; each query draws from its own seed (`seeds`), answer `i` on llama.cpp
+    /// with that seed + `i`.
     pub seed: u64,
     /// Each query's seed, in query order.
     pub seeds: Vec<u64>,

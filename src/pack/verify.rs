@@ -168,7 +168,7 @@ fn check_library(receipt: &Receipt, files: &[Entry]) -> Result<State, PackError>
     ))?;
     const NAME: &str = "packed";
     let dir = staging.path().join(NAME);
-    write_library(&dir, files)?;
+    write_library(&dir, files, false)?;
     let report = library::verify(staging.path(), NAME)?;
     if let Some(problem) = report.problems.first() {
         let relative = problem
@@ -208,19 +208,25 @@ fn check_library(receipt: &Receipt, files: &[Entry]) -> Result<State, PackError>
 }
 
 /// Writes a library's `files` (paths relative to its directory) into `dir`, with an empty
-/// `usage.json` (usage is per machine and outside the roots).
-pub(super) fn write_library(dir: &Path, files: &[Entry]) -> Result<(), PackError> {
+/// `usage.json` (usage is per machine and outside the roots); `durable`: each file
+/// crash-safely, for an import (a verification's scratch copy needs no fsync).
+pub(super) fn write_library(dir: &Path, files: &[Entry], durable: bool) -> Result<(), PackError> {
     let versions = dir.join("versions");
     std::fs::create_dir_all(&versions).map_err(PackError::io("create", &versions))?;
-    for file in files {
+    let usage = library::usage_file_bytes(&Default::default());
+    let all = files
+        .iter()
+        .map(|f| (f.path.as_str(), f.bytes.as_slice()))
+        .chain(std::iter::once(("usage.json", usage.as_slice())));
+    for (relative, bytes) in all {
         // Only `library.json` and `versions/NNNNNN.json` get here (checked by the caller).
-        let path = dir.join(&file.path);
-        super::write_synced(&path, &file.bytes)?;
+        let path = dir.join(relative);
+        if durable {
+            crate::durable::write(&path, bytes, crate::durable::Replace::No)?;
+        } else {
+            std::fs::write(&path, bytes).map_err(PackError::io("write", &path))?;
+        }
     }
-    super::write_synced(
-        &dir.join("usage.json"),
-        &library::usage_file_bytes(&Default::default()),
-    )?;
     Ok(())
 }
 
@@ -257,6 +263,7 @@ fn check_results(receipt: &Receipt, eval: Option<&[u8]>) -> Result<Option<EvalRe
             "k, the number of queries or the seed differ between the results and how they were measured",
         ));
     }
+    super::figures::check(&report, results.seed)?;
     if &Results::from_report(&report, results.seed) != results {
         return Err(PackError::file(
             EVAL_FILE,

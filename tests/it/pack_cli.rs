@@ -229,6 +229,16 @@ fn a_pack_takes_its_results_from_the_run_that_made_the_version() {
         "{with}:\n{verified}"
     );
 
+    // Better figures, re-sealed and signed again by whoever changed them: refused, because
+    // they are not what the answers in the pack give.
+    let forged = forge_figures(&std::fs::read(scratch.dir.path().join("sevens.pack")).unwrap());
+    std::fs::write(scratch.dir.path().join("forged.pack"), forged).unwrap();
+    let error = scratch.fails(&["pack", "verify", "forged.pack"]);
+    assert!(
+        error.contains("`results/eval.json`: the Mean@k or Pass@k of `with sevens@1` is not what its answers give"),
+        "{error}"
+    );
+
     // A later version the run did not evaluate is refused, with the ways out.
     scratch.ok(&[
         "library",
@@ -323,4 +333,39 @@ fn rerun_measures_the_packed_results_again_on_the_local_model() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());
     assert!(stderr.contains("is not the packed one"), "{stderr}");
+}
+
+/// The pack with the library's Mean@k raised by 0.5 in `results/eval.json` and the receipt,
+/// every hash re-sealed and the receipt signed again with a fresh key.
+fn forge_figures(pack: &[u8]) -> Vec<u8> {
+    use gym::pack::receipt::{self, Receipt};
+    use gym::pack::{Entry, Limits, Results, archive};
+    let mut entries = archive::read(pack, &Limits::default()).unwrap();
+    let eval_at = entries
+        .iter()
+        .position(|e| e.path == "results/eval.json")
+        .unwrap();
+    let mut report: gym::rollout::eval::EvalReport =
+        serde_json::from_slice(&entries[eval_at].bytes).unwrap();
+    report.conditions.last_mut().unwrap().mean_at_k.value += 0.5;
+    entries[eval_at].bytes = receipt::file_bytes(&report);
+    let mut forged: Receipt = serde_json::from_slice(&entries[0].bytes).unwrap();
+    let listed = forged
+        .files
+        .iter_mut()
+        .find(|f| f.path == "results/eval.json")
+        .unwrap();
+    listed.sha256 = gym::library::Digest::of(&entries[eval_at].bytes);
+    listed.bytes = entries[eval_at].bytes.len() as u64;
+    let seed = forged.results.as_ref().unwrap().seed;
+    forged.results = Some(Results::from_report(&report, seed));
+    let bytes = receipt::file_bytes(&forged);
+    let (key, _) = gym::gov::new_key();
+    let signature = receipt::sign(&forged, &bytes, &key).unwrap();
+    entries[0] = Entry {
+        path: "receipt.json".to_owned(),
+        bytes,
+    };
+    entries[1].bytes = receipt::file_bytes(&signature);
+    archive::write(&entries).unwrap()
 }
