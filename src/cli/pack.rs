@@ -174,6 +174,9 @@ impl CreateArgs {
             measured.as_ref(),
             &signer,
         )?;
+        // What others will check, checked before the file exists (bounds included).
+        gym::pack::verify(&bytes, &Limits::default(), Some(signer.address()))
+            .context("the pack made does not verify; nothing was written")?;
         gym::pack::write_pack(&out, &bytes)?;
         println!(
             "packed {name}@{version} ({} experiences, root {}) into {}: {} bytes, signed by {}",

@@ -306,6 +306,33 @@ fn rerun_measures_the_packed_results_again_on_the_local_model() {
         "--key-file",
         &key,
     ]);
+    // A report whose figures are not its answers' is not packed.
+    let mut report: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(scratch.dir.path().join("letters.eval.json")).unwrap(),
+    )
+    .unwrap();
+    let value = &mut report["report"]["conditions"][2]["mean_at_k"]["value"];
+    *value = serde_json::json!(value.as_f64().unwrap() + 0.5);
+    std::fs::write(
+        scratch.dir.path().join("better.eval.json"),
+        serde_json::to_vec(&report).unwrap(),
+    )
+    .unwrap();
+    let error = scratch.fails(&[
+        "pack",
+        "letters@1",
+        "--eval",
+        "better.eval.json",
+        "--out",
+        "better.pack",
+        "--key-file",
+        &key,
+    ]);
+    assert!(
+        error.contains("nothing was written") && error.contains("is not what its answers give"),
+        "{error}"
+    );
+    assert!(!scratch.dir.path().join("better.pack").exists());
     let output = scratch
         .model_command(&["pack", "verify", "letters.pack", "--rerun"])
         .output()
