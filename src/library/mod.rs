@@ -42,8 +42,8 @@ mod version;
 pub use digest::{Digest, ParseDigestError, canonical_json};
 pub use error::{LibraryError, OpError};
 pub use files::TEMP_PREFIX;
-pub(crate) use layout::usage_file_bytes;
 pub use id::{ExperienceId, ParseIdError};
+pub(crate) use layout::usage_file_bytes;
 pub use merkle::{EMPTY_ROOT, InclusionProof, LeafContent, ProofError};
 pub use op::{Change, Limits, Op};
 pub use record::{
