@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::retrieve::RetrieveError;
 use super::router::RouteError;
-use crate::backend::BackendError;
+use crate::backend::{BackendError, GrammarError};
 use crate::library::LibraryError;
 
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +75,14 @@ impl ApiError {
             Self::Backend(
                 BackendError::InvalidRequest { .. } | BackendError::ContextTooSmall { .. },
             ) => StatusCode::BAD_REQUEST,
+            // The client's schema asks for what no grammar is built for (`$ref`, a bad
+            // pattern): its request is at fault, not the model. A grammar llama.cpp rejects
+            // after Gym built it stays a 502.
+            Self::Backend(BackendError::Grammar(error))
+                if !matches!(error, GrammarError::Rejected) =>
+            {
+                StatusCode::BAD_REQUEST
+            }
             Self::Backend(_) => StatusCode::BAD_GATEWAY,
             Self::Retrieval(_) | Self::Library(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,

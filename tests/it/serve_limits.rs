@@ -242,6 +242,22 @@ fn a_body_that_trickles_or_stalls_is_answered_408_at_the_deadline() {
             "trickle {trickle}: answered after {took:?}"
         );
     }
+    // A schema no grammar is built for is the client's fault: 400, not 502.
+    let (status, value, _) = post(
+        &address,
+        &json!({"model": "gym", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema":
+                {"$defs": {"n": {"type": "integer"}}, "type": "object",
+                 "properties": {"a": {"$ref": "#/$defs/n"}}}}}}),
+    );
+    assert_eq!(status, 400, "{value}");
+    assert!(
+        value["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unsupported keyword"),
+        "{value}"
+    );
     // The server still answers.
     let (status, value, _) = post(
         &address,
