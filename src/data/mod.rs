@@ -137,6 +137,21 @@ pub fn load(spec: &DatasetSpec) -> Result<Dataset, DataError> {
     Ok(dataset)
 }
 
+/// SHA-256 over queries in order: ids, questions and reference answers, each length-prefixed so
+/// no two different lists hash alike. What a run's journal records of its training set and what
+/// a pack records of its held-out set.
+pub fn queries_sha256(samples: &[Sample]) -> String {
+    use sha2::Digest as _;
+    let mut hash = sha2::Sha256::new();
+    for sample in samples {
+        for field in [&sample.id, &sample.question, &sample.answer] {
+            hash.update((field.len() as u64).to_le_bytes());
+            hash.update(field.as_bytes());
+        }
+    }
+    hex::encode(hash.finalize())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -70,19 +70,7 @@ pub const LIBRARY_PREFIX: &str = "library/";
 /// The per-query results' path in a pack.
 pub const EVAL_FILE: &str = "results/eval.json";
 
-/// SHA-256 over queries in order (ids, questions and reference answers, each
-/// length-prefixed), as a run's journal records its training set.
-pub fn queries_sha256(samples: &[crate::data::Sample]) -> String {
-    use sha2::Digest as _;
-    let mut hash = sha2::Sha256::new();
-    for sample in samples {
-        for field in [&sample.id, &sample.question, &sample.answer] {
-            hash.update((field.len() as u64).to_le_bytes());
-            hash.update(field.as_bytes());
-        }
-    }
-    hex::encode(hash.finalize())
-}
+pub use crate::data::queries_sha256;
 
 /// SHA-256 over every prompt an evaluation shows: for each condition in order, each query's
 /// messages in order (each message as its JSON, length-prefixed).

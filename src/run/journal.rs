@@ -84,18 +84,9 @@ impl RunInputs {
         batch_size: usize,
         library: &crate::library::Library,
     ) -> Self {
-        use sha2::Digest as _;
-        let mut hash = sha2::Sha256::new();
-        for sample in samples {
-            for field in [&sample.id, &sample.question, &sample.answer] {
-                // Length-prefixed, so no two different lists of fields hash alike.
-                hash.update((field.len() as u64).to_le_bytes());
-                hash.update(field.as_bytes());
-            }
-        }
         Self {
             dataset: dataset.to_string(),
-            dataset_sha256: hex::encode(hash.finalize()),
+            dataset_sha256: crate::data::queries_sha256(samples),
             queries: samples.len(),
             batch_size,
             library: library.name().to_string(),
