@@ -150,6 +150,7 @@ static SERVED: LazyLock<Option<Served>> = LazyLock::new(|| {
     library.commit(&changes, Provenance::Init).unwrap();
     let state = AppState {
         usage: Default::default(),
+        traffic: Default::default(),
         router: Arc::new(gym::serve::router::Router::single(Arc::new(Instant))),
         catalog: Arc::new(Catalog::new(
             root.path(),
@@ -243,6 +244,7 @@ fn health(bencher: Bencher) {
     let dir = tempfile::tempdir().unwrap();
     let state = AppState {
         usage: Default::default(),
+        traffic: Default::default(),
         router: Arc::new(gym::serve::router::Router::single(Arc::new(Instant))),
         catalog: Arc::new(Catalog::new(dir.path(), std::time::Duration::from_secs(1))),
         retriever: None,

@@ -485,9 +485,18 @@ pub fn render_show(
             experience.id, experience.domain, experience.confidence, experience.text
         )?;
         let usage = experience.usage;
+        // Shown once there is served feedback, so libraries without any read as before.
+        let served = if usage.served_good + usage.served_bad > 0 {
+            format!(
+                " · served good {} · served bad {}",
+                usage.served_good, usage.served_bad
+            )
+        } else {
+            String::new()
+        };
         writeln!(
             text,
-            "       v{}..v{} {} · injected {} · helpful {} · harmful {}",
+            "       v{}..v{} {} · injected {} · helpful {} · harmful {}{served}",
             experience.created_in,
             experience.updated_in,
             experience.provenance.summary(),

@@ -169,6 +169,25 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 10.0)]
     upstream_cooldown: f64,
 
+    /// Write every model request (prompts and answers verbatim, what was injected) and every
+    /// feedback to this JSONL file, readable by its owner only (docs/traffic.md). Off by
+    /// default.
+    #[arg(long, env = "GYM_TRAFFIC_LOG")]
+    traffic_log: Option<PathBuf>,
+
+    /// Rotate the traffic log to FILE.1 once it reaches this many bytes.
+    #[arg(long, default_value_t = 100 << 20, requires = "traffic_log", value_parser = clap::value_parser!(u64).range(1..))]
+    traffic_max_bytes: u64,
+
+    /// Rotated traffic log files kept (FILE.1 … FILE.N); older ones are deleted.
+    #[arg(long, default_value_t = 5, requires = "traffic_log")]
+    traffic_keep: usize,
+
+    /// Seconds traffic is kept: rotated files last written longer ago are deleted, and the live
+    /// file is rotated once it is that old (default 30 days; 0: no age limit).
+    #[arg(long, default_value_t = 30.0 * 86400.0, requires = "traffic_log")]
+    traffic_max_age: f64,
+
     #[command(flatten)]
     backend: BackendArgs,
 
@@ -247,6 +266,7 @@ impl ServeArgs {
             ("--upstream-cooldown", self.upstream_cooldown),
             ("--follow-idle", self.follow_idle),
             ("--body-timeout", self.body_timeout),
+            ("--traffic-max-age", self.traffic_max_age),
         ] {
             anyhow::ensure!(
                 value.is_finite() && value >= 0.0,
@@ -306,7 +326,9 @@ impl ServeArgs {
             ))
         });
         let usage = Arc::new(gym::serve::usage::ServedUsage::default());
+        let traffic = Arc::new(self.traffic()?);
         let state = AppState {
+            traffic: Arc::clone(&traffic),
             usage: Arc::clone(&usage),
             keys: Arc::new(keys),
             router: Arc::new(router),
@@ -358,14 +380,24 @@ impl ServeArgs {
                 move |request, next| {
                     gym::serve::deadline::read_body_in_time(body_deadline, body_limit, request, next)
                 },
-            ));
+            ))
+            // Around everything (the web pages, a body that came too late), so every response
+            // carries an x-request-id.
+            .layer(axum::middleware::from_fn(gym::serve::request_id::assign));
             let served = axum::serve(listener, routes)
                 .with_graceful_shutdown(shutdown_signal())
                 .await
                 .context("the server failed");
             flusher.abort();
             let written = tokio::task::spawn_blocking(move || usage.flush(&catalog)).await?;
+            let logged = tokio::task::spawn_blocking(move || traffic.close()).await?;
             served?;
+            if let Some(path) = &self.traffic_log {
+                println!(
+                    "gym serve: {logged} traffic record(s) written to {}",
+                    path.display()
+                );
+            }
             match written {
                 Ok(flushed) => println!(
                     "gym serve: stopped after finishing the requests in flight ({} experience injection(s) written to usage.json at exit)",
@@ -376,6 +408,28 @@ impl ServeArgs {
             anyhow::Ok(())
         })?;
         Ok(ExitCode::SUCCESS)
+    }
+
+    /// The traffic log of --traffic-log, opened (a bad path or a file another server writes
+    /// fails here, at start), or none.
+    fn traffic(&self) -> anyhow::Result<gym::serve::traffic::Traffic> {
+        use gym::serve::traffic::{Traffic, writer};
+        let Some(path) = &self.traffic_log else {
+            return Ok(Traffic::default());
+        };
+        let retention = writer::Retention {
+            max_bytes: self.traffic_max_bytes,
+            keep: self.traffic_keep,
+            max_age: (self.traffic_max_age > 0.0)
+                .then(|| Duration::from_secs_f64(self.traffic_max_age)),
+        };
+        let file = writer::LogFile::open(path, retention)
+            .with_context(|| format!("--traffic-log {}", path.display()))?;
+        eprintln!(
+            "gym serve: logging traffic (prompts and answers) to {}",
+            path.display()
+        );
+        Ok(Traffic::with_log(file)?)
     }
 
     /// The API keys of --api-keys and GYM_API_KEYS. With --tools and no key, the server refuses

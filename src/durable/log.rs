@@ -73,6 +73,21 @@ impl AppendLog {
         })
     }
 
+    /// Like [`AppendLog::create_new`], for a log of private data (the served traffic):
+    /// readable and writable by the owner only (0600).
+    pub fn create_private(path: &Path, first: &[u8]) -> Result<Self, WriteError> {
+        super::write_private(path, &line_bytes(first))?;
+        let file = open_for_append(path, false)?;
+        let len = file.metadata().map_err(WriteError::io("stat", path))?.len();
+        Ok(Self {
+            path: path.to_owned(),
+            file,
+            len,
+            durability: Durability::Synced,
+            cut_at_open: None,
+        })
+    }
+
     /// Opens the log at `path` (creating it, and making its creation durable, if `create`),
     /// under an exclusive lock when `lock` (waiting for other writers), and returns it with
     /// the bytes it holds. An unfinished last line is cut away first. A path that is not a

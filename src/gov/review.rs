@@ -264,8 +264,18 @@ pub fn render(review: &Review) -> String {
         line(
             &mut out,
             format_args!(
-                "    injected {} times, helpful {}, harmful {}",
-                u.injected, u.helpful, u.harmful
+                "    injected {} times, helpful {}, harmful {}{}",
+                u.injected,
+                u.helpful,
+                u.harmful,
+                if u.served_good + u.served_bad > 0 {
+                    format!(
+                        "; served feedback good {}, bad {}",
+                        u.served_good, u.served_bad
+                    )
+                } else {
+                    String::new()
+                }
             ),
         );
     }

@@ -188,6 +188,19 @@ pub struct Usage {
     pub helpful: u64,
     /// Paired comparisons where the prompt with it scored lower than without it.
     pub harmful: u64,
+    /// Served answers with it in the prompt that got good feedback (`POST /v1/feedback`:
+    /// thumbs up, or a reward of at least 0.5). Absent in older `usage.json` files: read as 0,
+    /// and left out when 0 so files without served feedback stay as they were.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub served_good: u64,
+    /// Served answers with it in the prompt that got bad feedback (thumbs down, or a reward
+    /// below 0.5).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub served_bad: u64,
+}
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
 }
 
 /// Fewest harmful paired comparisons before usage alone argues for deleting an experience.
@@ -203,6 +216,15 @@ impl Usage {
                 self.harmful, self.helpful, self.injected
             )
         })
+    }
+
+    /// Adds `delta`'s counts to these.
+    pub fn add(&mut self, delta: &Usage) {
+        self.injected += delta.injected;
+        self.helpful += delta.helpful;
+        self.harmful += delta.harmful;
+        self.served_good += delta.served_good;
+        self.served_bad += delta.served_bad;
     }
 }
 
@@ -246,11 +268,31 @@ mod usage_tests {
     use super::*;
 
     #[test]
+    fn usage_files_without_served_outcomes_still_load_and_stay_unchanged() {
+        let old = r#"{"injected":3,"helpful":1,"harmful":0}"#;
+        let usage: Usage = serde_json::from_str(old).unwrap();
+        assert_eq!((usage.served_good, usage.served_bad), (0, 0));
+        assert_eq!(serde_json::to_string(&usage).unwrap(), old);
+        let served = Usage {
+            served_good: 2,
+            served_bad: 1,
+            ..usage
+        };
+        let text = serde_json::to_string(&served).unwrap();
+        assert_eq!(
+            text,
+            r#"{"injected":3,"helpful":1,"harmful":0,"served_good":2,"served_bad":1}"#
+        );
+        assert_eq!(serde_json::from_str::<Usage>(&text).unwrap(), served);
+    }
+
+    #[test]
     fn only_clearly_harmful_usage_argues_for_a_delete() {
         let usage = |helpful, harmful| Usage {
             injected: 40,
             helpful,
             harmful,
+            ..Usage::default()
         };
         assert_eq!(usage(0, 2).judged_harmful(), None, "too few verdicts");
         assert_eq!(

@@ -494,10 +494,7 @@ impl Library {
                     version: self.head_version(),
                 });
             }
-            let entry = usage.entry(*id).or_default();
-            entry.injected += delta.injected;
-            entry.helpful += delta.helpful;
-            entry.harmful += delta.harmful;
+            usage.entry(*id).or_default().add(delta);
         }
         write_atomic(&path, &usage_file_bytes(&usage), Replace::Yes, &self.name)?;
         // Refresh every id, not just `deltas`: `usage` was re-read from disk and may hold other

@@ -205,6 +205,8 @@ impl DashboardFold {
                         injected: u.injected,
                         helpful: u.helpful,
                         harmful: u.harmful,
+                        served_good: u.served_good,
+                        served_bad: u.served_bad,
                     })
                     .collect();
                 if let StepEnd::Committed { version, .. } = end {

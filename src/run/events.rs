@@ -34,6 +34,16 @@ pub struct UsageView {
     pub helpful: u64,
     /// Paired comparisons where it hurt.
     pub harmful: u64,
+    /// Served answers with it that got good feedback (`POST /v1/feedback` on `gym serve`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub served_good: u64,
+    /// Served answers with it that got bad feedback.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub served_bad: u64,
+}
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
 }
 
 /// One op of a committed version, as the dashboard shows it.

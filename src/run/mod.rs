@@ -324,6 +324,8 @@ fn active_usage(library: &Library) -> Vec<UsageView> {
                 injected: counts.injected,
                 helpful: counts.helpful,
                 harmful: counts.harmful,
+                served_good: counts.served_good,
+                served_bad: counts.served_bad,
             }
         })
         .collect()

@@ -921,6 +921,7 @@ mod tests {
             injected: 64,
             helpful: 0,
             harmful: 4,
+            ..Usage::default()
         };
         let usage = BTreeMap::from([
             (ids[0], harmful),

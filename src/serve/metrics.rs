@@ -223,6 +223,16 @@ pub fn usage_lines(
             "Paired comparisons the experience lost (usage.json)",
             |u| u.harmful,
         ),
+        (
+            "gym_experience_served_good",
+            "Served answers with the experience that got good feedback (usage.json)",
+            |u| u.served_good,
+        ),
+        (
+            "gym_experience_served_bad",
+            "Served answers with the experience that got bad feedback (usage.json)",
+            |u| u.served_bad,
+        ),
     ] {
         let _ = writeln!(out, "# HELP {name} {help}.");
         let _ = writeln!(out, "# TYPE {name} gauge");

@@ -22,6 +22,9 @@
 //! | `tail` | following a file a run appends to, asynchronously, until it goes quiet |
 //! | [`metrics`] | Prometheus counters |
 //! | [`usage`] | injections of experiences in served answers, written to each library's `usage.json` |
+//! | [`request_id`] | the `x-request-id` of every response |
+//! | [`traffic`] | served requests remembered for feedback, and the traffic log (`--traffic-log`) |
+//! | `feedback` | `POST /v1/feedback`: how a served answer did |
 //! | [`error`] | errors in OpenAI's error shape |
 //!
 //! The library store stays synchronous; its reads run on the blocking pool.
@@ -31,6 +34,7 @@ pub mod catalog;
 mod chat;
 pub mod deadline;
 pub mod error;
+mod feedback;
 pub mod hllm;
 pub mod inject;
 pub mod ivf;
@@ -39,6 +43,7 @@ mod library_api;
 pub mod metrics;
 #[cfg(feature = "qdrant")]
 pub mod qdrant;
+pub mod request_id;
 pub mod retrieve;
 pub mod router;
 mod runs;
@@ -46,6 +51,7 @@ pub mod schema_limits;
 mod stream;
 mod tail;
 mod tool_wire;
+pub mod traffic;
 pub mod usage;
 pub mod wire;
 
@@ -131,6 +137,8 @@ pub struct AppState {
     pub keys: Arc<keys::ApiKeys>,
     /// Injections served and not yet written to the libraries' `usage.json`.
     pub usage: Arc<usage::ServedUsage>,
+    /// Served requests remembered for feedback, and the traffic log if there is one.
+    pub traffic: Arc<traffic::Traffic>,
 }
 
 /// The server's routes.
@@ -152,9 +160,17 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/runs", get(runs::list))
         .route("/v1/runs/{id}/journal", get(runs::journal))
         .route("/v1/runs/{id}/dashboard", get(runs::dashboard))
+        .route("/v1/feedback", post(feedback::post))
         .route_layer(middleware::from_fn_with_state(state.clone(), record))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
+        // Every model route's requests and answers, recorded in one place.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            traffic::record,
+        ))
+        // Outermost, so errors of the layers above carry an id too.
+        .layer(middleware::from_fn(request_id::assign))
         .with_state(state)
 }
 
@@ -173,7 +189,7 @@ async fn record(State(app): State<AppState>, request: Request, next: Next) -> Re
 async fn not_found() -> ApiError {
     ApiError::NotFound {
         message: "no such route; Gym serves /v1/chat/completions, /v1/models, /v1/libraries, \
-                  /v1/runs, /v1/gov, /health and /metrics, and web pages at /gov and /libraries"
+                  /v1/runs, /v1/feedback, /v1/gov, /health and /metrics, and web pages at /gov and /libraries"
             .into(),
         code: "unknown_url",
     }
@@ -220,6 +236,7 @@ async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
         app.metrics.render()
             + &metrics::usage_lines(&app.catalog.usage(), app.usage.pending())
             + &metrics::upstream_lines(&app.router)
+            + &app.traffic.metric_lines()
             + &app
                 .retriever
                 .as_ref()

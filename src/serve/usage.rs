@@ -1,9 +1,10 @@
 //! Usage of experiences in served answers: every answer the server gives with a library
 //! injected counts one injection for each experience in its prompt, the same count training
-//! keeps for sampled answers. Counts gather in memory and are written to the library's
-//! `usage.json` (atomic, under the library's lock) in one write per library every few seconds
-//! and at shutdown, so a busy server does not rewrite the file per request. Counts not yet
-//! written when the process is killed are lost; written ones never are.
+//! keeps for sampled answers; feedback on a served answer (`POST /v1/feedback`) counts a good
+//! or bad served outcome for each experience that answer had. Counts gather in memory and are
+//! written to the library's `usage.json` (atomic, under the library's lock) in one write per
+//! library every few seconds and at shutdown, so a busy server does not rewrite the file per
+//! request. Counts not yet written when the process is killed are lost; written ones never are.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -11,10 +12,10 @@ use std::sync::Mutex;
 use super::catalog::Catalog;
 use crate::library::{ExperienceId, LibraryError, Usage};
 
-/// Injections served but not yet written, per library and experience.
+/// Counts served but not yet written, per library and experience.
 #[derive(Default)]
 pub struct ServedUsage {
-    pending: Mutex<BTreeMap<String, BTreeMap<ExperienceId, u64>>>,
+    pending: Mutex<BTreeMap<String, BTreeMap<ExperienceId, Usage>>>,
 }
 
 /// What one [`ServedUsage::flush`] wrote.
@@ -29,20 +30,52 @@ pub struct Flushed {
 impl ServedUsage {
     /// Counts `answers` answers served with `ids` injected from `library`.
     pub fn note(&self, library: &str, ids: &[ExperienceId], answers: u64) {
-        if ids.is_empty() || answers == 0 {
+        self.add(library, ids, |usage| usage.injected += answers);
+    }
+
+    /// Counts one served answer with `ids` injected from `library` that got good (`true`) or
+    /// bad feedback.
+    pub fn note_outcome(&self, library: &str, ids: &[ExperienceId], good: bool) {
+        self.add(library, ids, |usage| {
+            if good {
+                usage.served_good += 1;
+            } else {
+                usage.served_bad += 1;
+            }
+        });
+    }
+
+    fn add(&self, library: &str, ids: &[ExperienceId], count: impl Fn(&mut Usage)) {
+        let mut delta = Usage::default();
+        count(&mut delta);
+        if ids.is_empty() || delta == Usage::default() {
             return;
         }
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         let counts = pending.entry(library.to_owned()).or_default();
         for id in ids {
-            *counts.entry(*id).or_default() += answers;
+            counts.entry(*id).or_default().add(&delta);
         }
     }
 
     /// Injections counted and not yet written.
     pub fn pending(&self) -> u64 {
         let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        pending.values().flat_map(|counts| counts.values()).sum()
+        pending
+            .values()
+            .flat_map(|counts| counts.values())
+            .map(|usage| usage.injected)
+            .sum()
+    }
+
+    /// Served outcomes (good and bad feedback, per experience) counted and not yet written.
+    pub fn pending_outcomes(&self) -> u64 {
+        let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        pending
+            .values()
+            .flat_map(|counts| counts.values())
+            .map(|usage| usage.served_good + usage.served_bad)
+            .sum()
     }
 
     /// Writes the pending counts through `catalog`. Blocking. A library that fails to write
@@ -53,27 +86,19 @@ impl ServedUsage {
         let mut flushed = Flushed::default();
         let mut first_error = None;
         for (library, counts) in taken {
-            let deltas: Vec<(ExperienceId, Usage)> = counts
-                .iter()
-                .map(|(id, injected)| {
-                    let usage = Usage {
-                        injected: *injected,
-                        ..Usage::default()
-                    };
-                    (*id, usage)
-                })
-                .collect();
+            let deltas: Vec<(ExperienceId, Usage)> =
+                counts.iter().map(|(id, usage)| (*id, *usage)).collect();
             match catalog.record_usage(&library, &deltas) {
                 Ok(dropped) => {
-                    let total: u64 = counts.values().sum();
+                    let total: u64 = counts.values().map(|usage| usage.injected).sum();
                     flushed.dropped += dropped;
                     flushed.injections += total - dropped;
                 }
                 Err(error) => {
                     let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
                     let again = pending.entry(library).or_default();
-                    for (id, count) in counts {
-                        *again.entry(id).or_default() += count;
+                    for (id, usage) in counts {
+                        again.entry(id).or_default().add(&usage);
                     }
                     first_error.get_or_insert(error);
                 }
@@ -98,7 +123,7 @@ pub async fn flush_every(
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        if usage.pending() == 0 {
+        if usage.pending() == 0 && usage.pending_outcomes() == 0 {
             continue;
         }
         let (usage, catalog) = (
@@ -160,6 +185,17 @@ mod tests {
         usage.flush(&catalog).unwrap();
         let reopened = Library::open(dir.path(), "lib").unwrap();
         assert_eq!(reopened.usage()[&ids[0]].injected, 7);
+        // Feedback on served answers adds good and bad outcomes beside the injections.
+        usage.note_outcome("lib", &ids[..1], true);
+        usage.note_outcome("lib", &ids[..1], true);
+        usage.note_outcome("lib", &ids[..1], false);
+        assert_eq!((usage.pending(), usage.pending_outcomes()), (0, 3));
+        usage.flush(&catalog).unwrap();
+        let counts = Library::open(dir.path(), "lib").unwrap().usage()[&ids[0]];
+        assert_eq!(
+            (counts.injected, counts.served_good, counts.served_bad),
+            (7, 2, 1)
+        );
     }
 
     #[test]

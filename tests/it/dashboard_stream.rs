@@ -114,6 +114,8 @@ fn events() -> (Vec<RunEvent>, Vec<RunEvent>) {
                 injected: 64,
                 helpful: 3,
                 harmful: 1,
+                served_good: 0,
+                served_bad: 0,
             }],
         },
     ];

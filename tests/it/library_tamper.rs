@@ -53,6 +53,7 @@ fn build(root: &Path) {
                 injected: 3,
                 helpful: 2,
                 harmful: 1,
+                ..Usage::default()
             },
         )])
         .unwrap();

@@ -52,6 +52,8 @@ mod serve_qdrant;
 mod serve_socket;
 mod serve_stream;
 mod serve_tools;
+#[cfg(feature = "llama")]
+mod serve_traffic;
 mod setup_models;
 mod tools;
 mod web_browser;

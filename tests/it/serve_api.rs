@@ -72,6 +72,7 @@ pub(crate) async fn fixture(config: ServeConfig) -> Fixture {
         .map(|embedder| Arc::new(Retriever::new(embedder, Arc::new(IvfIndex::exact(8)))));
     let state = AppState {
         usage: Default::default(),
+        traffic: Default::default(),
         router: Arc::new(gym::serve::router::Router::single(backend)),
         catalog: Arc::new(Catalog::new(dir.path(), Duration::ZERO)),
         retriever,
@@ -232,6 +233,7 @@ async fn retrieval_can_use_an_openai_compatible_embeddings_endpoint() {
     .await;
     let state = AppState {
         usage: Default::default(),
+        traffic: Default::default(),
         retriever: Some(Arc::new(Retriever::new(
             Arc::new(embedder),
             Arc::new(IvfIndex::exact(4)),
@@ -664,6 +666,7 @@ async fn requests_fail_over_to_the_next_upstream_of_the_model() {
     let f = fixture(ServeConfig::default()).await;
     let state = AppState {
         usage: Default::default(),
+        traffic: Default::default(),
         router: Arc::new(router),
         ..f.state.clone()
     };

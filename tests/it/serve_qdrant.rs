@@ -160,6 +160,7 @@ async fn the_chat_route_retrieves_from_qdrant() {
     .await;
     let state = AppState {
         usage: Default::default(),
+        traffic: Default::default(),
         retriever: Some(Arc::new(Retriever::new(
             Arc::new(embedder),
             Arc::new(connect(&server)),

@@ -113,6 +113,7 @@ fn site() -> Site {
         injected: 12,
         helpful: 5,
         harmful: 1,
+        ..Usage::default()
     };
     library.record_usage(&[(e1, usage)]).unwrap();
     s.ok(&[

@@ -367,6 +367,11 @@ pub fn library(frame: &mut Frame, area: Rect, s: &Snapshot, ui: &UiState) {
             total(|u| u.helpful),
             total(|u| u.harmful)
         ));
+        // Feedback on served answers, once there is any: good / bad.
+        let (good, bad) = (total(|u| u.served_good), total(|u| u.served_bad));
+        if good + bad > 0 {
+            title.push_str(&format!("· served +{good} -{bad} "));
+        }
     }
     let block = block(Line::from(title), focused);
     let inner = block.inner(area);

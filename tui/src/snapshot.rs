@@ -199,6 +199,16 @@ pub struct ExperienceUsage {
     pub helpful: u64,
     /// Paired comparisons where it scored lower.
     pub harmful: u64,
+    /// Served answers with it that got good feedback (`gym serve`, `POST /v1/feedback`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub served_good: u64,
+    /// Served answers with it that got bad feedback.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub served_bad: u64,
+}
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
 }
 
 /// One committed library op.

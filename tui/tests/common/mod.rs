@@ -162,12 +162,14 @@ pub fn running() -> Snapshot {
                     injected: 640,
                     helpful: 9,
                     harmful: 2,
+                    ..ExperienceUsage::default()
                 },
                 ExperienceUsage {
                     id: "E0036".into(),
                     injected: 320,
                     helpful: 3,
                     harmful: 4,
+                    ..ExperienceUsage::default()
                 },
             ],
         },

@@ -1,0 +1,524 @@
+//! Served traffic: what each request to a model route asked and was answered, remembered for
+//! feedback (`POST /v1/feedback`) and, with `gym serve --traffic-log FILE`, written to a
+//! crash-safe log that `gym grpo --from-traffic` learns from (format: `docs/traffic.md`).
+//!
+//! One middleware ([`record()`](fn@record)) does it for every model route, so no handler logs anything: it
+//! reads the request body, lets the handler answer, reads what was injected from the
+//! `x-gym-library*` and `x-gym-experiences` response headers, and reads the answers as the
+//! response passes (a JSON body whole; an event stream chunk by chunk, recorded when it ends
+//! or the client goes away).
+//!
+//! | module | what |
+//! |---|---|
+//! | [`record`](mod@record) | the log's lines (header, request, feedback) |
+//! | [`capture`] | answers read from JSON bodies and event streams, bounded |
+//! | [`writer`] | the file: rotation, retention, 0600, the writer thread and its queue |
+
+pub mod capture;
+pub mod record;
+pub mod writer;
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse as _, Response};
+use futures::Stream;
+
+use self::capture::Answers;
+use self::record::{Line, Prompt, RequestRecord, now};
+use self::writer::{Counters, LogFile, Queue};
+use super::AppState;
+use super::error::ApiError;
+use super::request_id::RequestId;
+use crate::library::ExperienceId;
+
+/// The routes whose requests are recorded: those that ask a model.
+pub const ROUTES: [&str; 3] = ["/v1/chat/completions", "/v1/completions", "/v1/responses"];
+
+/// Served requests remembered for feedback, the most recent ones.
+pub const REMEMBERED: usize = 100_000;
+/// Experience ids held over all remembered requests (requests served with every experience of
+/// a large library would otherwise make the map large).
+pub const REMEMBERED_IDS: usize = 4_000_000;
+/// Records waiting for the writer before new ones are dropped.
+pub const QUEUE: usize = 4096;
+
+/// What a served request had: for feedback to find the experiences it counts for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Served {
+    pub library: Option<String>,
+    pub experiences: Vec<ExperienceId>,
+    pub answers: usize,
+    /// Choices whose feedback has been counted in usage (bit i: choice i), each only once.
+    counted: u128,
+}
+
+/// The served requests remembered, oldest evicted first.
+struct Remembered {
+    by_id: HashMap<String, (u64, Served)>,
+    /// Ids in the order served, each with the sequence number it was stored under (an id a
+    /// client sends again replaces its entry; the older place in the queue is then stale).
+    order: VecDeque<(String, u64)>,
+    next: u64,
+    ids_held: usize,
+    max_requests: usize,
+    max_ids: usize,
+}
+
+impl Remembered {
+    fn new(max_requests: usize, max_ids: usize) -> Self {
+        Self {
+            by_id: HashMap::new(),
+            order: VecDeque::new(),
+            next: 0,
+            ids_held: 0,
+            max_requests,
+            max_ids,
+        }
+    }
+
+    fn insert(&mut self, id: String, served: Served) {
+        self.ids_held += served.experiences.len();
+        let sequence = self.next;
+        self.next += 1;
+        if let Some((_, old)) = self.by_id.insert(id.clone(), (sequence, served)) {
+            self.ids_held -= old.experiences.len();
+        }
+        self.order.push_back((id, sequence));
+        while self.order.len() > self.max_requests || self.ids_held > self.max_ids {
+            let Some((oldest, sequence)) = self.order.pop_front() else {
+                break;
+            };
+            if self.by_id.get(&oldest).is_some_and(|(s, _)| *s == sequence)
+                && let Some((_, gone)) = self.by_id.remove(&oldest)
+            {
+                self.ids_held -= gone.experiences.len();
+            }
+        }
+    }
+}
+
+/// The server's traffic: remembered requests, and the log when there is one.
+pub struct Traffic {
+    remembered: Mutex<Remembered>,
+    queue: Mutex<Option<Queue>>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    log_path: Option<PathBuf>,
+    counters: Arc<Counters>,
+    feedback: [std::sync::atomic::AtomicU64; 2],
+}
+
+impl Default for Traffic {
+    /// No log; requests remembered for feedback all the same.
+    fn default() -> Self {
+        Self::remembering(REMEMBERED, REMEMBERED_IDS)
+    }
+}
+
+impl Traffic {
+    fn remembering(max_requests: usize, max_ids: usize) -> Self {
+        Self {
+            remembered: Mutex::new(Remembered::new(max_requests, max_ids)),
+            queue: Mutex::new(None),
+            writer: Mutex::new(None),
+            log_path: None,
+            counters: Arc::default(),
+            feedback: Default::default(),
+        }
+    }
+
+    /// Writes traffic to `file` (opened with [`LogFile::open`]) from a thread of its own.
+    pub fn with_log(file: LogFile) -> Result<Self, writer::TrafficError> {
+        let mut traffic = Self::default();
+        traffic.log_path = Some(file.path().to_owned());
+        let (queue, handle) = writer::spawn(file, QUEUE, Arc::clone(&traffic.counters))?;
+        traffic.queue = Mutex::new(Some(queue));
+        traffic.writer = Mutex::new(Some(handle));
+        Ok(traffic)
+    }
+
+    /// The log file, when traffic is logged.
+    pub fn log_path(&self) -> Option<&std::path::Path> {
+        self.log_path.as_deref()
+    }
+
+    /// Queues `line` for the log; whether it was (false: no log, or the queue was full).
+    pub fn log(&self, line: &Line) -> bool {
+        let queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(queue) = queue.as_ref() else {
+            return false;
+        };
+        let bytes = serde_json::to_vec(line).expect("a traffic line serializes");
+        queue.send(bytes)
+    }
+
+    /// Stops logging: waits for the writer to write what is queued. Returns the records
+    /// written since the server started.
+    pub fn close(&self) -> u64 {
+        drop(self.queue.lock().unwrap_or_else(|p| p.into_inner()).take());
+        if let Some(handle) = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = handle.join();
+        }
+        self.counters.written.load(Relaxed)
+    }
+
+    /// What request `id` had, if it is still remembered.
+    pub fn served(&self, id: &str) -> Option<Served> {
+        let remembered = self.remembered.lock().unwrap_or_else(|p| p.into_inner());
+        remembered.by_id.get(id).map(|(_, served)| served.clone())
+    }
+
+    /// Marks feedback on `choice` of request `id` as counted in usage; false if it already
+    /// was (or the request is no longer remembered).
+    pub fn count_once(&self, id: &str, choice: usize) -> bool {
+        let mut remembered = self.remembered.lock().unwrap_or_else(|p| p.into_inner());
+        match remembered.by_id.get_mut(id) {
+            Some((_, served)) if choice < 128 && served.counted & (1 << choice) == 0 => {
+                served.counted |= 1 << choice;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Counts one feedback received, good or bad (for `/metrics`).
+    pub fn note_feedback(&self, good: Option<bool>) {
+        if let Some(good) = good {
+            self.feedback[usize::from(good)].fetch_add(1, Relaxed);
+        }
+    }
+
+    fn remember(&self, id: String, served: Served) {
+        let mut remembered = self.remembered.lock().unwrap_or_else(|p| p.into_inner());
+        remembered.insert(id, served);
+    }
+
+    /// The traffic counters in the Prometheus text format.
+    pub fn metric_lines(&self) -> String {
+        let mut out = String::new();
+        let c = &self.counters;
+        let logging = u8::from(self.log_path.is_some());
+        let _ = writeln!(
+            out,
+            "# HELP gym_traffic_log_enabled Whether served traffic is written to a log (--traffic-log).\n\
+             # TYPE gym_traffic_log_enabled gauge\ngym_traffic_log_enabled {logging}"
+        );
+        let _ = writeln!(
+            out,
+            "# HELP gym_traffic_records_total Traffic log records by outcome: written, dropped \
+             (the writer's queue was full), failed (a write error).\n\
+             # TYPE gym_traffic_records_total counter"
+        );
+        for (outcome, count) in [
+            ("written", &c.written),
+            ("dropped", &c.dropped),
+            ("failed", &c.failed),
+        ] {
+            let _ = writeln!(
+                out,
+                "gym_traffic_records_total{{outcome=\"{outcome}\"}} {}",
+                count.load(Relaxed)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP gym_traffic_rotations_total Traffic log files rotated.\n\
+             # TYPE gym_traffic_rotations_total counter\ngym_traffic_rotations_total {}",
+            c.rotations.load(Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP gym_feedback_total Feedback on served answers by outcome.\n\
+             # TYPE gym_feedback_total counter"
+        );
+        for (outcome, index) in [("bad", 0), ("good", 1)] {
+            let _ = writeln!(
+                out,
+                "gym_feedback_total{{outcome=\"{outcome}\"}} {}",
+                self.feedback[index].load(Relaxed)
+            );
+        }
+        out
+    }
+}
+
+/// What was injected into a request, as its response headers say.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Injected {
+    library: Option<String>,
+    version: Option<u64>,
+    root: Option<String>,
+    experiences: Vec<String>,
+}
+
+impl Injected {
+    fn of(headers: &HeaderMap) -> Self {
+        let text = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        Self {
+            library: text("x-gym-library"),
+            version: text("x-gym-library-version").and_then(|v| v.parse().ok()),
+            root: text("x-gym-library-root"),
+            experiences: text("x-gym-experiences")
+                .map(|ids| {
+                    ids.split(',')
+                        .map(str::trim)
+                        .filter(|id| !id.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// A request answered and not yet recorded.
+struct Pending {
+    traffic: Arc<Traffic>,
+    request_id: String,
+    at: String,
+    route: &'static str,
+    prompt: Prompt,
+    injected: Injected,
+    status: u16,
+}
+
+impl Pending {
+    /// Remembers the request for feedback (if it was answered) and logs it.
+    fn finish(self, answers: &Answers) {
+        let Self {
+            traffic,
+            request_id,
+            at,
+            route,
+            prompt,
+            injected,
+            status,
+        } = self;
+        if (200..300).contains(&status) && answers.count() > 0 {
+            let served = Served {
+                library: injected.library.clone(),
+                experiences: injected
+                    .experiences
+                    .iter()
+                    .filter_map(|id| id.parse().ok())
+                    .collect(),
+                answers: answers.count(),
+                counted: 0,
+            };
+            traffic.remember(request_id.clone(), served);
+        }
+        if traffic.log_path.is_none() {
+            return;
+        }
+        let record = RequestRecord {
+            request_id,
+            at,
+            route: route.to_owned(),
+            model: prompt.model,
+            library: injected.library,
+            version: injected.version,
+            root: injected.root,
+            experiences: injected.experiences,
+            messages: prompt.messages,
+            answers: answers.texts.clone(),
+            finish_reasons: answers.finish_reasons(),
+            status,
+            truncated: answers.truncated,
+        };
+        traffic.log(&Line::Request(record));
+    }
+}
+
+/// The middleware: records requests to [`ROUTES`]; passes everything else through untouched.
+pub async fn record(State(app): State<AppState>, request: Request, next: Next) -> Response {
+    let Some(route) = ROUTES
+        .iter()
+        .copied()
+        .find(|route| *route == request.uri().path())
+    else {
+        return next.run(request).await;
+    };
+    if *request.method() != axum::http::Method::POST {
+        return next.run(request).await;
+    }
+    let at = now();
+    let request_id = request
+        .extensions()
+        .get::<RequestId>()
+        .map_or_else(super::request_id::fresh, |id| id.0.clone());
+    let (parts, body) = request.into_parts();
+    let limit = app.config.max_body_bytes;
+    let Ok(body) = axum::body::to_bytes(body, limit).await else {
+        return ApiError::TooLarge { limit }.into_response();
+    };
+    let prompt = Prompt::parse(route, &body);
+    let response = next.run(Request::from_parts(parts, Body::from(body))).await;
+    let pending = Pending {
+        traffic: Arc::clone(&app.traffic),
+        request_id,
+        at,
+        route,
+        prompt,
+        injected: Injected::of(response.headers()),
+        status: response.status().as_u16(),
+    };
+    let streamed = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("text/event-stream"));
+    let (parts, body) = response.into_parts();
+    if streamed {
+        let tap = Tap {
+            inner: body.into_data_stream(),
+            answers: Answers::default(),
+            pending: Some(pending),
+        };
+        return Response::from_parts(parts, Body::from_stream(tap));
+    }
+    // JSON answers are whole already: read them, then send the same bytes on.
+    match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(bytes) => {
+            let answers = if pending.status < 300 {
+                Answers::from_json(&bytes)
+            } else {
+                Answers::default()
+            };
+            pending.finish(&answers);
+            Response::from_parts(parts, Body::from(bytes))
+        }
+        Err(error) => {
+            pending.finish(&Answers::default());
+            ApiError::bad(None, format!("the response could not be read: {error}")).into_response()
+        }
+    }
+}
+
+/// An event stream on its way to the client, read as it passes; recorded when it ends or is
+/// dropped (the client went away).
+struct Tap {
+    inner: axum::body::BodyDataStream,
+    answers: Answers,
+    pending: Option<Pending>,
+}
+
+impl Tap {
+    fn done(&mut self) {
+        if let Some(pending) = self.pending.take() {
+            pending.finish(&self.answers);
+        }
+    }
+}
+
+impl Stream for Tap {
+    type Item = Result<Bytes, axum::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.inner).poll_next(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(bytes))) => {
+                this.answers.feed_stream(bytes);
+                // Recorded as soon as the stream says it is complete, so feedback sent right
+                // after the last event finds the request.
+                if this.answers.ended {
+                    this.done();
+                }
+            }
+            Poll::Ready(None) => this.done(),
+            _ => {}
+        }
+        polled
+    }
+}
+
+impl Drop for Tap {
+    fn drop(&mut self) {
+        self.done();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn served(experiences: usize) -> Served {
+        Served {
+            library: Some("lib".into()),
+            experiences: vec![ExperienceId::FIRST; experiences],
+            answers: 1,
+            counted: 0,
+        }
+    }
+
+    #[test]
+    fn remembered_requests_are_bounded_by_count_and_by_ids_held() {
+        let mut remembered = Remembered::new(3, 10);
+        for i in 0..5 {
+            remembered.insert(format!("r{i}"), served(2));
+        }
+        let mut ids: Vec<_> = remembered.by_id.keys().cloned().collect();
+        ids.sort();
+        assert_eq!(ids, ["r2", "r3", "r4"]);
+        assert_eq!(remembered.ids_held, 6);
+        // One request with many experiences pushes out older ones to stay under the id bound.
+        remembered.insert("big".into(), served(9));
+        assert_eq!(remembered.by_id.keys().collect::<Vec<_>>(), ["big"]);
+        assert_eq!(remembered.ids_held, 9);
+        // An id sent again replaces its entry, and its stale place in the queue is skipped.
+        let mut remembered = Remembered::new(2, 100);
+        remembered.insert("a".into(), served(1));
+        remembered.insert("a".into(), served(3));
+        remembered.insert("b".into(), served(1));
+        assert_eq!(remembered.ids_held, 4);
+        assert_eq!(remembered.by_id["a"].1.experiences.len(), 3);
+        remembered.insert("c".into(), served(1));
+        assert!(!remembered.by_id.contains_key("a"));
+        assert_eq!(remembered.ids_held, 2);
+        assert!(remembered.order.len() <= 2);
+    }
+
+    #[test]
+    fn feedback_counts_once_per_choice() {
+        let traffic = Traffic::default();
+        traffic.remember(
+            "r".into(),
+            Served {
+                answers: 2,
+                ..served(1)
+            },
+        );
+        assert!(traffic.count_once("r", 0));
+        assert!(!traffic.count_once("r", 0));
+        assert!(traffic.count_once("r", 1));
+        assert!(!traffic.count_once("gone", 0));
+    }
+
+    #[test]
+    fn what_was_injected_is_read_from_the_headers() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-gym-library", "letters".parse().unwrap());
+        headers.insert("x-gym-library-version", "2".parse().unwrap());
+        headers.insert("x-gym-library-root", "ab12".parse().unwrap());
+        headers.insert("x-gym-experiences", "E0001,E0003".parse().unwrap());
+        let injected = Injected::of(&headers);
+        assert_eq!(injected.library.as_deref(), Some("letters"));
+        assert_eq!(injected.version, Some(2));
+        assert_eq!(injected.experiences, ["E0001", "E0003"]);
+        assert_eq!(Injected::of(&HeaderMap::new()), Injected::default());
+    }
+}
