@@ -138,12 +138,16 @@ impl Traffic {
 
     /// Writes traffic to `file` (opened with [`LogFile::open`]) from a thread of its own.
     pub fn with_log(file: LogFile) -> Result<Self, writer::TrafficError> {
-        let mut traffic = Self::default();
-        traffic.log_path = Some(file.path().to_owned());
-        let (queue, handle) = writer::spawn(file, QUEUE, Arc::clone(&traffic.counters))?;
-        traffic.queue = Mutex::new(Some(queue));
-        traffic.writer = Mutex::new(Some(handle));
-        Ok(traffic)
+        let counters = Arc::<Counters>::default();
+        let log_path = Some(file.path().to_owned());
+        let (queue, handle) = writer::spawn(file, QUEUE, Arc::clone(&counters))?;
+        Ok(Self {
+            queue: Mutex::new(Some(queue)),
+            writer: Mutex::new(Some(handle)),
+            log_path,
+            counters,
+            ..Self::default()
+        })
     }
 
     /// The log file, when traffic is logged.
