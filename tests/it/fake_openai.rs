@@ -489,7 +489,10 @@ fn judge_reply(prompt: &str) -> Option<String> {
         None => answer.trim().chars().count() % 2 == 0,
     };
     let verdict = if correct { "correct" } else { "incorrect" };
-    Some(json!({"reason": format!("compared with {}", reference.trim()), "verdict": verdict}).to_string())
+    Some(
+        json!({"reason": format!("compared with {}", reference.trim()), "verdict": verdict})
+            .to_string(),
+    )
 }
 
 /// Dimensions of the fake embeddings.

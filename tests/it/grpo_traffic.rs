@@ -392,9 +392,13 @@ fn imported_traces_in_both_formats_train_versions_naming_their_ids() {
 fn bad_lines_stop_the_run_naming_the_file_and_line() {
     let scratch = Scratch::new();
     let small = crate::common::small_distiller();
+    // Run ids default to the second: each attempt gets its own.
+    let attempts = std::cell::Cell::new(0);
     let gym = |scratch: &Scratch, args: &[String]| {
         let mut args = args.to_vec();
         args.extend(small.iter().cloned());
+        attempts.set(attempts.get() + 1);
+        args.extend(["--run-id".to_owned(), format!("bad-{}", attempts.get())]);
         gym(scratch, &args)
     };
     let dir = scratch.dir.path();
