@@ -265,7 +265,7 @@ fn chat_record(value: &Value) -> Result<ChatRecord, String> {
     };
     let approved = ["thumbs", "feedback", "rating"]
         .iter()
-        .find_map(|name| field(*name).and_then(verdict));
+        .find_map(|name| field(name).and_then(verdict));
     Ok(ChatRecord {
         id,
         messages,

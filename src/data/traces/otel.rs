@@ -146,8 +146,11 @@ fn span_id(span: &Value) -> Result<String, String> {
     }
 }
 
+/// A span's conversation and its answer (if logged).
+type Exchange = (Vec<Message>, Option<String>);
+
 /// A span's conversation and answer, or `None` for a span with no GenAI messages.
-fn span_messages(span: &Value) -> Result<Option<(Vec<Message>, Option<String>)>, String> {
+fn span_messages(span: &Value) -> Result<Option<Exchange>, String> {
     if !span.is_object() {
         return Err(format!(
             "a span is {}; expected an object",

@@ -170,7 +170,7 @@ pub fn log_files(path: &Path) -> Result<Vec<PathBuf>, DataError> {
             rotated.push((number, entry.path()));
         }
     }
-    rotated.sort_by(|a, b| b.0.cmp(&a.0));
+    rotated.sort_by_key(|(number, _)| std::cmp::Reverse(*number));
     let mut files: Vec<PathBuf> = rotated.into_iter().map(|(_, p)| p).collect();
     // Between a rotation's rename and the new file's creation only the siblings exist.
     if path.exists() || files.is_empty() {
