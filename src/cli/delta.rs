@@ -229,6 +229,7 @@ fn refine(args: &CompressArgs, model: &Path, dense: &Dense, bits: &mut Bits) -> 
             answer_field: None,
             id_field: None,
             skip_bad_lines: false,
+            source: Default::default(),
         }
         .load(split, 0)?;
         dataset

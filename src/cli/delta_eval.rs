@@ -79,6 +79,7 @@ pub fn heldout_scores(
         answer_field: None,
         id_field: None,
         skip_bad_lines: false,
+        source: Default::default(),
     }
     .load(Split::Heldout, args.eval_seed)?;
     let settings = EvalSettings {

@@ -21,13 +21,19 @@ use gym::rollout::prompt::Shown;
 use super::backend_args::{BackendArgs, SamplingArgs, runtime};
 use super::tool_args::ToolArgs;
 
+/// The dataset when none is named.
+pub const DEFAULT_DATASET: &str = "builtin:arith";
+
 /// Where the queries come from.
 #[derive(Debug, Clone, Args)]
 pub struct DatasetArgs {
-    /// A JSONL, JSON-array or CSV file, or a built-in suite: builtin:arith, builtin:compare,
-    /// builtin:letters.
-    #[arg(long, env = "GYM_DATASET", default_value = "builtin:arith")]
+    /// A JSONL, JSON-array or CSV file, a built-in suite (builtin:arith, builtin:compare,
+    /// builtin:letters), a traffic log (traffic:LOG) or a trace file (traces:FILE).
+    #[arg(long, env = "GYM_DATASET", default_value = DEFAULT_DATASET)]
     pub dataset: String,
+
+    #[command(flatten)]
+    pub source: SourceArgs,
 
     /// Use only the first N queries.
     #[arg(long, visible_alias = "samples")]
@@ -50,10 +56,83 @@ pub struct DatasetArgs {
     pub skip_bad_lines: bool,
 }
 
+/// Traffic logs and imported traces as the source of queries (see docs/traffic-learning.md).
+#[derive(Debug, Clone, Args)]
+pub struct SourceArgs {
+    /// Use the requests a `gym serve --traffic-log LOG` logged (and its rotated LOG.1, LOG.2,
+    /// …) that got feedback with a reference or an approval; in place of --dataset.
+    #[arg(long, value_name = "LOG", conflicts_with = "from_traces")]
+    pub from_traffic: Option<PathBuf>,
+
+    /// Use imported conversations: OpenAI chat JSONL (`{"messages": [...]}` per line, the last
+    /// assistant message the reference) or OpenTelemetry GenAI spans as OTLP JSON; in place of
+    /// --dataset.
+    #[arg(long, value_name = "FILE")]
+    pub from_traces: Option<PathBuf>,
+
+    /// The format of --from-traces (default: told from the file).
+    #[arg(long, value_enum, requires = "from_traces")]
+    pub traces_format: Option<data::TraceFormat>,
+
+    /// Share of the traffic or trace queries held out for the final evaluation, chosen by a
+    /// hash of each query's id (so a query stays on its side as the log grows).
+    #[arg(long, default_value_t = data::DEFAULT_HELDOUT_FRACTION)]
+    pub heldout_fraction: f64,
+
+    /// A feedback reward (or a trace's score) at or above this approves the logged answer,
+    /// which then becomes the reference.
+    #[arg(long, default_value_t = data::DEFAULT_APPROVE_REWARD)]
+    pub approve_reward: f64,
+}
+
+impl Default for SourceArgs {
+    fn default() -> Self {
+        Self {
+            from_traffic: None,
+            from_traces: None,
+            traces_format: None,
+            heldout_fraction: data::DEFAULT_HELDOUT_FRACTION,
+            approve_reward: data::DEFAULT_APPROVE_REWARD,
+        }
+    }
+}
+
 impl DatasetArgs {
+    /// The source as the data layer names it: `--dataset`, or `traffic:LOG` / `traces:FILE`
+    /// for --from-traffic / --from-traces (which refuse a --dataset beside them).
+    pub fn source_name(&self) -> anyhow::Result<String> {
+        let (flag, name) = match (&self.source.from_traffic, &self.source.from_traces) {
+            (Some(log), _) => (
+                "--from-traffic",
+                format!("{}{}", data::TRAFFIC_PREFIX, log.display()),
+            ),
+            (None, Some(file)) => (
+                "--from-traces",
+                format!("{}{}", data::TRACES_PREFIX, file.display()),
+            ),
+            (None, None) => return Ok(self.dataset.clone()),
+        };
+        anyhow::ensure!(
+            self.dataset == DEFAULT_DATASET,
+            "{flag} and --dataset {} (or $GYM_DATASET) name two sources; give one",
+            self.dataset
+        );
+        Ok(name)
+    }
+
+    /// Loads `split`, printing what a traffic log or trace file left out to stderr.
     pub fn load(&self, split: Split, seed: u64) -> anyhow::Result<Dataset> {
+        let dataset = self.load_quietly(split, seed)?;
+        if let Some(report) = &dataset.source {
+            eprintln!("{}: {report}", self.source_name()?);
+        }
+        Ok(dataset)
+    }
+
+    /// Loads `split` without the summary of a traffic log or trace file (already printed).
+    pub fn load_quietly(&self, split: Split, seed: u64) -> anyhow::Result<Dataset> {
         let spec = DatasetSpec {
-            source: self.dataset.clone(),
+            source: self.source_name()?,
             split,
             question_field: self.question_field.clone(),
             answer_field: self.answer_field.clone(),
@@ -61,6 +140,11 @@ impl DatasetArgs {
             skip_bad_lines: self.skip_bad_lines,
             limit: self.limit,
             seed,
+            source_options: data::SourceOptions {
+                heldout_fraction: self.source.heldout_fraction,
+                approve_reward: self.source.approve_reward,
+            },
+            traces_format: self.source.traces_format,
         };
         let dataset = data::load(&spec)?;
         if !dataset.skipped.is_empty() {
@@ -227,7 +311,7 @@ impl EvalArgs {
                 let dataset = self.dataset.load(Split::Train, self.sampling.seed)?;
                 eprintln!(
                     "note: {} has no `split` field; evaluating all {} queries",
-                    self.dataset.dataset,
+                    self.dataset.source_name()?,
                     dataset.samples.len()
                 );
                 Ok((dataset, "whole file".into()))
@@ -298,7 +382,7 @@ impl EvalArgs {
         let queries = dataset.samples.len();
         let header = format!(
             "dataset {} ({}, {} quer{})\nmodel   {}, k={}, reward {}, {:.1} s",
-            self.dataset.dataset,
+            self.dataset.source_name()?,
             split,
             queries,
             if queries == 1 { "y" } else { "ies" },

@@ -418,7 +418,7 @@ impl GrpoArgs {
             Some(FallbackKind::Finetune) => {
                 let mut dataset = self.dataset.clone();
                 dataset.limit = Some(self.fallback.fallback_eval_limit.max(1));
-                let heldout = dataset.load(Split::Heldout, self.sampling.seed)?;
+                let heldout = dataset.load_quietly(Split::Heldout, self.sampling.seed)?;
                 let checker = Checker {
                     backend: Arc::clone(&rollout_backend),
                     verifier: Arc::clone(&verifier),
@@ -455,7 +455,7 @@ impl GrpoArgs {
             distill_backend,
             verifier: Arc::clone(&verifier),
             embedder,
-            dataset: self.dataset.dataset.clone(),
+            dataset: self.dataset.source_name()?,
             samples: train.samples.clone(),
             instruction: train.instruction.clone(),
             library,
@@ -505,13 +505,15 @@ impl GrpoArgs {
                 return Ok(ExitCode::from(STOPPED_EXIT));
             }
         };
-        let summary = match summary {
+        let mut summary = match summary {
             Ok(summary) => summary,
             Err(error) => {
                 screen.close();
                 return Err(error.into());
             }
         };
+        // What the traffic log or trace file left out goes into the summary and the report.
+        summary.source = train.source.clone();
         gym::durable::write(
             &dir.join("summary.json"),
             &serde_json::to_vec_pretty(&summary)?,
@@ -560,7 +562,7 @@ impl GrpoArgs {
         if !self.no_eval && self.eval_limit > 0 {
             let mut dataset = self.dataset.clone();
             dataset.limit = Some(self.eval_limit);
-            let heldout = dataset.load(Split::Heldout, self.sampling.seed)?;
+            let heldout = dataset.load_quietly(Split::Heldout, self.sampling.seed)?;
             let library = Library::open(&self.library_dir, &self.library)?;
             let version = library.head_version();
             let experiences = Shown::active(library.head());
@@ -611,7 +613,7 @@ impl GrpoArgs {
             }
             let header = format!(
                 "dataset {} (heldout, {} queries)\nmodel   {}, k={}, reward {}",
-                self.dataset.dataset,
+                self.dataset.source_name()?,
                 heldout.samples.len(),
                 rollout_backend.model(),
                 self.eval_k,

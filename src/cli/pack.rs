@@ -322,7 +322,7 @@ pub fn describe(d: &Described<'_>) -> anyhow::Result<Evaluation> {
         model: model_ref(d.backend)?,
         decoding: d.sampling.clone(),
         dataset: DatasetRef {
-            source: d.dataset_args.dataset.clone(),
+            source: d.dataset_args.source_name()?,
             split: d.split.to_owned(),
             limit: d.dataset_args.limit,
             question_field: d.dataset_args.question_field.clone(),

@@ -79,6 +79,12 @@ pub enum RecordError {
         /// The csv crate's message.
         message: String,
     },
+    /// A record that parses but breaks the format's rules (a reward out of range, …).
+    #[error("{message}")]
+    Invalid {
+        /// What is wrong.
+        message: String,
+    },
     /// A second record with an id already taken.
     #[error("duplicate id {} (first used on line {first_line})", quoted(id))]
     DuplicateId {
@@ -194,6 +200,55 @@ pub enum DataError {
         /// The file or `builtin:NAME`.
         source_name: String,
         /// Why: all skipped, no record of the split, a limit of 0, ….
+        why: String,
+    },
+    /// A traffic log whose first line is not the header.
+    #[error(
+        "{} is not a Gym traffic log: its first line must be the header \
+         {{\"kind\":\"header\",\"gym_traffic\":1,…}} that `gym serve --traffic-log` writes",
+        path.display()
+    )]
+    NotTrafficLog {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A source past [`MAX_SOURCE_BYTES`](super::source::MAX_SOURCE_BYTES).
+    #[error(
+        "{}: the source is larger than {} MiB, more than Gym reads at once; keep less \
+         (rotate the traffic log, split the trace file)",
+        path.display(),
+        limit / (1024 * 1024)
+    )]
+    TooLarge {
+        /// The file being read when the limit was passed.
+        path: PathBuf,
+        /// The limit in bytes.
+        limit: u64,
+    },
+    /// A source option out of range.
+    #[error("{name}: {why}")]
+    BadOption {
+        /// The flag.
+        name: &'static str,
+        /// What is wrong with its value.
+        why: String,
+    },
+    /// A bad record of a trace file: `at` is its line, and for OTLP the span.
+    #[error("{}: {at}: {why}", path.display())]
+    Trace {
+        /// The file.
+        path: PathBuf,
+        /// `line 3`, `line 1, resourceSpans[0].scopeSpans[0].spans[2] (span 00f0…)`.
+        at: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A trace file whose format cannot be told.
+    #[error("{}: cannot tell the trace format: {why}; pass --traces-format openai-chat or otlp", path.display())]
+    UnknownTraceFormat {
+        /// The file.
+        path: PathBuf,
+        /// What was found.
         why: String,
     },
     /// `builtin:NAME` with a name that is not a built-in suite.

@@ -7,6 +7,15 @@
 //!   question and answer fields default to the first present of [`QUESTION_FIELDS`] and
 //!   [`ANSWER_FIELDS`]; numbers are accepted and kept as their text. The id is the `id` field
 //!   when there is one, else `<file stem>:<line>` (`<file stem>:<index>` in a JSON array).
+//! - **Traffic logs**, `traffic:PATH`: what `gym serve --traffic-log PATH` wrote (with its
+//!   rotated `PATH.1`, `PATH.2`, …); a request becomes a query when its feedback gives a
+//!   reference or approves an answer (see [`traffic`]).
+//! - **Imported traces**, `traces:PATH`: OpenAI chat JSONL or OpenTelemetry GenAI spans in
+//!   OTLP JSON (see [`traces`]).
+//!
+//!   Both have no split of their own: a query is held out when its hashed id falls below
+//!   [`SourceOptions::heldout_fraction`], and their default reward is the `judge`, since chat
+//!   answers are free text. What was left out and why is in [`Dataset::source`].
 //! - **Built-in suites**, `builtin:NAME` (see [`builtin_suites`]): generated from the seed,
 //!   500 train and 200 held-out questions with no problem in both, ids like
 //!   `arith-train-0007`, and a default reward spec and answer-format instruction.
@@ -32,21 +41,34 @@
 //! ```
 
 mod builtin;
+pub mod conversation;
 mod error;
 mod file;
 mod record;
 pub(crate) use record::json_kind;
+mod source;
 mod split;
+pub mod traces;
+pub mod traffic;
 
 use serde::{Deserialize, Serialize};
 
 pub use builtin::{HELDOUT_SIZE, TRAIN_SIZE};
 pub use error::{DataError, RecordError, SkippedRecord};
 pub use record::{ANSWER_FIELDS, ID_FIELD, QUESTION_FIELDS, SPLIT_FIELD};
+pub use source::{
+    DEFAULT_APPROVE_REWARD, DEFAULT_HELDOUT_FRACTION, LeftOut, LeftOutCount, MAX_SOURCE_BYTES,
+    SourceOptions, SourceReport,
+};
 pub use split::Split;
+pub use traces::TraceFormat;
 
 /// The prefix that marks a built-in suite in [`DatasetSpec::source`].
 pub const BUILTIN_PREFIX: &str = "builtin:";
+/// The prefix that marks a traffic log in [`DatasetSpec::source`].
+pub const TRAFFIC_PREFIX: &str = "traffic:";
+/// The prefix that marks an imported trace file in [`DatasetSpec::source`].
+pub const TRACES_PREFIX: &str = "traces:";
 
 /// One query with its reference answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,9 +81,9 @@ pub struct Sample {
 }
 
 /// What to load.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DatasetSpec {
-    /// A file path, or `builtin:NAME`.
+    /// A file path, `builtin:NAME`, `traffic:PATH` or `traces:PATH`.
     pub source: String,
     pub split: Split,
     /// The question's field; `None` tries [`QUESTION_FIELDS`] in order.
@@ -76,6 +98,12 @@ pub struct DatasetSpec {
     pub limit: Option<usize>,
     /// Seed of the built-in suites; files ignore it.
     pub seed: u64,
+    /// The held-out fraction and approval threshold of traffic logs and traces.
+    #[serde(default)]
+    pub source_options: SourceOptions,
+    /// The format of a `traces:` file; `None` tells it from the file.
+    #[serde(default)]
+    pub traces_format: Option<TraceFormat>,
 }
 
 impl DatasetSpec {
@@ -90,6 +118,8 @@ impl DatasetSpec {
             skip_bad_lines: false,
             limit: None,
             seed: 0,
+            source_options: SourceOptions::default(),
+            traces_format: None,
         }
     }
 }
@@ -107,6 +137,9 @@ pub struct Dataset {
     pub default_reward: Option<String>,
     /// The answer-format instruction for the prompt; `None` for files.
     pub instruction: Option<String>,
+    /// For traffic logs and traces: what was read, how many queries it made and every record
+    /// left out with its reason.
+    pub source: Option<SourceReport>,
 }
 
 /// The built-in suite names, without the `builtin:` prefix.
@@ -121,9 +154,21 @@ pub fn builtin_suites() -> &'static [&'static str] {
 /// [`DataError`] when the source cannot be read, a record is bad (and bad records are not
 /// skipped), the split does not exist, or no sample is left.
 pub fn load(spec: &DatasetSpec) -> Result<Dataset, DataError> {
-    let mut dataset = match spec.source.strip_prefix(BUILTIN_PREFIX) {
-        Some(name) => builtin::load(name.trim(), spec.split, spec.seed)?,
-        None => file::load(spec)?,
+    let path = |rest: &str| std::path::PathBuf::from(rest);
+    let mut dataset = if let Some(name) = spec.source.strip_prefix(BUILTIN_PREFIX) {
+        builtin::load(name.trim(), spec.split, spec.seed)?
+    } else if let Some(rest) = spec.source.strip_prefix(TRAFFIC_PREFIX) {
+        traffic::load(&spec.source, &path(rest), spec.split, spec.source_options)?
+    } else if let Some(rest) = spec.source.strip_prefix(TRACES_PREFIX) {
+        traces::load(
+            &spec.source,
+            &path(rest),
+            spec.split,
+            spec.source_options,
+            spec.traces_format,
+        )?
+    } else {
+        file::load(spec)?
     };
     if let Some(limit) = spec.limit {
         if limit == 0 {

@@ -126,6 +126,9 @@ pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) 
             summary.dropped_ops, summary.near_duplicates, summary.verifier_failures
         );
     }
+    if let Some(source) = &summary.source {
+        out.push_str(&source_markdown(source));
+    }
     if let Some(eval) = eval {
         let _ = writeln!(
             out,
@@ -160,6 +163,46 @@ pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) 
                 "Δ Mean@k library − placebo: {:+.3} [{:+.3}, {:+.3}] (95% bootstrap interval; \
                  the placebo is a neutral text of the same length and form).",
                 delta.value, delta.low, delta.high
+            );
+        }
+    }
+    out
+}
+
+/// The report's section on a traffic log or trace file: what it made, and what it left out.
+fn source_markdown(source: &crate::data::SourceReport) -> String {
+    let mut out = String::new();
+    let files: Vec<String> = source
+        .files
+        .iter()
+        .map(|f| format!("`{}`", cell(f)))
+        .collect();
+    let _ = writeln!(
+        out,
+        "\n## Source\n\n{} ({}): {} records → {} queries ({} train, {} held-out).",
+        files.join(", "),
+        source.format,
+        source.records,
+        source.queries,
+        source.train,
+        source.heldout
+    );
+    if source.torn_lines > 0 {
+        let _ = writeln!(
+            out,
+            "\n{} unfinished last line(s) (a write in progress) ignored.",
+            source.torn_lines
+        );
+    }
+    if !source.left_out.is_empty() {
+        let _ = writeln!(out, "\n| left out | count | first ids |\n|---|---:|---|");
+        for left in &source.left_out {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} |",
+                cell(left.reason.describe()),
+                left.count,
+                cell(&left.examples.join(", "))
             );
         }
     }
@@ -406,6 +449,42 @@ mod tests {
         // A pipe inside a reason does not split the cell.
         assert!(
             text.contains("no change: no group \\| differed |"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_traffic_run_reports_what_its_source_left_out() {
+        use crate::data::{LeftOut, LeftOutCount, SourceReport};
+        let mut with_source = summary();
+        assert!(!markdown(&with_source, "l", None).contains("## Source"));
+        with_source.source = Some(SourceReport {
+            format: "traffic".into(),
+            files: vec!["t.jsonl.1".into(), "t.jsonl".into()],
+            records: 5,
+            queries: 2,
+            train: 1,
+            heldout: 1,
+            torn_lines: 1,
+            left_out: vec![LeftOutCount {
+                reason: LeftOut::Unverifiable,
+                count: 3,
+                examples: vec!["req-1".into(), "req-2".into(), "req-3".into()],
+            }],
+        });
+        let text = markdown(&with_source, "l", None);
+        assert!(
+            text.contains(
+                "`t.jsonl.1`, `t.jsonl` (traffic): 5 records → 2 queries (1 train, 1 held-out)."
+            ),
+            "{text}"
+        );
+        assert!(text.contains("1 unfinished last line(s)"), "{text}");
+        assert!(
+            text.contains(&format!(
+                "| {} | 3 | req-1, req-2, req-3 |",
+                LeftOut::Unverifiable
+            )),
             "{text}"
         );
     }

@@ -77,6 +77,10 @@ pub struct RunSummary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_at: Option<u32>,
     pub elapsed_s: f64,
+    /// For a run on a traffic log or trace file: what it was read into, and every record left
+    /// out with its reason (unverifiable requests among them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<crate::data::SourceReport>,
 }
 
 impl RunSummary {
@@ -101,6 +105,7 @@ impl RunSummary {
             budget_exhausted: false,
             stopped_at: None,
             elapsed_s: 0.0,
+            source: None,
         }
     }
 

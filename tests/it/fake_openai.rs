@@ -456,9 +456,13 @@ fn is_stage(request: &Value) -> bool {
         || prompt.contains("Attempts:\n")
 }
 
-/// What a capable model answers to each of the distillation stages' prompts.
+/// What a capable model answers to each of the distillation stages' prompts, and to the LLM
+/// judge's (see [`judge_reply`]).
 fn distill_reply(request: &Value) -> String {
     let prompt = last_message(request);
+    if let Some(verdict) = judge_reply(prompt) {
+        return verdict;
+    }
     let (condition, strategy) = LESSON;
     if prompt.contains("Proposed changes:") {
         json!({"ops": [{"from": [1], "condition": condition, "strategy": strategy, "op": "add"}]})
@@ -470,6 +474,25 @@ fn distill_reply(request: &Value) -> String {
     } else {
         "The attempt counted the letters of the word and gave a total.".into()
     }
+}
+
+/// The verdict a judge gives to a `gym` judge prompt (`None` for other prompts). A reply of
+/// the fake policy (`… Answer: X`) is correct when X is the reference; free text (the small
+/// local model's) when its length is even: a stand-in whose verdicts differ between sampled
+/// answers as a real judge's do, without modelling one.
+fn judge_reply(prompt: &str) -> Option<String> {
+    let (_, rest) = prompt.split_once("Reference answer:\n")?;
+    let (reference, rest) = rest.split_once("\n\nStudent's answer:\n")?;
+    let (answer, _) = rest.rsplit_once("\n\nReply with JSON only")?;
+    let correct = match answer.rsplit_once("Answer:") {
+        Some((_, given)) => given.trim().eq_ignore_ascii_case(reference.trim()),
+        None => answer.trim().chars().count() % 2 == 0,
+    };
+    let verdict = if correct { "correct" } else { "incorrect" };
+    Some(
+        json!({"reason": format!("compared with {}", reference.trim()), "verdict": verdict})
+            .to_string(),
+    )
 }
 
 /// Dimensions of the fake embeddings.

@@ -28,6 +28,7 @@ mod gov_http;
 mod grpo_cli;
 mod grpo_concurrent;
 mod grpo_resume;
+mod grpo_traffic;
 mod judge;
 mod library_bad_input;
 mod library_cli;

@@ -62,6 +62,7 @@ pub(super) fn rerun(
         answer_field: named.answer_field.clone(),
         id_field: named.id_field.clone(),
         skip_bad_lines: false,
+        source: Default::default(),
     };
     let split = if named.split == "heldout" {
         Split::Heldout

@@ -79,6 +79,7 @@ pub(crate) fn load(name: &str, split: Split, seed: u64) -> Result<Dataset, DataE
         skipped: Vec::new(),
         default_reward: Some(suite.reward.to_owned()),
         instruction: Some(suite.instruction.to_owned()),
+        source: None,
     })
 }
 

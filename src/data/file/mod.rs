@@ -72,6 +72,7 @@ pub(crate) fn load(spec: &DatasetSpec) -> Result<Dataset, DataError> {
         skipped,
         default_reward: None,
         instruction: None,
+        source: None,
     })
 }
 
