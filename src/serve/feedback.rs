@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 use super::AppState;
 use super::error::ApiError;
 use super::request_id;
-use super::traffic::record::{FeedbackRecord, Line, Thumbs, now};
+use super::traffic::record::{Thumbs, TrafficFeedback, TrafficRecord, now};
 
 /// Largest feedback body, in bytes.
 pub const MAX_BODY: usize = 256 << 10;
@@ -188,15 +188,15 @@ pub async fn post(
         }
         _ => false,
     };
-    let record = FeedbackRecord {
+    let record = TrafficFeedback {
         request_id: feedback.request_id.clone(),
         at: now(),
-        choice: u32::try_from(feedback.choice).unwrap_or(u32::MAX),
+        choice: feedback.choice,
         reward: feedback.reward,
         thumbs: feedback.thumbs,
         reference: feedback.reference.clone(),
     };
-    let logged = app.traffic.log(&Line::Feedback(record.clone()));
+    let logged = app.traffic.log(&TrafficRecord::Feedback(record.clone()));
     let ids: Vec<String> = served.experiences.iter().map(ToString::to_string).collect();
     Ok(Json(json!({
         "request_id": record.request_id,

@@ -84,6 +84,9 @@ pub struct TrafficRequest {
     /// The HTTP status of the reply.
     #[serde(default)]
     pub status: u16,
+    /// Some answer text was cut at the server's capture bound (absent when nothing was).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
 }
 
 /// Thumbs on an answer.

@@ -34,7 +34,7 @@ use axum::response::{IntoResponse as _, Response};
 use futures::Stream;
 
 use self::capture::Answers;
-use self::record::{Line, Prompt, RequestRecord, now};
+use self::record::{Prompt, TrafficRecord, TrafficRequest, now};
 use self::writer::{Counters, LogFile, Queue};
 use super::AppState;
 use super::error::ApiError;
@@ -156,7 +156,7 @@ impl Traffic {
     }
 
     /// Queues `line` for the log; whether it was (false: no log, or the queue was full).
-    pub fn log(&self, line: &Line) -> bool {
+    pub fn log(&self, line: &TrafficRecord) -> bool {
         let queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         let Some(queue) = queue.as_ref() else {
             return false;
@@ -328,7 +328,7 @@ impl Pending {
         if traffic.log_path.is_none() {
             return;
         }
-        let record = RequestRecord {
+        let record = TrafficRequest {
             request_id,
             at,
             route: route.to_owned(),
@@ -343,7 +343,7 @@ impl Pending {
             status,
             truncated: answers.truncated,
         };
-        traffic.log(&Line::Request(record));
+        traffic.log(&TrafficRecord::Request(record));
     }
 }
 

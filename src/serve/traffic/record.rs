@@ -1,76 +1,14 @@
-//! The lines of a traffic log (the format `gym grpo --from-traffic` reads): a header, served
-//! requests, and feedback on them. One JSON object per line, `kind` says which.
+//! What the server writes into a traffic log: the record types are the data layer's
+//! ([`crate::data::traffic`], which `gym grpo --from-traffic` reads them with), so writer and
+//! reader cannot drift apart; this module adds the server's side, reading what a request body
+//! says (its model and messages) for each route.
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// The format's version, in the header's `gym_traffic`.
-pub const FORMAT_VERSION: u32 = 1;
-
-/// A line of the log.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub enum Line {
-    Header(Header),
-    Request(RequestRecord),
-    Feedback(FeedbackRecord),
-}
-
-/// The first line of every log file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Header {
-    pub gym_traffic: u32,
-    /// RFC 3339, UTC.
-    pub created_at: String,
-}
-
-/// One message of a request, as text.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Message {
-    /// `system`, `user`, `assistant` or `tool`.
-    pub role: String,
-    pub content: String,
-}
-
-/// A served request: what the client sent, what was injected, and what it was answered.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RequestRecord {
-    pub request_id: String,
-    pub at: String,
-    pub route: String,
-    /// The model as the client named it.
-    pub model: String,
-    pub library: Option<String>,
-    pub version: Option<u64>,
-    pub root: Option<String>,
-    pub experiences: Vec<String>,
-    pub messages: Vec<Message>,
-    pub answers: Vec<String>,
-    pub finish_reasons: Vec<String>,
-    pub status: u16,
-    /// Some answer text was cut at the capture bound (absent when nothing was).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub truncated: bool,
-}
-
-/// Thumbs on an answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Thumbs {
-    Up,
-    Down,
-}
-
-/// Feedback on one answer (`choice`) of a served request.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FeedbackRecord {
-    pub request_id: String,
-    pub at: String,
-    pub choice: u32,
-    pub reward: Option<f64>,
-    pub thumbs: Option<Thumbs>,
-    pub reference: Option<String>,
-}
+pub use crate::data::conversation::Message;
+pub use crate::data::traffic::{
+    TRAFFIC_FORMAT, Thumbs, TrafficFeedback, TrafficHeader, TrafficRecord, TrafficRequest,
+};
 
 /// Now, as the log writes times.
 pub fn now() -> String {
@@ -176,15 +114,15 @@ mod tests {
 
     #[test]
     fn lines_are_written_in_the_documented_shape() {
-        let header = Line::Header(Header {
-            gym_traffic: FORMAT_VERSION,
+        let header = TrafficRecord::Header(TrafficHeader {
+            gym_traffic: TRAFFIC_FORMAT,
             created_at: "2026-11-25T17:00:00.000Z".into(),
         });
         assert_eq!(
             serde_json::to_value(&header).unwrap(),
             json!({"kind": "header", "gym_traffic": 1, "created_at": "2026-11-25T17:00:00.000Z"})
         );
-        let feedback = Line::Feedback(FeedbackRecord {
+        let feedback = TrafficRecord::Feedback(TrafficFeedback {
             request_id: "req-1".into(),
             at: "t".into(),
             choice: 0,
@@ -201,7 +139,7 @@ mod tests {
             "route": "/v1/chat/completions", "model": "gym", "library": null, "version": null,
             "root": null, "experiences": [], "messages": [{"role": "user", "content": "hi"}],
             "answers": ["yo"], "finish_reasons": ["stop"], "status": 200, "later": 1});
-        let line: Line = serde_json::from_value(request.clone()).unwrap();
+        let line: TrafficRecord = serde_json::from_value(request.clone()).unwrap();
         let mut written = serde_json::to_value(&line).unwrap();
         written["later"] = json!(1);
         assert_eq!(

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::time::{Duration, SystemTime};
 
-use super::record::{FORMAT_VERSION, Header, Line, now};
+use super::record::{TRAFFIC_FORMAT, TrafficHeader, TrafficRecord, now};
 use crate::durable::{AppendLog, Durability, WriteError, sync_dir};
 
 /// How long the writer waits for records before checking the age limit again.
@@ -85,7 +85,7 @@ impl LogFile {
         let mut size = bytes.len() as u64;
         let created = match bytes.split(|&b| b == b'\n').next() {
             Some(first) if !first.is_empty() => match serde_json::from_slice(first) {
-                Ok(Line::Header(header)) if header.gym_traffic == FORMAT_VERSION => {
+                Ok(TrafficRecord::Header(header)) if header.gym_traffic == TRAFFIC_FORMAT => {
                     chrono::DateTime::parse_from_rfc3339(&header.created_at)
                         .map_or_else(|_| SystemTime::now(), SystemTime::from)
                 }
@@ -226,8 +226,8 @@ impl LogFile {
 }
 
 fn header_line() -> Vec<u8> {
-    let header = Line::Header(Header {
-        gym_traffic: FORMAT_VERSION,
+    let header = TrafficRecord::Header(TrafficHeader {
+        gym_traffic: TRAFFIC_FORMAT,
         created_at: now(),
     });
     serde_json::to_vec(&header).expect("a header serializes")
