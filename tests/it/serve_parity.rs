@@ -529,10 +529,11 @@ print(json.dumps(out))
         }
         assert!(metric(after, "gym:prefix_cache_hits_total") > 0.0);
         let count = |text: &str, name: &str| {
-            text.lines()
-                .any(|line| line.starts_with(name))
-                .then(|| metric(text, &format!("{name}{model}")))
-                .unwrap_or(0.0)
+            if text.lines().any(|line| line.starts_with(name)) {
+                metric(text, &format!("{name}{model}"))
+            } else {
+                0.0
+            }
         };
         assert_eq!(count(before, "gym:e2e_request_latency_seconds_count"), 0.0);
         // Eight answered: two plain, two streamed, four concurrent (the one left is not).
