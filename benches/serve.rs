@@ -110,6 +110,7 @@ impl Backend for Instant {
                 usage: Usage {
                     prompt_tokens: 10,
                     completion_tokens: 3,
+                    cached_prompt_tokens: 0,
                 },
                 cost_usd: None,
                 retries: 0,

@@ -147,6 +147,7 @@ impl Share {
             usage: Usage {
                 prompt_tokens: group.usage.prompt_tokens / n,
                 completion_tokens: 0,
+                cached_prompt_tokens: group.usage.cached_prompt_tokens / n,
             },
             cost_usd: group.cost_usd.map(|c| c / n as f64),
             retries: group.retries,

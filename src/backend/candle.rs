@@ -168,6 +168,7 @@ fn sample_group(base: &BaseModel, request: &GroupRequest) -> Result<Group, Backe
     let mut usage = Usage {
         prompt_tokens: prompt.len() as u64,
         completion_tokens: 0,
+        cached_prompt_tokens: 0,
     };
     for i in 0..request.n {
         let seed = request.sampling.seed_for(i);

@@ -296,12 +296,22 @@ pub struct Completion {
 pub struct Usage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// Of `prompt_tokens`, those the model did not evaluate because it reused the KV cells of
+    /// an earlier prompt with the same prefix (OpenAI's `prompt_tokens_details.cached_tokens`);
+    /// 0 where the backend cannot tell.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cached_prompt_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, other: Self) {
         self.prompt_tokens += other.prompt_tokens;
         self.completion_tokens += other.completion_tokens;
+        self.cached_prompt_tokens += other.cached_prompt_tokens;
     }
 }
 
@@ -338,6 +348,9 @@ pub struct BackendStats {
     /// answered; their sequences stopped then (llama.cpp only).
     #[serde(default)]
     pub abandoned_requests: u64,
+    /// Requests sent to the model and not yet decoding, now (llama.cpp only).
+    #[serde(default)]
+    pub queued_requests: u64,
 }
 
 /// A chat model that samples groups of completions.

@@ -135,6 +135,7 @@ mod tests {
         let usage = Usage {
             prompt_tokens: 1_000_000,
             completion_tokens: 500_000,
+            cached_prompt_tokens: 0,
         };
         assert!((table.get("gpt-4o-mini").unwrap().cost(usage) - 0.45).abs() < 1e-12);
         assert_eq!(

@@ -166,6 +166,7 @@ impl RolloutBench {
             let gym::backend::Usage {
                 prompt_tokens,
                 completion_tokens,
+                ..
             } = usage;
             Ok((times[times.len() / 2], prompt_tokens, completion_tokens))
         };

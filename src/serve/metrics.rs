@@ -1,4 +1,12 @@
 //! Counters the server keeps and exports in the Prometheus text format at `GET /metrics`.
+//!
+//! Besides Gym's own `gym_*` families, the serving figures vLLM and llama.cpp servers export
+//! are here under the names vLLM gives them, with the `gym:` prefix in place of `vllm:`
+//! (`gym:time_to_first_token_seconds`, `gym:time_per_output_token_seconds`,
+//! `gym:e2e_request_latency_seconds`, `gym:prompt_tokens_total`,
+//! `gym:generation_tokens_total`, `gym:prefix_cache_queries_total`,
+//! `gym:prefix_cache_hits_total`, `gym:num_requests_running`, `gym:num_requests_waiting`),
+//! so dashboards built for those servers read Gym's too.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -44,6 +52,25 @@ struct Inner {
     escalations: BTreeMap<(String, String), u64>,
     prompt_tokens: u64,
     completion_tokens: u64,
+    /// Prompt tokens the model took from KV cells of an earlier prompt.
+    cached_prompt_tokens: u64,
+    /// model → time to the first streamed text.
+    first_token: BTreeMap<String, Histogram>,
+    /// model → mean time per output token after the first, of streamed answers.
+    per_output_token: BTreeMap<String, Histogram>,
+    /// model → time from the request's arrival to its last token.
+    end_to_end: BTreeMap<String, Histogram>,
+}
+
+/// How long one answer took.
+#[derive(Debug, Clone, Copy)]
+pub struct Latency {
+    /// From the request's arrival to its last token.
+    pub end_to_end: Duration,
+    /// From the request's arrival to its first text; known for streamed answers only.
+    pub first_token: Option<Duration>,
+    /// Tokens generated (all choices).
+    pub tokens: u64,
 }
 
 #[derive(Default)]
@@ -99,10 +126,36 @@ impl Metrics {
         });
     }
 
-    pub fn tokens(&self, prompt: u64, completion: u64) {
+    /// Tokens a model call consumed (an escalated request counts both calls).
+    pub fn tokens(&self, usage: crate::backend::Usage) {
         self.with(|m| {
-            m.prompt_tokens += prompt;
-            m.completion_tokens += completion;
+            m.prompt_tokens += usage.prompt_tokens;
+            m.completion_tokens += usage.completion_tokens;
+            m.cached_prompt_tokens += usage.cached_prompt_tokens;
+        });
+    }
+
+    /// The latencies of one answered request to `model`.
+    pub fn latency(&self, model: &str, latency: Latency) {
+        self.with(|m| {
+            let total = latency.end_to_end.as_secs_f64();
+            m.end_to_end
+                .entry(model.to_owned())
+                .or_default()
+                .observe(total);
+            if let Some(first) = latency.first_token {
+                let first = first.as_secs_f64();
+                m.first_token
+                    .entry(model.to_owned())
+                    .or_default()
+                    .observe(first);
+                if latency.tokens > 1 {
+                    m.per_output_token
+                        .entry(model.to_owned())
+                        .or_default()
+                        .observe((total - first).max(0.0) / (latency.tokens - 1) as f64);
+                }
+            }
         });
     }
 
@@ -191,9 +244,103 @@ impl Metrics {
                 "gym_tokens_total{{kind=\"completion\"}} {}",
                 m.completion_tokens
             );
+            serving_lines(&mut out, m);
             out
         })
     }
+}
+
+/// The vLLM-named families (`gym:` for `vllm:`).
+fn serving_lines(out: &mut String, m: &Inner) {
+    for (name, help, value) in [
+        (
+            "gym:prompt_tokens_total",
+            "Prompt tokens processed.",
+            m.prompt_tokens,
+        ),
+        (
+            "gym:generation_tokens_total",
+            "Generation tokens processed.",
+            m.completion_tokens,
+        ),
+        (
+            "gym:prefix_cache_queries_total",
+            "Prompt tokens looked up in the prefix cache.",
+            m.prompt_tokens,
+        ),
+        (
+            "gym:prefix_cache_hits_total",
+            "Prompt tokens found in the prefix cache (not evaluated again).",
+            m.cached_prompt_tokens,
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} counter");
+        let _ = writeln!(out, "{name} {value}");
+    }
+    for (name, help, histograms) in [
+        (
+            "gym:time_to_first_token_seconds",
+            "Time to the first token, of streamed requests.",
+            &m.first_token,
+        ),
+        (
+            "gym:time_per_output_token_seconds",
+            "Mean time per output token after the first, of streamed requests.",
+            &m.per_output_token,
+        ),
+        (
+            "gym:e2e_request_latency_seconds",
+            "Time from a generation request's arrival to its last token.",
+            &m.end_to_end,
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        for (model, histogram) in histograms {
+            histogram_lines(out, name, &format!("model_name=\"{model}\","), histogram);
+        }
+    }
+}
+
+/// `gym:num_requests_running` and `gym:num_requests_waiting` per model: requests holding one
+/// of an upstream's slots, and those waiting for a slot or in the local model's queue (which
+/// hold a slot but are not decoding yet).
+pub fn queue_lines(router: &super::router::Router) -> String {
+    use std::sync::atomic::Ordering::Relaxed;
+
+    let mut by_model: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for upstream in router.upstreams() {
+        let queued = upstream.backend.stats().queued_requests;
+        let running = upstream.stats.running.load(Relaxed);
+        let entry = by_model
+            .entry(upstream.backend.model().to_owned())
+            .or_default();
+        entry.0 += running.saturating_sub(queued);
+        entry.1 += upstream.stats.waiting.load(Relaxed) + queued.min(running);
+    }
+    let mut out = String::new();
+    for (index, (name, help)) in [
+        (
+            "gym:num_requests_running",
+            "Requests the model is working on.",
+        ),
+        (
+            "gym:num_requests_waiting",
+            "Requests waiting for the model.",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        for (model, counts) in &by_model {
+            let value = if index == 0 { counts.0 } else { counts.1 };
+            let _ = writeln!(out, "{name}{{model_name=\"{model}\"}} {value}");
+        }
+    }
+    out
 }
 
 /// Each experience's usage counts (`usage.json` of the libraries the server has opened:
@@ -358,7 +505,27 @@ mod tests {
         metrics.request("/v1/chat/completions", 200, Duration::from_millis(30));
         metrics.request("/v1/chat/completions", 400, Duration::from_micros(200));
         metrics.injected("letters", 3, 2, Duration::from_micros(800));
-        metrics.tokens(10, 5);
+        metrics.tokens(crate::backend::Usage {
+            prompt_tokens: 10,
+            completion_tokens: 5,
+            cached_prompt_tokens: 4,
+        });
+        metrics.latency(
+            "smol",
+            Latency {
+                end_to_end: Duration::from_millis(700),
+                first_token: Some(Duration::from_millis(200)),
+                tokens: 6,
+            },
+        );
+        metrics.latency(
+            "smol",
+            Latency {
+                end_to_end: Duration::from_millis(30),
+                first_token: None,
+                tokens: 3,
+            },
+        );
         let text = metrics.render();
         for line in [
             "gym_requests_total{route=\"/v1/chat/completions\",status=\"200\"} 1",
@@ -371,6 +538,19 @@ mod tests {
             "gym_library_requests_total{library=\"letters\",version=\"3\"} 1",
             "gym_experiences_injected_total{library=\"letters\",version=\"3\"} 2",
             "gym_tokens_total{kind=\"prompt\"} 10",
+            "gym:prompt_tokens_total 10",
+            "gym:generation_tokens_total 5",
+            "gym:prefix_cache_queries_total 10",
+            "gym:prefix_cache_hits_total 4",
+            "# TYPE gym:time_to_first_token_seconds histogram",
+            "gym:time_to_first_token_seconds_bucket{model_name=\"smol\",le=\"0.1\"} 0",
+            "gym:time_to_first_token_seconds_bucket{model_name=\"smol\",le=\"0.25\"} 1",
+            "gym:time_to_first_token_seconds_count{model_name=\"smol\"} 1",
+            // (0.7 - 0.2) s over the 5 tokens after the first.
+            "gym:time_per_output_token_seconds_bucket{model_name=\"smol\",le=\"0.05\"} 0",
+            "gym:time_per_output_token_seconds_bucket{model_name=\"smol\",le=\"0.1\"} 1",
+            "gym:e2e_request_latency_seconds_bucket{model_name=\"smol\",le=\"0.05\"} 1",
+            "gym:e2e_request_latency_seconds_count{model_name=\"smol\"} 2",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
         }

@@ -13,7 +13,10 @@
 //! | [`inject`] | the injection template |
 //! | `library_api` | list, show, diff and prove library versions; commit changes with an API key |
 //! | [`keys`] | API keys for the routes that write |
+//! | `answer` | what the generation endpoints share: model and library, injection, generation, headers |
 //! | `chat` | `POST /v1/chat/completions` |
+//! | `completions` | `POST /v1/completions` (legacy text completions) |
+//! | `responses` | `POST /v1/responses` (the Responses API) |
 //! | [`wire`] | OpenAI's request, response and chunk shapes |
 //! | [`schema_limits`] | bounds on the JSON schemas of `response_format` and `tools` |
 //! | [`router`] | upstreams by model name, concurrency limits, failover and cooldown |
@@ -30,8 +33,10 @@
 //! The library store stays synchronous; its reads run on the blocking pool.
 
 pub mod agent;
+mod answer;
 pub mod catalog;
 mod chat;
+mod completions;
 pub mod deadline;
 pub mod error;
 mod feedback;
@@ -44,6 +49,7 @@ pub mod metrics;
 #[cfg(feature = "qdrant")]
 pub mod qdrant;
 pub mod request_id;
+mod responses;
 pub mod retrieve;
 pub mod router;
 mod runs;
@@ -66,8 +72,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
+pub use answer::{Selection, parse_model};
 pub use catalog::{Catalog, Snapshot};
-pub use chat::{Selection, parse_model};
 pub use error::ApiError;
 pub use ivf::{IvfConfig, IvfIndex};
 pub use metrics::Metrics;
@@ -145,6 +151,8 @@ pub struct AppState {
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::completions))
+        .route("/v1/completions", post(completions::completions))
+        .route("/v1/responses", post(responses::responses))
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
@@ -188,8 +196,9 @@ async fn record(State(app): State<AppState>, request: Request, next: Next) -> Re
 
 async fn not_found() -> ApiError {
     ApiError::NotFound {
-        message: "no such route; Gym serves /v1/chat/completions, /v1/models, /v1/libraries, \
-                  /v1/runs, /v1/feedback, /v1/gov, /health and /metrics, and web pages at /gov and /libraries"
+        message: "no such route; Gym serves /v1/chat/completions, /v1/completions, \
+                  /v1/responses, /v1/models, /v1/libraries, /v1/runs, /v1/feedback, /v1/gov, \
+                  /health and /metrics, and web pages at /gov and /libraries"
             .into(),
         code: "unknown_url",
     }
@@ -236,6 +245,7 @@ async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
         app.metrics.render()
             + &metrics::usage_lines(&app.catalog.usage(), app.usage.pending())
             + &metrics::upstream_lines(&app.router)
+            + &metrics::queue_lines(&app.router)
             + &app.traffic.metric_lines()
             + &app
                 .retriever

@@ -48,6 +48,27 @@ pub struct UpstreamStats {
     pub latency_micros: AtomicU64,
     /// Requests refused at once because its queue was full (counted in `requests` too).
     pub busy: AtomicU64,
+    /// Requests waiting for one of its concurrency slots, now.
+    pub waiting: AtomicU64,
+    /// Requests holding a slot (sent to its backend, not yet answered), now.
+    pub running: AtomicU64,
+}
+
+/// Counts one in a gauge while it lives, so a cancelled request (its future dropped) is
+/// counted out too.
+struct Held<'a>(&'a AtomicU64);
+
+impl<'a> Held<'a> {
+    fn new(gauge: &'a AtomicU64) -> Self {
+        gauge.fetch_add(1, Ordering::Relaxed);
+        Self(gauge)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Upstream {
@@ -277,9 +298,12 @@ impl Router {
         let mut last = None;
         let mut busy: Option<(u64, usize)> = None;
         for upstream in up {
+            let waiting = Held::new(&upstream.stats.waiting);
             let Ok(_permit) = upstream.limit.acquire().await else {
                 continue;
             };
+            drop(waiting);
+            let _running = Held::new(&upstream.stats.running);
             let started = Instant::now();
             upstream.stats.requests.fetch_add(1, Ordering::Relaxed);
             let (result, streamed) = match out {

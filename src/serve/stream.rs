@@ -10,6 +10,7 @@
 //! comment line before `[DONE]` (comments are ignored by SSE clients that do not look for them).
 
 use std::convert::Infallible;
+use std::time::Instant;
 
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::sse::{Event, Sse};
@@ -18,14 +19,16 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use super::AppState;
+use super::answer;
 use super::error::ApiError;
 use super::hllm;
+use super::metrics::Latency;
 use super::router::{Routed, Streamed};
 use super::tool_wire::call_fragments;
 use super::wire::{finish_reason, logprobs_json, usage_json};
 use crate::backend::{Group, GroupRequest};
 
-/// What a streamed answer needs besides the request itself.
+/// What an answer needs besides the request itself.
 pub struct StreamPlan {
     pub id: String,
     pub created: u64,
@@ -37,19 +40,35 @@ pub struct StreamPlan {
     pub psi: f64,
     /// The library and version injected, for the per-version metrics.
     pub library: Option<(String, String)>,
+    /// When the request arrived, for the latency metrics.
+    pub started: Instant,
+}
+
+/// How one endpoint writes a streamed answer as server-sent events: chat chunks, text
+/// completion chunks, or the Responses API's typed events.
+pub trait Encoder: Send + 'static {
+    /// The events for new text of choice `index` (the first ones of the stream included when
+    /// this is its first text).
+    fn delta(&mut self, index: usize, text: &str) -> Vec<Event>;
+    /// The events that end the stream of the finished `group`: the text not sent yet, the
+    /// finish of every choice, the usage, the end marker.
+    fn finish(&mut self, group: &Group) -> Vec<Event>;
 }
 
 /// Starts generating and answers with the event stream once the first text (or the whole
-/// answer) is there; an error before that is an ordinary error response.
+/// answer) is there; an error before that is an ordinary error response. Several requests
+/// (the prompts of one text completion request) are answered one after the other, their
+/// choices numbered on: request `r`'s choice `i` is choice `r * n + i`.
 pub async fn respond(
     app: AppState,
     model: String,
-    request: GroupRequest,
+    requests: Vec<GroupRequest>,
     plan: StreamPlan,
+    encoder: Box<dyn Encoder>,
 ) -> Result<Response, ApiError> {
     let (head, started) = oneshot::channel();
     let (events, body) = mpsc::unbounded_channel();
-    tokio::spawn(generate(app, model, request, plan, head, events));
+    tokio::spawn(generate(app, model, requests, plan, encoder, head, events));
     let upstream = started.await.map_err(|_| ApiError::ShuttingDown)??;
     let body = futures::stream::unfold(body, |mut body| async move {
         body.recv()
@@ -65,67 +84,88 @@ pub async fn respond(
     Ok(response)
 }
 
-/// The generation task: routes the request, turns deltas into chunks, and ends the stream.
+/// The generation task: routes the requests, turns deltas into events, and ends the stream.
 async fn generate(
     app: AppState,
     model: String,
-    request: GroupRequest,
+    requests: Vec<GroupRequest>,
     plan: StreamPlan,
+    mut encoder: Box<dyn Encoder>,
     head: oneshot::Sender<Result<String, ApiError>>,
     events: mpsc::UnboundedSender<Event>,
 ) {
     let mut head = Some(head);
-    let mut chunks = Chunks::new(&plan, request.n);
-    let (out, mut received) = mpsc::unbounded_channel();
+    let mut first_token = None;
     let timeout = app.config.request_timeout;
-    let generation = tokio::time::timeout(
-        timeout,
-        app.router.generate_streaming(&model, &request, &out),
-    );
-    tokio::pin!(generation);
-    // Returns false when the client has gone.
-    let mut forward = |item: Streamed, chunks: &mut Chunks<'_>| match item {
-        Streamed::Upstream(upstream) => match head.take() {
-            Some(head) => head.send(Ok(upstream)).is_ok(),
-            None => true,
-        },
-        Streamed::Delta(delta) => chunks
-            .delta(delta.index, &delta.text)
-            .into_iter()
-            .all(|event| events.send(event).is_ok()),
-    };
-    let result = loop {
-        tokio::select! {
-            result = &mut generation => break result,
-            Some(item) = received.recv() => if !forward(item, &mut chunks) {
-                return; // dropping the generation cancels it
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut routed: Vec<Routed> = Vec::with_capacity(requests.len());
+    let mut failed = None;
+    let mut offset = 0;
+    for request in &requests {
+        let (out, mut received) = mpsc::unbounded_channel();
+        let generation = tokio::time::timeout_at(
+            deadline,
+            app.router.generate_streaming(&model, request, &out),
+        );
+        tokio::pin!(generation);
+        // Returns false when the client has gone.
+        let mut forward = |item: Streamed, encoder: &mut Box<dyn Encoder>| match item {
+            Streamed::Upstream(upstream) => match head.take() {
+                Some(head) => head.send(Ok(upstream)).is_ok(),
+                None => true,
             },
+            Streamed::Delta(delta) => {
+                if first_token.is_none() && !delta.text.is_empty() {
+                    first_token = Some(plan.started.elapsed());
+                }
+                encoder
+                    .delta(offset + delta.index, &delta.text)
+                    .into_iter()
+                    .all(|event| events.send(event).is_ok())
+            }
+        };
+        let result = loop {
+            tokio::select! {
+                result = &mut generation => break result,
+                Some(item) = received.recv() => if !forward(item, &mut encoder) {
+                    return; // dropping the generation cancels it
+                },
+            }
+        };
+        while let Ok(item) = received.try_recv() {
+            if !forward(item, &mut encoder) {
+                return;
+            }
         }
-    };
-    while let Ok(item) = received.try_recv() {
-        if !forward(item, &mut chunks) {
-            return;
+        match result {
+            Err(_) => {
+                failed = Some(ApiError::Timeout {
+                    seconds: timeout.as_secs_f64(),
+                });
+                break;
+            }
+            Ok(Err(error)) => {
+                failed = Some(ApiError::from(error));
+                break;
+            }
+            Ok(Ok(answer)) => routed.push(answer),
         }
+        offset += request.n;
     }
-    let result = match result {
-        Err(_) => Err(ApiError::Timeout {
-            seconds: timeout.as_secs_f64(),
-        }),
-        Ok(routed) => routed.map_err(ApiError::from),
-    };
-    let ending = match result {
-        Err(error) => {
+    let ending = match failed {
+        Some(error) => {
             if let Some(head) = head.take() {
                 let _ = head.send(Err(error));
                 return;
             }
             vec![Event::default().data(json!({"error": error.body()}).to_string())]
         }
-        Ok(Routed {
-            mut group,
-            upstream,
-            ..
-        }) => {
+        None => {
+            let Routed {
+                mut group,
+                upstream,
+                ..
+            } = answer::merge(routed);
             if let Some(head) = head.take()
                 && head.send(Ok(upstream)).is_err()
             {
@@ -136,17 +176,24 @@ async fn generate(
                 let (library, version) = plan.library.clone().unwrap_or_default();
                 app.metrics.hllm(&library, &version, figures);
             }
-            app.metrics
-                .tokens(group.usage.prompt_tokens, group.usage.completion_tokens);
+            app.metrics.tokens(group.usage);
+            app.metrics.latency(
+                &model,
+                Latency {
+                    end_to_end: plan.started.elapsed(),
+                    first_token,
+                    tokens: group.usage.completion_tokens,
+                },
+            );
             if !plan.client_logprobs {
                 for completion in &mut group.completions {
                     completion.logprobs = None;
                 }
             }
-            let mut ending = chunks.finish(&group);
+            let mut ending = encoder.finish(&group);
             if let Some(figures) = figures {
                 ending.insert(
-                    ending.len() - 1,
+                    ending.len().saturating_sub(1),
                     Event::default().comment(format!("x-gym-hllm: {}", figures.header())),
                 );
             }
@@ -161,21 +208,21 @@ async fn generate(
 }
 
 /// Writes the chunks of one streamed response and remembers what each choice has been sent.
-pub struct Chunks<'p> {
-    plan_id: &'p str,
+pub struct Chunks {
+    plan_id: String,
     created: u64,
-    model: &'p str,
+    model: String,
     include_usage: bool,
     /// Per choice, the text sent so far (`None` until its role chunk went out).
     sent: Vec<Option<String>>,
 }
 
-impl<'p> Chunks<'p> {
-    pub fn new(plan: &'p StreamPlan, n: usize) -> Self {
+impl Chunks {
+    pub fn new(plan: &StreamPlan, n: usize) -> Self {
         Self {
-            plan_id: &plan.id,
+            plan_id: plan.id.clone(),
             created: plan.created,
-            model: &plan.model_label,
+            model: plan.model_label.clone(),
             include_usage: plan.include_usage,
             sent: vec![None; n],
         }
@@ -201,7 +248,7 @@ impl<'p> Chunks<'p> {
     }
 
     /// The chunks for new text of choice `index`: its role chunk first if this is its first text.
-    pub fn delta(&mut self, index: usize, text: &str) -> Vec<Event> {
+    fn text(&mut self, index: usize, text: &str) -> Vec<Event> {
         if index >= self.sent.len() {
             self.sent.resize(index + 1, None);
         }
@@ -233,12 +280,12 @@ impl<'p> Chunks<'p> {
     /// The end of the stream for the finished `group`: per choice the text not streamed yet, its
     /// tool calls (the backends send only text while sampling), and a finish chunk (with the choice's log-probabilities, if it has them), the usage chunk when
     /// asked for, and `[DONE]`.
-    pub fn finish(&mut self, group: &Group) -> Vec<Event> {
+    fn end(&mut self, group: &Group) -> Vec<Event> {
         let mut events = Vec::new();
         for (index, completion) in group.completions.iter().enumerate() {
             let sent = self.sent.get(index).cloned().flatten().unwrap_or_default();
             let rest = completion.text.strip_prefix(sent.as_str()).unwrap_or("");
-            events.extend(self.delta(index, rest));
+            events.extend(self.text(index, rest));
             for fragment in call_fragments(&completion.tool_calls) {
                 events.push(self.chunk(
                     Self::choice(index, json!({"tool_calls": [fragment]}), Value::Null, None),
@@ -260,5 +307,15 @@ impl<'p> Chunks<'p> {
         }
         events.push(Event::default().data("[DONE]"));
         events
+    }
+}
+
+impl Encoder for Chunks {
+    fn delta(&mut self, index: usize, text: &str) -> Vec<Event> {
+        self.text(index, text)
+    }
+
+    fn finish(&mut self, group: &Group) -> Vec<Event> {
+        self.end(group)
     }
 }

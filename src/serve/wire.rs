@@ -339,11 +339,14 @@ pub fn logprobs_json(completion: &Completion) -> Value {
     }
 }
 
+/// OpenAI's `usage` of chat and text completions; `cached_tokens` counts the prompt tokens the
+/// model did not evaluate again (0 where the backend cannot tell).
 pub fn usage_json(usage: Usage) -> Value {
     json!({
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_prompt_tokens},
     })
 }
 

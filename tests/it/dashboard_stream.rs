@@ -19,6 +19,7 @@ fn usage(prompt: u64, completion: u64) -> Usage {
     Usage {
         prompt_tokens: prompt,
         completion_tokens: completion,
+        cached_prompt_tokens: 0,
     }
 }
 

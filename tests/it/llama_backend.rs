@@ -240,6 +240,25 @@ async fn requests_sharing_a_prompt_prefix_sample_what_they_would_alone() {
         }
         groups
     };
+    // Each answer says how much of its prompt it borrowed (OpenAI's `cached_tokens`).
+    assert!(
+        shared
+            .iter()
+            .map(|g| g.usage.cached_prompt_tokens)
+            .sum::<u64>()
+            > 0,
+        "the borrowed prefix shows in the usage"
+    );
+    assert!(
+        shared
+            .iter()
+            .all(|g| g.usage.cached_prompt_tokens < g.usage.prompt_tokens)
+    );
+    assert!(
+        independent
+            .iter()
+            .all(|g| g.usage.cached_prompt_tokens == 0)
+    );
     let shared = texts(shared);
     assert_eq!(shared, texts(independent));
     assert_eq!(shared, texts(one_by_one));

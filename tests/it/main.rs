@@ -47,6 +47,7 @@ mod serve_api;
 mod serve_follow;
 #[cfg(feature = "llama")]
 mod serve_limits;
+mod serve_parity;
 #[cfg(feature = "qdrant")]
 mod serve_qdrant;
 #[cfg(feature = "llama")]

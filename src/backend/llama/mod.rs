@@ -251,7 +251,10 @@ impl Backend for LlamaBackend {
     }
 
     fn stats(&self) -> BackendStats {
-        *self.stats.lock().expect("stats lock")
+        BackendStats {
+            queued_requests: self.queued.load(std::sync::atomic::Ordering::SeqCst) as u64,
+            ..*self.stats.lock().expect("stats lock")
+        }
     }
 }
 

@@ -506,6 +506,7 @@ impl<'m> Worker<'m> {
             let mut usage = Usage {
                 prompt_tokens: admitted.prompt.len() as u64,
                 completion_tokens: 0,
+                cached_prompt_tokens: admitted.reused as u64,
             };
             let completions: Vec<_> = std::mem::take(&mut admitted.sequences)
                 .into_iter()

@@ -310,6 +310,16 @@ pub(super) struct ResponseUsage {
     prompt_tokens: u64,
     #[serde(default)]
     completion_tokens: u64,
+    /// `cached_tokens` in it: the prompt tokens the server took from its prefix cache, where
+    /// it says (OpenAI, vLLM with prefix caching, llama-server).
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+#[derive(Deserialize, Default)]
+pub(super) struct PromptTokensDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
 }
 
 impl From<ResponseUsage> for Usage {
@@ -317,6 +327,12 @@ impl From<ResponseUsage> for Usage {
         Usage {
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
+            // A server's figure over its prompt count would be nonsense; bound it.
+            cached_prompt_tokens: usage
+                .prompt_tokens_details
+                .and_then(|d| d.cached_tokens)
+                .unwrap_or(0)
+                .min(usage.prompt_tokens),
         }
     }
 }
@@ -398,6 +414,26 @@ mod tests {
 
     fn fragment(value: Value) -> WireCall {
         serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn the_upstreams_cached_prompt_tokens_pass_through_bounded_by_the_prompt() {
+        let usage =
+            |value: Value| Usage::from(serde_json::from_value::<ResponseUsage>(value).unwrap());
+        let cached = usage(json!({"prompt_tokens": 100, "completion_tokens": 5,
+            "prompt_tokens_details": {"cached_tokens": 64, "audio_tokens": 0}}));
+        assert_eq!(cached.cached_prompt_tokens, 64);
+        assert_eq!((cached.prompt_tokens, cached.completion_tokens), (100, 5));
+        for silent in [
+            json!({"prompt_tokens": 100, "completion_tokens": 5}),
+            json!({"prompt_tokens": 100, "prompt_tokens_details": null}),
+            json!({"prompt_tokens": 100, "prompt_tokens_details": {}}),
+        ] {
+            assert_eq!(usage(silent).cached_prompt_tokens, 0);
+        }
+        let nonsense =
+            usage(json!({"prompt_tokens": 10, "prompt_tokens_details": {"cached_tokens": 99}}));
+        assert_eq!(nonsense.cached_prompt_tokens, 10);
     }
 
     #[test]

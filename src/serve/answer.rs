@@ -1,0 +1,534 @@
+//! What the three generation endpoints (`/v1/chat/completions`, `/v1/completions`,
+//! `/v1/responses`) share, so a request gets the same library, the same experiences and the
+//! same headers whichever of them it calls:
+//!
+//! 1. [`Target::resolve`]: the model (`MODEL@LIBRARY[:VERSION]`, the alias `gym`) and the
+//!    library (from the model name, else the `x-gym-library` header, else the server's default);
+//! 2. [`Target::inject`]: retrieval, the injection training uses, the usage note and metrics;
+//! 3. [`reply`]: generation through the router (streamed, or whole with Θ escalation), the
+//!    token and latency metrics, and the `x-gym-upstream`, `x-gym-hllm`, `x-gym-escalated`,
+//!    `x-gym-library*` and `x-gym-experiences` headers.
+//!
+//! Each endpoint only reads its own request shape and writes its own response shape.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::sse::Sse;
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::AppState;
+use super::catalog::Snapshot;
+use super::error::ApiError;
+use super::hllm;
+use super::inject::{inject, query_text};
+use super::metrics::Latency;
+use super::router::Routed;
+use super::stream::{self, Encoder, StreamPlan};
+use crate::backend::{ChatMessage, Group, GroupRequest};
+use crate::library::{Experience, ExperienceId};
+
+/// Which library version a request asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    pub library: String,
+    pub version: Option<u64>,
+}
+
+/// Splits `MODEL@LIBRARY[:VERSION]` into the model name and the library selection.
+pub fn parse_model(spec: &str) -> Result<(&str, Option<Selection>), ApiError> {
+    match spec.split_once('@') {
+        None => Ok((spec, None)),
+        Some((model, library)) => {
+            let selection = parse_selection(library, ':', "model")?;
+            Ok((model, Some(selection)))
+        }
+    }
+}
+
+fn parse_selection(
+    text: &str,
+    separator: char,
+    param: &'static str,
+) -> Result<Selection, ApiError> {
+    let (library, version) = match text.rsplit_once(separator) {
+        None => (text, None),
+        Some((library, version)) => {
+            let number = version.parse::<u64>().map_err(|_| {
+                ApiError::bad(
+                    param,
+                    format!("`{text}`: the library version `{version}` is not a number"),
+                )
+            })?;
+            (library, Some(number))
+        }
+    };
+    if library.is_empty() {
+        return Err(ApiError::bad(param, format!("`{text}` names no library")));
+    }
+    Ok(Selection {
+        library: library.to_owned(),
+        version,
+    })
+}
+
+/// The library a request uses: from the model name, else the `x-gym-library` header
+/// (`LIBRARY[@VERSION]`), else the server's default.
+fn selection(
+    from_model: Option<Selection>,
+    headers: &HeaderMap,
+    default: Option<&str>,
+) -> Result<Option<Selection>, ApiError> {
+    if from_model.is_some() {
+        return Ok(from_model);
+    }
+    if let Some(value) = headers.get("x-gym-library") {
+        let text = value
+            .to_str()
+            .map_err(|_| ApiError::bad("x-gym-library", "the x-gym-library header is not text"))?;
+        return parse_selection(text.trim(), '@', "x-gym-library").map(Some);
+    }
+    Ok(default.map(|library| Selection {
+        library: library.to_owned(),
+        version: None,
+    }))
+}
+
+fn top_k(headers: &HeaderMap, default: usize) -> Result<usize, ApiError> {
+    match headers.get("x-gym-top-k") {
+        None => Ok(default),
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| ApiError::bad("x-gym-top-k", "x-gym-top-k must be a whole number")),
+    }
+}
+
+/// The body of a request, or the error for one over the size limit or cut short.
+pub fn body(app: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::TooLarge {
+                limit: app.config.max_body_bytes,
+            }
+        } else {
+            ApiError::bad(None, rejection.body_text())
+        }
+    })
+}
+
+/// `body` read as a `T`; `what` names the request in the error.
+pub fn parse<T: DeserializeOwned>(body: &[u8], what: &str) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|error| {
+        ApiError::bad(
+            None,
+            format!("the body is not a valid {what} request: {error}"),
+        )
+    })
+}
+
+/// Where a request goes: the model that answers it and the library it asked for.
+#[derive(Debug)]
+pub struct Target {
+    /// The model the router sends it to.
+    pub model: String,
+    /// The model as the client named it, echoed in the response.
+    pub label: String,
+    chosen: Option<Selection>,
+    top_k: usize,
+}
+
+/// What was injected into a request.
+pub struct Injected {
+    pub snapshot: Arc<Snapshot>,
+    pub ids: Vec<ExperienceId>,
+    /// The injected experiences' summed confidence (Ψ).
+    pub psi: f64,
+}
+
+impl Target {
+    /// The model and library of a request whose `model` field is `requested`.
+    pub fn resolve(app: &AppState, headers: &HeaderMap, requested: &str) -> Result<Self, ApiError> {
+        let (model, from_model) = parse_model(requested)?;
+        let model = if model == super::MODEL_ALIAS {
+            app.router.default_model().unwrap_or_default()
+        } else {
+            model.to_owned()
+        };
+        if !app.router.serves(&model) {
+            return Err(ApiError::NotFound {
+                message: format!(
+                    "no model `{model}`; this server serves {} (and `{}` for the first)",
+                    app.router.models().join(", "),
+                    super::MODEL_ALIAS
+                ),
+                code: "model_not_found",
+            });
+        }
+        Ok(Self {
+            chosen: selection(from_model, headers, app.config.default_library.as_deref())?,
+            top_k: top_k(headers, app.config.top_k)?,
+            model,
+            label: requested.to_owned(),
+        })
+    }
+
+    /// Injects the experiences of the chosen library version (if any) into every one of
+    /// `prompts` (the prompts of one request: retrieval searches with their last user
+    /// messages together, so they all get the same experiences), and notes `answers`
+    /// injections in the library's usage (one per answer asked for, as training counts one
+    /// per sampled answer).
+    pub async fn inject(
+        &self,
+        app: &AppState,
+        prompts: &mut [Vec<ChatMessage>],
+        answers: u64,
+    ) -> Result<Option<Injected>, ApiError> {
+        let Some(Selection { library, version }) = self.chosen.clone() else {
+            return Ok(None);
+        };
+        let started = Instant::now();
+        let catalog = Arc::clone(&app.catalog);
+        let snapshot = tokio::task::spawn_blocking(move || catalog.get(&library, version))
+            .await
+            .map_err(|_| ApiError::ShuttingDown)??;
+        let all = self.top_k == 0 || self.top_k >= snapshot.state.active_count();
+        let ids: Vec<ExperienceId> = match (&app.retriever, all) {
+            (Some(retriever), false) => {
+                let query = prompts
+                    .iter()
+                    .map(|messages| query_text(messages))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                retriever
+                    .retrieve(&snapshot, &query, self.top_k)
+                    .await?
+                    .into_iter()
+                    .map(|hit| hit.id)
+                    .collect()
+            }
+            _ => snapshot.state.active().map(|e| e.id).collect(),
+        };
+        let shown: Vec<&Experience> = ids
+            .iter()
+            .filter_map(|id| snapshot.state.get_active(*id))
+            .collect();
+        for messages in prompts.iter_mut() {
+            *messages = inject(std::mem::take(messages), &shown);
+        }
+        let psi = hllm::psi(&shown);
+        app.metrics.injected(
+            &snapshot.library,
+            snapshot.version,
+            ids.len(),
+            started.elapsed(),
+        );
+        app.usage.note(&snapshot.library, &ids, answers);
+        Ok(Some(Injected { snapshot, ids, psi }))
+    }
+}
+
+impl Injected {
+    /// The library and version, for the per-version metrics.
+    pub fn library(&self) -> (String, String) {
+        (
+            self.snapshot.library.clone(),
+            self.snapshot.version.to_string(),
+        )
+    }
+}
+
+/// Sets the `x-gym-library`, `x-gym-library-version`, `x-gym-library-root` and
+/// `x-gym-experiences` headers: what was injected (nothing when nothing was).
+pub fn injected_headers(response: &mut Response, injected: Option<&Injected>) {
+    let Some(injected) = injected else { return };
+    let headers = response.headers_mut();
+    let ids: Vec<String> = injected.ids.iter().map(ToString::to_string).collect();
+    for (name, value) in [
+        ("x-gym-library", injected.snapshot.library.clone()),
+        (
+            "x-gym-library-version",
+            injected.snapshot.version.to_string(),
+        ),
+        ("x-gym-library-root", injected.snapshot.root.to_string()),
+        ("x-gym-experiences", ids.join(",")),
+    ] {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    }
+}
+
+/// `request` through the router to an upstream of `model`, within the generation timeout.
+pub async fn generate(
+    app: &AppState,
+    model: &str,
+    request: &GroupRequest,
+) -> Result<Routed, ApiError> {
+    let timeout = app.config.request_timeout;
+    tokio::time::timeout(timeout, app.router.generate(model, request))
+        .await
+        .map_err(|_| ApiError::Timeout {
+            seconds: timeout.as_secs_f64(),
+        })?
+        .map_err(ApiError::from)
+}
+
+/// Every one of `requests`, at once (the model batches them), within one generation timeout;
+/// their answers as one group, choices in request order.
+async fn generate_all(
+    app: &AppState,
+    model: &str,
+    requests: &[GroupRequest],
+) -> Result<Routed, ApiError> {
+    if let [request] = requests {
+        return generate(app, model, request).await;
+    }
+    let timeout = app.config.request_timeout;
+    let all = futures::future::try_join_all(
+        requests
+            .iter()
+            .map(|request| app.router.generate(model, request)),
+    );
+    let routed = tokio::time::timeout(timeout, all)
+        .await
+        .map_err(|_| ApiError::Timeout {
+            seconds: timeout.as_secs_f64(),
+        })?
+        .map_err(ApiError::from)?;
+    Ok(merge(routed))
+}
+
+/// The answers to several requests as one: choices in order, usage, cost and retries summed;
+/// the upstream of the first.
+pub fn merge(routed: Vec<Routed>) -> Routed {
+    let mut merged = Routed {
+        group: Group {
+            completions: Vec::new(),
+            usage: Default::default(),
+            cost_usd: Some(0.0),
+            retries: 0,
+        },
+        upstream: String::new(),
+        failovers: 0,
+    };
+    for (index, answer) in routed.into_iter().enumerate() {
+        if index == 0 {
+            merged.upstream = answer.upstream;
+        }
+        merged.group.completions.extend(answer.group.completions);
+        merged.group.usage += answer.group.usage;
+        merged.group.cost_usd = merged
+            .group
+            .cost_usd
+            .zip(answer.group.cost_usd)
+            .map(|(a, b)| a + b);
+        merged.group.retries += answer.group.retries;
+        merged.failovers += answer.failovers;
+    }
+    merged
+}
+
+/// How an endpoint writes its answer.
+pub enum Shape {
+    /// Server-sent events.
+    Stream(Box<dyn Encoder>),
+    /// One JSON document made from the finished group.
+    Whole(Box<dyn FnOnce(&Group) -> Value + Send>),
+}
+
+/// Generates the answers to `requests` (the prompts of one request, already injected) and
+/// writes them in `shape`, with the headers every generation endpoint sets. Log-probabilities
+/// are always asked of the model, to measure Θ; the client gets them only when
+/// `plan.client_logprobs`.
+pub async fn reply(
+    app: &AppState,
+    target: &Target,
+    requests: Vec<GroupRequest>,
+    plan: StreamPlan,
+    shape: Shape,
+    injected: Option<&Injected>,
+) -> Result<Response, ApiError> {
+    let requests: Vec<GroupRequest> = requests
+        .into_iter()
+        .map(|mut request| {
+            request.sampling.logprobs = true;
+            request
+        })
+        .collect();
+    let model = &target.model;
+    // Escalation needs Θ of the whole answer before anything is sent, so with it configured a
+    // streamed request is answered when complete.
+    let shape = match shape {
+        Shape::Stream(encoder) if app.config.escalate_theta.is_none() => {
+            let mut response =
+                stream::respond(app.clone(), model.clone(), requests, plan, encoder).await?;
+            injected_headers(&mut response, injected);
+            return Ok(response);
+        }
+        other => other,
+    };
+
+    let routed = generate_all(app, model, &requests).await?;
+    let mut group = routed.group;
+    let mut upstream = routed.upstream;
+    let mut figures = hllm::figures(&group.completions, plan.psi);
+    let mut escalated = None;
+    if let (Some(threshold), Some(stronger), Some(measured)) = (
+        app.config.escalate_theta,
+        app.config.escalate_model.as_deref(),
+        figures,
+    ) && measured.theta > threshold
+        && stronger != model
+    {
+        let retried = generate_all(app, stronger, &requests).await?;
+        app.metrics.escalated(model, stronger);
+        app.metrics.tokens(group.usage);
+        group = retried.group;
+        upstream = retried.upstream;
+        figures = hllm::figures(&group.completions, plan.psi);
+        escalated = Some(stronger.to_owned());
+    }
+    if let Some(figures) = figures {
+        let (library, version) = plan.library.clone().unwrap_or_default();
+        app.metrics.hllm(&library, &version, figures);
+    }
+    if !plan.client_logprobs {
+        for completion in &mut group.completions {
+            completion.logprobs = None;
+        }
+    }
+    app.metrics.tokens(group.usage);
+    app.metrics.latency(
+        model,
+        Latency {
+            end_to_end: plan.started.elapsed(),
+            first_token: None,
+            tokens: group.usage.completion_tokens,
+        },
+    );
+
+    let mut response = match shape {
+        Shape::Stream(mut encoder) => {
+            let events = encoder.finish(&group);
+            Sse::new(futures::stream::iter(
+                events.into_iter().map(Ok::<_, Infallible>),
+            ))
+            .into_response()
+        }
+        Shape::Whole(body) => axum::Json(body(&group)).into_response(),
+    };
+    let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(&upstream) {
+        headers.insert("x-gym-upstream", value);
+    }
+    if let Some(figures) = figures
+        && let Ok(value) = HeaderValue::from_str(&figures.header())
+    {
+        headers.insert("x-gym-hllm", value);
+    }
+    if let Some(model) = escalated
+        && let Ok(value) = HeaderValue::from_str(&model)
+    {
+        headers.insert("x-gym-escalated", value);
+    }
+    injected_headers(&mut response, injected);
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_names_carry_a_library_and_version() {
+        assert_eq!(parse_model("gym").unwrap(), ("gym", None));
+        let (model, selection) = parse_model("smol@letters:3").unwrap();
+        assert_eq!(model, "smol");
+        assert_eq!(
+            selection,
+            Some(Selection {
+                library: "letters".into(),
+                version: Some(3)
+            })
+        );
+        let (_, selection) = parse_model("smol@letters").unwrap();
+        assert_eq!(selection.unwrap().version, None);
+        for bad in ["smol@", "smol@letters:x", "smol@:3"] {
+            assert!(
+                matches!(parse_model(bad), Err(ApiError::BadRequest { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_header_applies_when_the_model_names_no_library() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-gym-library", HeaderValue::from_static("arith@2"));
+        let chosen = selection(None, &headers, Some("default")).unwrap().unwrap();
+        assert_eq!(
+            (chosen.library.as_str(), chosen.version),
+            ("arith", Some(2))
+        );
+        let from_model = Selection {
+            library: "letters".into(),
+            version: None,
+        };
+        let chosen = selection(Some(from_model.clone()), &headers, None).unwrap();
+        assert_eq!(chosen, Some(from_model));
+        let chosen = selection(None, &HeaderMap::new(), Some("default")).unwrap();
+        assert_eq!(chosen.unwrap().library, "default");
+        assert_eq!(selection(None, &HeaderMap::new(), None).unwrap(), None);
+    }
+
+    #[test]
+    fn merged_answers_keep_request_order_and_sum_usage() {
+        use crate::backend::{Completion, FinishReason, Usage};
+        let answer = |text: &str, prompt, cached, upstream: &str| Routed {
+            group: Group {
+                completions: vec![Completion {
+                    text: text.into(),
+                    finish: FinishReason::Stop,
+                    seed: 0,
+                    completion_tokens: 2,
+                    logprobs: None,
+                    tool_calls: Vec::new(),
+                }],
+                usage: Usage {
+                    prompt_tokens: prompt,
+                    completion_tokens: 2,
+                    cached_prompt_tokens: cached,
+                },
+                cost_usd: Some(0.0),
+                retries: 1,
+            },
+            upstream: upstream.into(),
+            failovers: 0,
+        };
+        let merged = merge(vec![answer("a", 10, 0, "one"), answer("b", 12, 8, "two")]);
+        let texts: Vec<&str> = merged
+            .group
+            .completions
+            .iter()
+            .map(|c| c.text.as_str())
+            .collect();
+        assert_eq!(texts, ["a", "b"]);
+        assert_eq!(
+            merged.group.usage,
+            Usage {
+                prompt_tokens: 22,
+                completion_tokens: 4,
+                cached_prompt_tokens: 8,
+            }
+        );
+        assert_eq!((merged.upstream.as_str(), merged.group.retries), ("one", 2));
+    }
+}
