@@ -232,7 +232,6 @@ async def main():
                 {"op": "delete", "id": "E0003", "reason": "too vague"},
             ]})
             out["after"] = await call(client, "get", {"id": "E0004"})
-        await client.send_ping()
     print(json.dumps(out))
 
 asyncio.run(main())

@@ -176,7 +176,7 @@ fn propose_change_commits_what_gym_library_add_update_and_delete_would() {
     assert_eq!(mcp, cli);
     assert_eq!(
         mcp[8]["provenance"],
-        json!({"kind": "manual", "author": "tester"})
+        json!({"source": "manual", "author": "tester"})
     );
 }
 
