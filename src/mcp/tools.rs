@@ -74,8 +74,9 @@ pub enum CallError {
     Argument(#[from] ArgumentError),
     #[error(transparent)]
     Library(#[from] LibraryError),
+    /// Boxed: a ledger error is large, and every call returns this type.
     #[error(transparent)]
-    Gov(#[from] GovError),
+    Gov(Box<GovError>),
     #[error("search failed: {0}")]
     Embed(#[from] EmbedError),
     /// The changes were committed but the ledger refused the proposal.
@@ -86,8 +87,14 @@ pub enum CallError {
     NotProposed {
         library: String,
         version: u64,
-        source: GovError,
+        source: Box<GovError>,
     },
+}
+
+impl From<GovError> for CallError {
+    fn from(error: GovError) -> Self {
+        Self::Gov(Box::new(error))
+    }
 }
 
 /// The tools of one server: its settings, the libraries it opened and its searcher.
@@ -507,7 +514,7 @@ impl Tools {
                     |source| CallError::NotProposed {
                         library: library.name().to_owned(),
                         version: version.version,
-                        source,
+                        source: Box::new(source),
                     },
                 )?;
                 result["proposal"] = json!({
