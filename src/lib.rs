@@ -31,6 +31,7 @@
 //! | `finetune` | here (feature `finetune`) | LoRA SFT in candle on a run's solved rollouts; the candle backend |
 //! | [`tools`] | here | the `Tool` seam and `Toolbox` (argument checks, timeouts, errors as observations): a calculator, a sandboxed Python, MCP servers (feature `mcp`) |
 //! | [`agent`] | here | agent rollouts: a ReAct loop over the backend seam with a bounded number of tool rounds, trajectories recorded in the journal |
+//! | `mcp` | here (feature `mcp`) | the experience library as Model Context Protocol tools (`gym library mcp-serve`): search, get, show_version, diff, and opt-in propose_change |
 //! | [`delta`] | here | BitDelta 1-bit deltas, DeltaSoup robust aggregation with differential privacy (files with `finetune`) |
 //!
 //! The `gym` binary's command-line interface lives in `src/cli/` (one file per subcommand).
@@ -47,6 +48,8 @@ pub mod embed;
 pub mod finetune;
 pub mod gov;
 pub mod library;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 pub mod pack;
 pub mod reward;
 pub mod rollout;

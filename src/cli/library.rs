@@ -161,6 +161,10 @@ enum LibraryCommand {
         #[arg(long)]
         domain: Option<String>,
     },
+    /// Serve the library to agents over the Model Context Protocol on stdin and stdout:
+    /// search, get, show_version, diff (and propose_change with --allow-propose).
+    #[cfg(feature = "mcp")]
+    McpServe(super::library_mcp::McpServeArgs),
 }
 
 /// `gym library verify --chain`.
@@ -186,8 +190,11 @@ struct VerifyChainArgs {
 impl LibraryArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         let root = self.library_dir.as_path();
-        let mut out = std::io::stdout().lock();
+        // Not locked: `mcp-serve` writes the protocol to standard output from other threads.
+        let mut out = std::io::stdout();
         match self.command {
+            #[cfg(feature = "mcp")]
+            LibraryCommand::McpServe(args) => return args.run(root),
             LibraryCommand::Init { name, max_words } => {
                 let library = Library::init(root, &name, Settings { max_words })?;
                 writeln!(

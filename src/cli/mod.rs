@@ -16,6 +16,8 @@ mod gov;
 mod gov_chain;
 mod grpo;
 mod library;
+#[cfg(feature = "mcp")]
+mod library_mcp;
 mod pack;
 mod run_settings;
 mod serve;

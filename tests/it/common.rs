@@ -175,6 +175,21 @@ pub fn python() -> PathBuf {
     python
 }
 
+/// The Python with the official MCP client (`mcp`, from the venv `make setup` creates).
+pub fn mcp_python() -> PathBuf {
+    let cache = std::env::var_os("GYM_CACHE_DIR").map_or_else(
+        || PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/gym"),
+        PathBuf::from,
+    );
+    let python = cache.join("py-mcp/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run `make setup` (it creates the MCP client venv)",
+        python.display()
+    );
+    python
+}
+
 /// Every file under `dir` with its bytes, for before/after comparisons.
 pub fn snapshot_tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut files = BTreeMap::new();

@@ -11,7 +11,7 @@ fn with_filters(scratch: &Scratch, test: impl FnOnce()) {
 }
 
 /// Makes the session every snapshot below starts from: 5 versions, one update, one delete.
-fn session(scratch: &Scratch) {
+pub(crate) fn session(scratch: &Scratch) {
     scratch.ok(&["library", "init", "arith"]);
     scratch.ok(&[
         "library",

@@ -32,6 +32,8 @@ mod grpo_traffic;
 mod judge;
 mod library_bad_input;
 mod library_cli;
+#[cfg(feature = "mcp")]
+mod library_mcp;
 mod library_props;
 mod library_tamper;
 #[cfg(feature = "llama")]
