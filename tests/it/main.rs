@@ -50,6 +50,8 @@ mod serve_limits;
 mod serve_qdrant;
 #[cfg(feature = "llama")]
 mod serve_socket;
+#[cfg(all(feature = "llama", feature = "embed"))]
+mod serve_static;
 mod serve_stream;
 mod serve_tools;
 mod setup_models;
