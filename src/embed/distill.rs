@@ -68,8 +68,10 @@ pub fn distill(minilm_dir: &Path, onnxruntime: &Path, out: &Path) -> Result<Dist
         message,
     };
     let mut session = Session::builder(&environment)
-        .and_then(|builder| builder.with_intra_threads(THREADS))
-        .and_then(|builder| builder.with_deterministic_compute(true))
+        .map_err(|error| load_error(error.to_string()))?
+        .with_intra_threads(THREADS)
+        .map_err(|error| load_error(error.to_string()))?
+        .with_deterministic_compute(true)
         .map_err(|error| load_error(error.to_string()))?
         .commit_from_memory(&onnx_bytes)
         .map_err(|error| load_error(error.to_string()))?;
@@ -247,9 +249,11 @@ mod tests {
         embedder();
         let environment = onnxruntime_environment(&onnxruntime_path()).expect("environment");
         let session = Session::builder(&environment)
-            .and_then(|builder| builder.with_intra_threads(THREADS))
-            .and_then(|builder| builder.with_deterministic_compute(true))
             .expect("builder")
+            .with_intra_threads(THREADS)
+            .expect("threads")
+            .with_deterministic_compute(true)
+            .expect("deterministic")
             .commit_from_file(dir.join(MINILM_MODEL_FILE))
             .expect("session");
         (session, tokenizer)
