@@ -111,7 +111,10 @@ fn the_static_query_embedder_injects_the_experience_on_the_questions_topic() {
             "A recipe for 4 people needs 3 eggs. How many eggs for 10 people?",
             "E0002",
         ),
-        ("Which is larger, 0.35 or 0.4?", "E0003"),
+        (
+            "Compare the two decimals 0.35 and 0.4: which is larger?",
+            "E0003",
+        ),
         (
             "A train goes 60 km per hour for 3 hours. How far does it go?",
             "E0004",
