@@ -393,7 +393,9 @@ mod tests {
     #[test]
     fn unknown_tokens_count_for_nothing() {
         let (_dir, embedder) = model();
-        let unknown = "\u{1F99C}\u{1F9A9}";
+        // WordPiece reads no word longer than 100 characters: it is `[UNK]`.
+        let unknown = "q".repeat(101);
+        let unknown = unknown.as_str();
         let ids = embedder.tokenizer.encode_fast(unknown, false).unwrap();
         assert_eq!(
             ids.get_tokens(),
@@ -417,11 +419,11 @@ mod tests {
         let (_dir, embedder) = model();
         // 600 words that are one token each, then a different word past the bound.
         let long = format!("{}banana", "apple ".repeat(600));
-        assert_eq!(embed(&embedder, &long), embed(&embedder, "apple"));
+        assert_close(&embed(&embedder, &long), &embed(&embedder, "apple"));
         // A megabyte of text costs what its first few kilobytes do.
         let huge = "divide ".repeat(150_000);
         let started = std::time::Instant::now();
-        assert_eq!(embed(&embedder, &huge), embed(&embedder, "divide"));
+        assert_close(&embed(&embedder, &huge), &embed(&embedder, "divide"));
         assert!(started.elapsed() < std::time::Duration::from_secs(1));
         // A bound inside a multi-byte character is moved back to its start.
         let accents = "é".repeat(MAX_TEXT_BYTES);
