@@ -7,6 +7,7 @@ mod config;
 mod delta;
 #[cfg(feature = "finetune")]
 mod delta_eval;
+mod embed;
 mod eval;
 mod fallback;
 #[cfg(feature = "finetune")]
@@ -67,6 +68,9 @@ enum Command {
     /// Tools for agents: list them, call one, serve them over MCP (`gym tools mcp-serve`).
     #[command(subcommand_required = true)]
     Tools(tools::ToolsArgs),
+    /// Sentence embedders: `gym embed distill` builds the static query embedder.
+    #[command(subcommand_required = true)]
+    Embed(embed::EmbedArgs),
 }
 
 impl Cli {
@@ -114,6 +118,7 @@ impl Cli {
             Command::Delta(args) => args.run(),
             Command::Pack(args) => args.run(),
             Command::Tools(args) => args.run(),
+            Command::Embed(args) => args.run(),
         }
     }
 }

@@ -19,6 +19,15 @@ use super::backend_args::{BackendArgs, load_embedder, runtime};
 const USAGE_FLUSH_PERIOD: Duration = Duration::from_secs(5);
 use super::tool_args::ToolArgs;
 
+/// The embedders `gym serve --query-embedder` offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum QueryEmbedder {
+    /// int8 MiniLM-L6 on ONNX Runtime.
+    Minilm,
+    /// The token lookup table distilled from MiniLM (`gym embed distill`).
+    Static,
+}
+
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Address to listen on.
@@ -82,6 +91,18 @@ pub struct ServeArgs {
     /// MiniLM.
     #[arg(long, env = "GYM_EMBEDDINGS_URL")]
     embeddings_url: Option<String>,
+
+    /// What embeds questions, and so the library's experiences too (a query is only compared
+    /// with vectors of the same model): `minilm`, the MiniLM forward pass (~6 ms a new
+    /// question), or `static`, the lookup table `gym embed distill` builds from it (well under
+    /// a millisecond; see docs/embeddings.md for its recall against MiniLM).
+    #[arg(long, env = "GYM_QUERY_EMBEDDER", value_enum, default_value_t = QueryEmbedder::Minilm, conflicts_with = "embeddings_url")]
+    query_embedder: QueryEmbedder,
+
+    /// The static model directory for --query-embedder static (default:
+    /// $GYM_MODELS_DIR/minilm-static, where `gym embed distill` writes it).
+    #[arg(long)]
+    static_model: Option<PathBuf>,
 
     /// The embedding model asked of --embeddings-url.
     #[arg(long, default_value = "text-embedding-3-small")]
@@ -315,15 +336,18 @@ impl ServeArgs {
                     .with_context(|| format!("the embeddings endpoint {url}"))?;
                 Some(Arc::new(embedder))
             }
-            None => load_embedder()?,
+            None => match self.query_embedder {
+                QueryEmbedder::Minilm => load_embedder()?,
+                QueryEmbedder::Static => Some(self.static_embedder()?),
+            },
         };
         let index = self.vector_index(&runtime)?;
         let retriever = embedder.map(|embedder| {
-            Arc::new(Retriever::with_query_cache(
-                embedder,
-                index,
-                self.query_cache,
-            ))
+            let retriever = Retriever::with_query_cache(embedder, index, self.query_cache);
+            Arc::new(match self.query_embedder {
+                QueryEmbedder::Minilm => retriever,
+                QueryEmbedder::Static => retriever.in_space("static"),
+            })
         });
         let usage = Arc::new(gym::serve::usage::ServedUsage::default());
         let traffic = Arc::new(self.traffic()?);
@@ -460,6 +484,33 @@ impl ServeArgs {
             }
         }
         Ok(keys)
+    }
+
+    /// The static embedder from --static-model.
+    #[cfg(feature = "embed")]
+    fn static_embedder(&self) -> anyhow::Result<Arc<dyn gym::embed::Embedder>> {
+        let dir = self
+            .static_model
+            .clone()
+            .unwrap_or_else(gym::embed::lookup::default_static_dir);
+        let embedder = gym::embed::lookup::StaticEmbedder::load(&dir).with_context(|| {
+            format!(
+                "loading the static embedder from {} (build it with `gym embed distill`)",
+                dir.display()
+            )
+        })?;
+        // On stderr: the first line on stdout is the one that says where the server listens.
+        eprintln!(
+            "gym serve: questions and experiences embedded by the static table {} (sha256 {})",
+            dir.display(),
+            embedder.manifest().table_sha256
+        );
+        Ok(Arc::new(embedder))
+    }
+
+    #[cfg(not(feature = "embed"))]
+    fn static_embedder(&self) -> anyhow::Result<Arc<dyn gym::embed::Embedder>> {
+        anyhow::bail!("--query-embedder static needs the `embed` feature")
     }
 
     /// The in-process index, or the Qdrant server named by --qdrant-url (checked reachable now,

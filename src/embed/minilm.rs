@@ -83,11 +83,13 @@ impl MiniLmEmbedder {
             tokenizer_config_file: read(&dir.join("tokenizer_config.json"))?,
             config_file,
         };
-        load_onnxruntime(onnxruntime)?;
+        let environment = onnxruntime_environment(onnxruntime)?;
 
         let model =
             UserDefinedEmbeddingModel::new(onnx_file, tokenizer_files).with_pooling(Pooling::Mean);
-        let options = InitOptionsUserDefined::new().with_max_length(MAX_TOKENS);
+        let options = InitOptionsUserDefined::new()
+            .with_max_length(MAX_TOKENS)
+            .with_environment(environment);
         let model = TextEmbedding::try_new_from_user_defined(model, options).map_err(|error| {
             EmbedError::ModelLoad {
                 dir: dir.to_owned(),
@@ -118,7 +120,7 @@ impl Embedder for MiniLmEmbedder {
     }
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, EmbedError> {
+pub(super) fn read(path: &Path) -> Result<Vec<u8>, EmbedError> {
     std::fs::read(path).map_err(|error| match error.kind() {
         std::io::ErrorKind::NotFound => EmbedError::MissingFile {
             path: path.to_owned(),
@@ -145,9 +147,13 @@ fn hidden_size(path: &Path, config: &[u8]) -> Result<usize, EmbedError> {
         .ok_or_else(|| bad("no positive integer `hidden_size`".into()))
 }
 
-/// Loads the ONNX Runtime library ourselves: left to `ort`, a missing library is a panic at
-/// the first session.
-fn load_onnxruntime(path: &Path) -> Result<(), EmbedError> {
+/// Loads the ONNX Runtime library ourselves (left to `ort`, a missing library is a panic at
+/// the first session) and builds the one ONNX Runtime environment a process may have, shared
+/// by every session Gym opens: MiniLM's, and the distiller's in [`super::distill`].
+pub(super) fn onnxruntime_environment(
+    path: &Path,
+) -> Result<ort::environment::Environment, EmbedError> {
+    static ENVIRONMENT: Mutex<Option<ort::environment::Environment>> = Mutex::new(None);
     // Absolute, so that `ort` does not look for a relative path next to the executable.
     let absolute = std::fs::canonicalize(path).map_err(|_| EmbedError::OnnxRuntimeMissing {
         path: path.to_owned(),
@@ -157,13 +163,20 @@ fn load_onnxruntime(path: &Path) -> Result<(), EmbedError> {
             path: path.to_owned(),
         });
     }
-    // The environment builder is dropped: fastembed builds its sessions on the default one.
-    ort::init_from(&absolute)
-        .map(drop)
-        .map_err(|error| EmbedError::OnnxRuntimeLoad {
-            path: path.to_owned(),
-            message: error.to_string(),
-        })
+    let mut environment = ENVIRONMENT.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(environment) = environment.as_ref() {
+        return Ok(environment.clone());
+    }
+    let load_error = |message: String| EmbedError::OnnxRuntimeLoad {
+        path: path.to_owned(),
+        message,
+    };
+    let built = ort::init_from(&absolute)
+        .map_err(|error| load_error(error.to_string()))?
+        .build()
+        .map_err(|error| load_error(error.to_string()))?;
+    *environment = Some(built.clone());
+    Ok(built)
 }
 
 /// The real model for the tests of this module and its parent, loaded once per test binary.

@@ -4,6 +4,12 @@
 //! embeddings go through a bounded least-recently-used cache: embedding a question is most of a
 //! request's retrieval time on a CPU, and applications ask the same questions again (evals,
 //! retries, fixed prompts).
+//!
+//! Query and experience vectors always come from the same embedder: cosines between two
+//! models' spaces mean nothing. A retriever whose embedder is not the default names its space
+//! ([`Retriever::in_space`]), and the index then keeps that space's vectors in collections of
+//! their own (`<library>@<space>`), so a Qdrant server shared by servers with different
+//! embedders never serves one's vectors to the other's queries.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -98,6 +104,8 @@ pub struct Retriever {
     index: Arc<dyn VectorIndex>,
     cache: Mutex<HashMap<[u8; 32], Arc<Vec<f32>>>>,
     queries: Mutex<QueryCache>,
+    /// The embedder's space, when not the default one: part of the index's collection names.
+    space: Option<String>,
 }
 
 /// Query embeddings most recently used, at most `capacity` of them.
@@ -173,6 +181,23 @@ impl Retriever {
                 capacity: queries,
                 ..QueryCache::default()
             }),
+            space: None,
+        }
+    }
+
+    /// The same retriever with its vectors kept apart in the index under `space` (e.g.
+    /// `static`), for an embedder other than the default MiniLM.
+    pub fn in_space(mut self, space: &str) -> Self {
+        self.space = Some(space.to_owned());
+        self
+    }
+
+    /// The index collection of `library` in this retriever's space. `@` is never in a library
+    /// name, so no library's collection can be taken for another space's.
+    fn collection(&self, library: &str) -> String {
+        match &self.space {
+            Some(space) => format!("{library}@{space}"),
+            None => library.to_owned(),
         }
     }
 
@@ -232,11 +257,8 @@ impl Retriever {
 
     /// Makes sure the snapshot's experiences are in the index, embedding only texts not seen.
     pub async fn index(&self, snapshot: &Snapshot) -> Result<(), RetrieveError> {
-        if self
-            .index
-            .contains(&snapshot.library, snapshot.version)
-            .await
-        {
+        let collection = self.collection(&snapshot.library);
+        if self.index.contains(&collection, snapshot.version).await {
             return Ok(());
         }
         let active: Vec<_> = snapshot.state.active().collect();
@@ -264,7 +286,7 @@ impl Retriever {
                 .collect()
         };
         self.index
-            .upsert(&snapshot.library, snapshot.version, points)
+            .upsert(&collection, snapshot.version, points)
             .await?;
         Ok(())
     }
@@ -280,7 +302,12 @@ impl Retriever {
         let vector = self.embed_query(query).await?;
         Ok(self
             .index
-            .search(&snapshot.library, snapshot.version, &vector, k)
+            .search(
+                &self.collection(&snapshot.library),
+                snapshot.version,
+                &vector,
+                k,
+            )
             .await?)
     }
 }
@@ -357,6 +384,65 @@ mod tests {
         let mut off = QueryCache::default();
         off.insert(key(1), Arc::new(vec![1.0]));
         assert!(off.get(&key(1)).is_none());
+    }
+
+    /// Letter counts of a text, in `width` buckets: two embedders whose spaces differ.
+    struct Letters {
+        width: usize,
+    }
+
+    impl Embedder for Letters {
+        fn dimensions(&self) -> usize {
+            self.width
+        }
+
+        fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            Ok(texts
+                .iter()
+                .map(|text| {
+                    let mut vector = vec![0.0; self.width];
+                    for byte in text.bytes().filter(u8::is_ascii_lowercase) {
+                        vector[usize::from(byte - b'a') % self.width] += 1.0;
+                    }
+                    vector
+                })
+                .collect())
+        }
+    }
+
+    #[tokio::test]
+    async fn retrievers_of_two_spaces_keep_their_vectors_apart_in_one_index() {
+        use crate::library::{Change, Library, Provenance, Settings};
+        let dir = tempfile::tempdir().unwrap();
+        let mut library = Library::init(dir.path(), "lib", Settings::default()).unwrap();
+        library
+            .commit(
+                &[
+                    Change::add("When adding, carry."),
+                    Change::add("When in doubt, zoom."),
+                ],
+                Provenance::Init,
+            )
+            .unwrap();
+        let catalog = super::super::Catalog::new(dir.path(), std::time::Duration::ZERO);
+        let snapshot = catalog.get("lib", None).unwrap();
+        let index: Arc<IvfIndex> = Arc::new(IvfIndex::exact(8));
+        let default = Retriever::new(Arc::new(Letters { width: 26 }), index.clone());
+        let other = Retriever::new(Arc::new(Letters { width: 5 }), index.clone()).in_space("other");
+        let hits = default.retrieve(&snapshot, "zoom", 1).await.unwrap();
+        assert_eq!(hits.len(), 1);
+        // In the default's collection, a 5-number query would be refused for its size.
+        let hits = other.retrieve(&snapshot, "zoom", 2).await.unwrap();
+        assert_eq!(hits.len(), 2);
+        assert!(index.contains("lib", snapshot.version).await);
+        assert!(index.contains("lib@other", snapshot.version).await);
+        assert!(matches!(
+            index.search("lib", snapshot.version, &[1.0; 5], 1).await,
+            Err(IndexError::Dimensions {
+                expected: 26,
+                got: 5
+            })
+        ));
     }
 
     #[tokio::test]

@@ -54,6 +54,8 @@ mod serve_parity;
 mod serve_qdrant;
 #[cfg(feature = "llama")]
 mod serve_socket;
+#[cfg(all(feature = "llama", feature = "embed"))]
+mod serve_static;
 mod serve_stream;
 mod serve_tools;
 #[cfg(feature = "llama")]
