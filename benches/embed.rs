@@ -9,7 +9,9 @@
 //! prompt is what a new chat request adds before the model is called. Printed: p50 and p95
 //! of that time per embedder, and recall@8 of the static table against MiniLM's top 8 (the
 //! share of MiniLM's 8 that the static table's 8 also hold), with the share of questions whose
-//! MiniLM top-1 is in the static top 8.
+//! MiniLM top-1 is in the static top 8. Then the same recall@8 in smaller libraries (a fixed
+//! sample of 100 and of 1,000 of the experiences, searched exactly), beside what 8
+//! experiences drawn at random would score (8 / size).
 //!
 //! Needs the `embed` feature, the models from `make setup`, and a static table: the one in
 //! `$GYM_MODELS_DIR/minilm-static` (`gym embed distill`) if there, else one distilled into a
@@ -220,9 +222,11 @@ fn main() {
     let retriever = |embedder: Arc<dyn Embedder>| {
         Retriever::with_query_cache(embedder, Arc::new(IvfIndex::new(IvfConfig::default())), 0)
     };
+    let minilm: Arc<dyn Embedder> = Arc::new(minilm);
+    let table: Arc<dyn Embedder> = Arc::new(table);
     let retrievers = [
-        ("minilm", retriever(Arc::new(minilm))),
-        ("static", retriever(Arc::new(table)).in_space("static")),
+        ("minilm", retriever(minilm.clone())),
+        ("static", retriever(table.clone()).in_space("static")),
     ];
     for (name, retriever) in &retrievers {
         let started = Instant::now();
@@ -287,4 +291,45 @@ fn main() {
         found as f64 / (8 * questions.len()) as f64,
         top1 as f64 / questions.len() as f64
     );
+
+    // Smaller libraries: a fixed sample of the experiences, searched exactly with each
+    // embedder's vectors, against what 8 of them picked at random would find (8 / size).
+    let sample: Vec<String> = (0..SAMPLE)
+        .map(|i| texts[(i * SAMPLE_STRIDE) % texts.len()].clone())
+        .collect();
+    let vectors = |embedder: &Arc<dyn Embedder>, texts: &[String]| {
+        embedder.embed(texts).expect("embed the sample")
+    };
+    let (minilm_sample, static_sample) = (vectors(&minilm, &sample), vectors(&table, &sample));
+    let (minilm_questions, static_questions) =
+        (vectors(&minilm, &questions), vectors(&table, &questions));
+    for size in [100, SAMPLE] {
+        let mut found = 0;
+        for (m, s) in minilm_questions.iter().zip(&static_questions) {
+            let reference = top8(m, &minilm_sample[..size]);
+            let candidate = top8(s, &static_sample[..size]);
+            found += reference.iter().filter(|i| candidate.contains(i)).count();
+        }
+        println!(
+            "{size} experiences: recall@8 of static against minilm {:.3} (8 at random: {:.3})",
+            found as f64 / (8 * questions.len()) as f64,
+            8.0 / size as f64
+        );
+    }
+}
+
+/// Experiences in the smaller libraries of the recall table, and the stride that picks them
+/// from the 10,000 (coprime with it, so that every condition and strategy comes up).
+const SAMPLE: usize = 1_000;
+const SAMPLE_STRIDE: usize = 7_919;
+
+/// Indices of the 8 vectors nearest `query` by cosine (the vectors are normalized).
+fn top8(query: &[f32], vectors: &[Vec<f32>]) -> Vec<usize> {
+    let mut scored: Vec<(f32, usize)> = vectors
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (v.iter().zip(query).map(|(a, b)| a * b).sum(), i))
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    scored.into_iter().take(8).map(|(_, i)| i).collect()
 }

@@ -93,9 +93,10 @@ pub struct ServeArgs {
     embeddings_url: Option<String>,
 
     /// What embeds questions, and so the library's experiences too (a query is only compared
-    /// with vectors of the same model): `minilm`, the MiniLM forward pass (~6 ms a new
-    /// question), or `static`, the lookup table `gym embed distill` builds from it (well under
-    /// a millisecond; see docs/embeddings.md for its recall against MiniLM).
+    /// with vectors of the same model): `minilm`, the MiniLM forward pass (about 5 ms a new
+    /// question on 2 cores), or `static`, the lookup table `gym embed distill` builds from it
+    /// (about 1 ms, but it often injects other experiences than MiniLM would: see
+    /// docs/embeddings.md).
     #[arg(long, env = "GYM_QUERY_EMBEDDER", value_enum, default_value_t = QueryEmbedder::Minilm, conflicts_with = "embeddings_url")]
     query_embedder: QueryEmbedder,
 
