@@ -340,7 +340,7 @@ mod tests {
     }
 
     fn normalized_mean(ids: &[u32]) -> Vec<f32> {
-        let mut sum = vec![0.0f32; DIMENSIONS];
+        let mut sum = [0.0f32; DIMENSIONS];
         for &id in ids {
             for (total, x) in sum.iter_mut().zip(row(id as usize)) {
                 *total += x;
