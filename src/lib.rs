@@ -36,6 +36,10 @@
 //!
 //! The `gym` binary's command-line interface lives in `src/cli/` (one file per subcommand).
 //! The library store is synchronous and pure: async code only ever sits at the edges.
+//!
+//! For a newcomer: `docs/architecture.md` in the repository has the module map, the data flow
+//! of a run and of a served request, the layering rule, and where the one implementation of
+//! each shared piece lives.
 
 pub mod agent;
 pub mod backend;
