@@ -17,7 +17,7 @@ endif
 
 .DEFAULT_GOAL := build
 
-.PHONY: setup build test contracts fmt clippy bench demo clean-cache
+.PHONY: setup build test contracts deny deny-advisories features fmt clippy bench demo clean-cache
 
 setup:
 	bash scripts/setup
@@ -31,12 +31,37 @@ test: setup
 	bash scripts/setup-evm > /dev/null  # anvil for the governance end-to-end test
 	$(CARGO) test --workspace --locked
 	$(MAKE) contracts
+	$(MAKE) deny
 
 # Foundry tests of the governance contracts (offline, solc-js), and a check that the committed
 # artifacts are what the sources compile to.
 contracts:
 	bash scripts/contracts-test
 	bash scripts/contracts-artifacts --check
+
+# Cargo tools, built once into the cache (their versions pinned here).
+TOOLS_DIR := $(GYM_CACHE_DIR)/tools
+CARGO_DENY := $(TOOLS_DIR)/bin/cargo-deny
+CARGO_HACK := $(TOOLS_DIR)/bin/cargo-hack
+
+$(CARGO_DENY):
+	$(CARGO) install --locked --quiet cargo-deny --version 0.20.2 --root $(TOOLS_DIR)
+
+$(CARGO_HACK):
+	$(CARGO) install --locked --quiet cargo-hack --version 0.6.46 --root $(TOOLS_DIR)
+
+# Licenses, bans and sources of every dependency (deny.toml): offline.
+deny: $(CARGO_DENY)
+	$(CARGO_DENY) deny --offline --locked check licenses bans sources
+
+# Known vulnerabilities and yanked crates: needs the RustSec advisory database (fetched).
+deny-advisories: $(CARGO_DENY)
+	$(CARGO_DENY) deny --locked check advisories
+
+# Each cargo feature on its own compiles without warnings. Not in `make test`: on 2 cores it
+# takes longer than the rest of the suite (every feature set re-checks the dependencies).
+features: $(CARGO_HACK)
+	RUSTFLAGS="-D warnings" $(CARGO_HACK) hack check --workspace --each-feature --no-dev-deps --locked
 
 fmt:
 	$(CARGO) fmt --all

@@ -73,6 +73,7 @@ struct RolloutBench {
 }
 
 /// The distiller model `gym bench stages` loads by default, under `$GYM_MODELS_DIR`.
+#[cfg(feature = "llama")]
 const DISTILLER_MODEL_FILE: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
 
 #[derive(Debug, Args)]
@@ -208,6 +209,7 @@ impl RolloutBench {
 }
 
 /// What one mode of `gym bench stages` measured.
+#[cfg(feature = "llama")]
 #[derive(Debug, Default, serde::Serialize)]
 struct StagesFigures {
     calls: usize,

@@ -2,7 +2,6 @@
 
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use gym::backend::ToolCall;
 
@@ -76,10 +75,10 @@ impl ToolsArgs {
             #[cfg(feature = "mcp")]
             ToolsCommand::McpServe { tools } => runtime.block_on(async {
                 let toolbox = tools.toolbox_or(gym::tools::BUILTIN).await?;
-                gym::tools::mcp::ToolboxServer::new(toolbox)
+                let served = gym::tools::mcp::ToolboxServer::new(toolbox)
                     .serve_stdio()
-                    .await
-                    .context("serving tools over MCP")?;
+                    .await;
+                anyhow::Context::context(served, "serving tools over MCP")?;
                 Ok(ExitCode::SUCCESS)
             }),
         }

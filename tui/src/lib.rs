@@ -79,6 +79,7 @@
 //! `state` is one of `"starting"`, `"running"`, `"paused"`, `"stopping"`, `"finished"`, or
 //! `{"failed": {"reason": "..."}}`. Op `kind` is `"add"`, `"update"` or `"delete"`; log `level`
 //! is `"info"`, `"warn"` or `"error"`.
+#![warn(missing_docs)]
 
 mod draw;
 mod panels;
