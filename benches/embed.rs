@@ -209,7 +209,7 @@ fn main() {
     let changes: Vec<Change> = texts.iter().cloned().map(Change::add).collect();
     library.commit(&changes, Provenance::Init).unwrap();
     let catalog = Catalog::new(
-        &scratch.path().join("experiences"),
+        scratch.path().join("experiences"),
         std::time::Duration::from_secs(600),
     );
     let snapshot = catalog.get("big", None).unwrap();
