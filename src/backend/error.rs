@@ -48,7 +48,7 @@ pub enum BackendError {
         message: String,
     },
 
-    #[error("no answer from {url} within {}", humantime(*after))]
+    #[error("no answer from {url} within {:.1} s", after.as_secs_f64())]
     Timeout { url: String, after: Duration },
 
     #[error("cannot reach {url}: {message}")]
@@ -80,8 +80,4 @@ impl BackendError {
             _ => false,
         }
     }
-}
-
-fn humantime(d: Duration) -> String {
-    format!("{:.1} s", d.as_secs_f64())
 }

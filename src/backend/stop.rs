@@ -22,10 +22,7 @@ impl StopMatcher {
         if self.stops.is_empty() {
             return None;
         }
-        let mut from = text.len().saturating_sub(appended + self.longest);
-        while !text.is_char_boundary(from) {
-            from -= 1;
-        }
+        let from = text.floor_char_boundary(text.len().saturating_sub(appended + self.longest));
         let window = &text[from..];
         self.stops
             .iter()

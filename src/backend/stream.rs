@@ -51,10 +51,7 @@ impl TextRelease {
 
     /// The piece of `text` (the whole text so far) that can be sent now, if any.
     pub fn next<'t>(&mut self, text: &'t str) -> Option<&'t str> {
-        let mut safe = text.len().saturating_sub(self.holdback);
-        while !text.is_char_boundary(safe) {
-            safe -= 1;
-        }
+        let safe = text.floor_char_boundary(text.len().saturating_sub(self.holdback));
         self.release(text, safe)
     }
 
@@ -75,6 +72,9 @@ impl TextRelease {
 
 /// The length of `bytes` without a UTF-8 character that has started but not yet ended (a token
 /// can end in the middle of one; the next token completes it).
+///
+/// Hand-written: std's `Utf8Error::valid_up_to` stops at the first invalid byte anywhere, and
+/// the bytes here may hold invalid sequences earlier on (they are decoded lossily).
 pub fn complete_utf8_len(bytes: &[u8]) -> usize {
     // A character is at most 4 bytes: look for the lead byte of the last one.
     for back in 1..=bytes.len().min(4) {

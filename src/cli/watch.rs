@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
-use futures::StreamExt as _;
+use eventsource_stream::{EventStreamError, Eventsource as _};
+use futures::{Stream, StreamExt as _};
 use gym_tui::{RunState, SharedSnapshot, Snapshot, SnapshotSource as _, strip_terminal_controls};
 
 use super::backend_args::runtime;
@@ -50,38 +51,19 @@ fn stream_url(url: &str) -> anyhow::Result<reqwest::Url> {
     Ok(url)
 }
 
-/// Splits server-sent events out of a byte stream: the `data:` of each `snapshot` event.
-#[derive(Default)]
-struct SseParser {
-    buffer: String,
-}
-
-impl SseParser {
-    fn push(&mut self, bytes: &[u8]) -> Vec<String> {
-        self.buffer
-            .push_str(&String::from_utf8_lossy(bytes).replace("\r\n", "\n"));
-        let mut events = Vec::new();
-        while let Some(end) = self.buffer.find("\n\n") {
-            let block: String = self.buffer.drain(..end + 2).collect();
-            let mut kind = "message";
-            let mut data = Vec::new();
-            for line in block.lines() {
-                if let Some(value) = line.strip_prefix("event:") {
-                    kind = if value.trim() == "snapshot" {
-                        "snapshot"
-                    } else {
-                        "other"
-                    };
-                } else if let Some(value) = line.strip_prefix("data:") {
-                    data.push(value.strip_prefix(' ').unwrap_or(value));
-                }
-            }
-            if kind == "snapshot" && !data.is_empty() {
-                events.push(data.join("\n"));
-            }
-        }
-        events
-    }
+/// The `data` of each `snapshot` event of a server-sent event byte stream, in order.
+fn snapshots<S, B, E>(bytes: S) -> impl Stream<Item = Result<String, EventStreamError<E>>>
+where
+    S: Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+{
+    bytes.eventsource().filter_map(|event| {
+        futures::future::ready(match event {
+            Ok(event) if event.event == "snapshot" => Some(Ok(event.data)),
+            Ok(_) => None,
+            Err(error) => Some(Err(error)),
+        })
+    })
 }
 
 enum Streamed {
@@ -115,30 +97,37 @@ async fn stream_once(
             strip_terminal_controls(body.trim())
         );
     }
-    let mut parser = SseParser::default();
-    let mut body = response.bytes_stream();
+    let mut events = std::pin::pin!(snapshots(response.bytes_stream()));
     loop {
         // Wake up now and then so leaving the dashboard does not wait for the next event.
-        let Ok(next) = tokio::time::timeout(Duration::from_millis(200), body.next()).await else {
+        let Ok(next) = tokio::time::timeout(Duration::from_millis(200), events.next()).await else {
             if closed() {
                 return Ok(Streamed::Ended);
             }
             continue;
         };
-        let Some(chunk) = next else { break };
-        let chunk = match chunk {
-            Ok(chunk) => chunk,
-            Err(error) => return Ok(Streamed::Lost(error.to_string())),
-        };
-        for data in parser.push(&chunk) {
-            match serde_json::from_str::<Snapshot>(&data) {
-                Ok(snapshot) => publish(snapshot),
-                // serde quotes the offending value, which came from the server.
-                Err(error) => eprintln!(
-                    "gym watch: skipped an unreadable snapshot: {}",
-                    strip_terminal_controls(&error.to_string())
-                ),
+        let data = match next {
+            None => break,
+            Some(Ok(data)) => data,
+            Some(Err(EventStreamError::Transport(error))) => {
+                return Ok(Streamed::Lost(error.to_string()));
             }
+            // Not UTF-8 or not an event stream: reconnecting would get the same.
+            Some(Err(error)) => {
+                let error = error.to_string();
+                anyhow::bail!(
+                    "{url} sent something that is not a server-sent event stream: {}",
+                    strip_terminal_controls(&error[..error.floor_char_boundary(200)])
+                );
+            }
+        };
+        match serde_json::from_str::<Snapshot>(&data) {
+            Ok(snapshot) => publish(snapshot),
+            // serde quotes the offending value, which came from the server.
+            Err(error) => eprintln!(
+                "gym watch: skipped an unreadable snapshot: {}",
+                strip_terminal_controls(&error.to_string())
+            ),
         }
     }
     Ok(Streamed::Ended)
@@ -261,18 +250,42 @@ mod tests {
         assert!(stream_url("http://gpu:8080/").is_err());
     }
 
+    /// The snapshot events of `chunks`, or the first error as text.
+    fn snapshots_of(chunks: &[&'static [u8]]) -> Vec<Result<String, String>> {
+        let bytes = futures::stream::iter(chunks.iter().map(Ok::<_, std::convert::Infallible>));
+        futures::executor::block_on(
+            snapshots(bytes)
+                .map(|event| event.map_err(|e| e.to_string()))
+                .collect(),
+        )
+    }
+
     #[test]
     fn events_split_across_chunks_are_put_back_together() {
-        let mut parser = SseParser::default();
-        assert!(
-            parser
-                .push(b"event: snapshot\r\nid: 3\r\ndata: {\"a\"")
-                .is_empty()
-        );
-        assert_eq!(parser.push(b":1}\r\n\r\n: keep-alive\n\n"), [r#"{"a":1}"#]);
         assert_eq!(
-            parser.push(b"event: other\ndata: x\n\nevent: snapshot\ndata: y\n\n"),
-            ["y"]
+            snapshots_of(&[
+                b"event: snapshot\r\nid: 3\r\ndata: {\"a\"",
+                b":1}\r\n\r\n: keep-alive\n\n",
+                b"event: other\ndata: x\n\nevent: snapshot\ndata: y\n",
+                b"data: z\n\ndata: unnamed\n\n",
+                // A character split across chunks stays whole.
+                b"event: snapshot\ndata: \xe2\x82",
+                b"\xac\n\n",
+            ]),
+            [
+                Ok(r#"{"a":1}"#.to_owned()),
+                Ok("y\nz".to_owned()),
+                Ok("\u{20ac}".to_owned())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_stream_that_is_not_utf8_is_an_error() {
+        let events = snapshots_of(&[b"event: snapshot\ndata: \xff\n\n"]);
+        assert!(
+            matches!(&events[..], [Err(e)] if e.contains("UTF8")),
+            "{events:?}"
         );
     }
 

@@ -75,26 +75,22 @@ pub use tally::{ProposalState, Tally};
 pub use vote::{Ballot, Choice, VoteSubject, new_key, read_key_file};
 pub use voters::{Voter, read_voters};
 
-/// Parses a duration like `90s`, `30m`, `12h`, `3d` or a plain number of seconds.
+/// Parses a voting period: a plain number of seconds, or a duration in humantime's syntax
+/// (`90s`, `30m`, `12h`, `3d`, `2w`, `1h 30m`, `1.5h`), in whole seconds.
 pub fn parse_duration_secs(text: &str) -> Result<u64, GovError> {
-    let invalid = || GovError::Invalid {
-        field: "duration",
-        message: format!("`{text}` is not a duration like 90s, 30m, 12h, 3d or 3600"),
-    };
     let text = text.trim();
-    let (digits, unit) = match text.char_indices().last() {
-        Some((index, c)) if c.is_ascii_alphabetic() => (&text[..index], c),
-        _ => (text, 's'),
+    let invalid = |why: String| GovError::Invalid {
+        field: "duration",
+        message: format!("`{text}` is not a duration like 90s, 30m, 12h, 3d or 3600: {why}"),
     };
-    let value: u64 = digits.parse().map_err(|_| invalid())?;
-    let scale = match unit {
-        's' => 1,
-        'm' => 60,
-        'h' => 3_600,
-        'd' => 86_400,
-        _ => return Err(invalid()),
-    };
-    value.checked_mul(scale).ok_or_else(invalid)
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text.parse().map_err(|e| invalid(format!("{e}")));
+    }
+    let duration = humantime::parse_duration(text).map_err(|e| invalid(e.to_string()))?;
+    if duration.subsec_nanos() != 0 {
+        return Err(invalid("it is not a whole number of seconds".into()));
+    }
+    Ok(duration.as_secs())
 }
 
 #[cfg(test)]
@@ -105,7 +101,18 @@ mod tests {
         assert_eq!(super::parse_duration_secs("3d").unwrap(), 259_200);
         assert_eq!(super::parse_duration_secs("42").unwrap(), 42);
         assert_eq!(super::parse_duration_secs("2h").unwrap(), 7_200);
-        for bad in ["", "h", "3w", "-1s", "1.5h"] {
+        assert_eq!(super::parse_duration_secs("1h 30m").unwrap(), 5_400);
+        assert_eq!(super::parse_duration_secs("2w").unwrap(), 1_209_600);
+        assert_eq!(super::parse_duration_secs("1.5h").unwrap(), 5_400);
+        for bad in [
+            "",
+            "h",
+            "3x",
+            "-1s",
+            "1.5s",
+            "1500ms",
+            "99999999999999999999",
+        ] {
             assert!(super::parse_duration_secs(bad).is_err(), "{bad}");
         }
     }

@@ -1,9 +1,12 @@
 //! `runs/<run-id>/report.md` and its plot `report.svg`: what a run did, readable on any git
-//! host or editor that renders Markdown. The SVG is written by hand (two line charts), which
-//! keeps a plotting stack and its fonts out of the build.
+//! host or editor that renders Markdown. The plot is drawn with `plotters` on its SVG backend
+//! only: no font crates, the viewer lays out the text.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
 
 use super::StepEnd;
 use super::summary::RunSummary;
@@ -20,7 +23,11 @@ pub fn write_report(
     eval: Option<&EvalReport>,
 ) -> std::io::Result<PathBuf> {
     use crate::durable::{Replace, write};
-    write(&dir.join(PLOT_FILE), plot(summary).as_bytes(), Replace::Yes)?;
+    write(
+        &dir.join(PLOT_FILE),
+        plot(summary)?.as_bytes(),
+        Replace::Yes,
+    )?;
     let path = dir.join(REPORT_FILE);
     write(
         &path,
@@ -209,12 +216,12 @@ fn source_markdown(source: &crate::data::SourceReport) -> String {
     out
 }
 
-const WIDTH: f64 = 720.0;
-const PANEL: f64 = 170.0;
-const LEFT: f64 = 60.0;
-const RIGHT: f64 = 20.0;
+const WIDTH: u32 = 720;
+const PANEL: u32 = 170;
+/// plotters writes a font size as the size asked for / 1.24: these come out as 14 and 11 px.
+const TITLE_FONT: f64 = 17.4;
+const LABEL_FONT: f64 = 13.6;
 
-/// One panel: a polyline with dots over steps, y from 0 to `y_max`.
 /// The report's section about a `gym grpo --fallback` (appended once the fine-tune ends).
 pub fn fallback_markdown(record: &super::plateau::FallbackRecord) -> String {
     let mut out = String::new();
@@ -247,81 +254,60 @@ pub fn fallback_markdown(record: &super::plateau::FallbackRecord) -> String {
     out
 }
 
-fn panel(out: &mut String, top: f64, title: &str, points: &[(u32, f64)], y_max: f64, colour: &str) {
-    let (x0, x1) = (LEFT, WIDTH - RIGHT);
-    let (y0, y1) = (top + 24.0, top + PANEL - 24.0);
+/// One panel: a line with dots over steps, y from 0 to `y_max`.
+fn panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    title: &str,
+    points: &[(u32, f64)],
+    y_max: f64,
+    colour: RGBColor,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
     let last = points.iter().map(|(s, _)| *s).max().unwrap_or(1).max(1);
     let first = points.iter().map(|(s, _)| *s).min().unwrap_or(1).min(last);
-    let span = f64::from((last - first).max(1));
-    let x = |step: u32| x0 + (f64::from(step - first) / span) * (x1 - x0);
-    let y = |v: f64| y1 - (v.clamp(0.0, y_max) / y_max) * (y1 - y0);
-    let _ = writeln!(
-        out,
-        r##"<text x="{LEFT}" y="{:.1}" font-size="14" font-weight="bold">{title}</text>"##,
-        top + 14.0
-    );
-    let _ = writeln!(
-        out,
-        r##"<rect x="{x0}" y="{y0:.1}" width="{:.1}" height="{:.1}" fill="none" stroke="#bbb"/>"##,
-        x1 - x0,
-        y1 - y0
-    );
-    for tick in 0..=4 {
-        let v = y_max * f64::from(tick) / 4.0;
-        let label = if y_max <= 1.0 {
-            format!("{v:.2}")
-        } else {
-            format!("{v:.0}")
-        };
-        let _ = writeln!(
-            out,
-            r##"<line x1="{x0}" x2="{x1}" y1="{0:.1}" y2="{0:.1}" stroke="#eee"/><text x="{1}" y="{2:.1}" font-size="11" text-anchor="end">{label}</text>"##,
-            y(v),
-            x0 - 6.0,
-            y(v) + 4.0
-        );
-    }
-    let ticks: Vec<u32> = if last - first <= 10 {
-        (first..=last).collect()
-    } else {
-        (0..=10).map(|i| first + (last - first) * i / 10).collect()
-    };
-    for step in ticks {
-        let _ = writeln!(
-            out,
-            r##"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle">{step}</text>"##,
-            x(step),
-            y1 + 16.0
-        );
-    }
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            title,
+            ("sans-serif", TITLE_FONT)
+                .into_font()
+                .style(FontStyle::Bold),
+        )
+        .margin_right(20)
+        .x_label_area_size(20)
+        .y_label_area_size(50)
+        .build_cartesian_2d(first..last.max(first.saturating_add(1)), 0.0..y_max)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .y_max_light_lines(0)
+        .bold_line_style(RGBColor(0xee, 0xee, 0xee))
+        .x_labels(11)
+        .y_labels(5)
+        .label_style(("sans-serif", LABEL_FONT))
+        .y_label_formatter(&|v| {
+            if y_max <= 1.0 {
+                format!("{v:.2}")
+            } else {
+                format!("{v}")
+            }
+        })
+        .draw()?;
     let finite: Vec<(u32, f64)> = points
         .iter()
-        .copied()
         .filter(|(_, v)| v.is_finite())
+        .map(|(s, v)| (*s, v.clamp(0.0, y_max)))
         .collect();
     if finite.len() > 1 {
-        let path: Vec<String> = finite
-            .iter()
-            .map(|(s, v)| format!("{:.1},{:.1}", x(*s), y(*v)))
-            .collect();
-        let _ = writeln!(
-            out,
-            r##"<polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"/>"##,
-            path.join(" ")
-        );
+        chart.draw_series(LineSeries::new(
+            finite.iter().copied(),
+            colour.stroke_width(2),
+        ))?;
     }
-    for (s, v) in &finite {
-        let _ = writeln!(
-            out,
-            r##"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{colour}"><title>step {s}: {v:.3}</title></circle>"##,
-            x(*s),
-            y(*v)
-        );
-    }
+    chart.draw_series(finite.iter().map(|p| Circle::new(*p, 3, colour.filled())))?;
+    Ok(())
 }
 
 /// Mean reward per step (top) and library size per step (bottom), as SVG.
-pub fn plot(summary: &RunSummary) -> String {
+pub fn plot(summary: &RunSummary) -> std::io::Result<String> {
     let rewards: Vec<(u32, f64)> = summary
         .steps
         .iter()
@@ -340,36 +326,31 @@ pub fn plot(summary: &RunSummary) -> String {
         .map(|m| m * magnitude)
         .find(|top| *top >= size_max)
         .unwrap_or(size_max);
-    let height = 2.0 * PANEL + 20.0;
-    let mut out = format!(
-        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif">
-<rect width="100%" height="100%" fill="white"/>
-"##
-    );
-    panel(
-        &mut out,
-        0.0,
-        "Mean reward per step",
-        &rewards,
-        1.0,
-        "#1f77b4",
-    );
-    panel(
-        &mut out,
-        PANEL,
-        "Library size (active experiences) per step",
-        &sizes,
-        size_top,
-        "#2ca02c",
-    );
-    let _ = writeln!(
-        out,
-        r##"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle">step</text>"##,
-        (LEFT + WIDTH - RIGHT) / 2.0,
-        2.0 * PANEL + 12.0
-    );
-    out.push_str("</svg>\n");
-    out
+    let mut svg = String::new();
+    let drawn = (|| {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, 2 * PANEL + 20)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (top, rest) = root.split_vertically(PANEL);
+        let (bottom, foot) = rest.split_vertically(PANEL);
+        panel(
+            &top,
+            "Mean reward per step",
+            &rewards,
+            1.0,
+            RGBColor(0x1f, 0x77, 0xb4),
+        )?;
+        panel(
+            &bottom,
+            "Library size (active experiences) per step",
+            &sizes,
+            size_top,
+            RGBColor(0x2c, 0xa0, 0x2c),
+        )?;
+        foot.titled("step", ("sans-serif", LABEL_FONT))?;
+        root.present()
+    })();
+    drawn.map_err(|e| std::io::Error::other(format!("drawing {PLOT_FILE}: {e}")))?;
+    Ok(svg)
 }
 
 #[cfg(test)]
@@ -491,14 +472,27 @@ mod tests {
 
     #[test]
     fn the_plot_is_svg_with_one_point_per_step() {
-        let svg = plot(&summary());
-        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
+        let svg = plot(&summary()).unwrap();
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert_eq!(svg.matches("<circle").count(), 4, "{svg}");
-        assert_eq!(svg.matches("<polyline").count(), 2);
-        assert!(svg.contains("step 2: 0.500"));
-        // An empty run still draws two empty panels.
-        let empty = plot(&RunSummary::new("r0", 0));
-        assert_eq!(empty.matches("<rect x=").count(), 2);
+        // One line per panel, in the panel's colour.
+        assert_eq!(
+            svg.matches(r##"stroke="#1F77B4" stroke-width="2""##)
+                .count(),
+            1
+        );
+        assert_eq!(
+            svg.matches(r##"stroke="#2CA02C" stroke-width="2""##)
+                .count(),
+            1
+        );
+        for text in ["Mean reward per step", "0.50", "step"] {
+            assert!(svg.contains(&format!("\n{text}\n</text>")), "{text}\n{svg}");
+        }
+        // An empty run still draws two empty panels with their axes.
+        let empty = plot(&RunSummary::new("r0", 0)).unwrap();
+        assert_eq!(empty.matches("<circle").count(), 0);
+        assert!(empty.contains("Library size (active experiences) per step"));
         assert!(!empty.contains("NaN"));
     }
 

@@ -7,6 +7,10 @@
 //! `gym:generation_tokens_total`, `gym:prefix_cache_queries_total`,
 //! `gym:prefix_cache_hits_total`, `gym:num_requests_running`, `gym:num_requests_waiting`),
 //! so dashboards built for those servers read Gym's too.
+//!
+//! Written here rather than with `prometheus-client`: that crate has no summary type, which the
+//! `gym_hllm_*` families are, and most families are read at scrape time from counters other
+//! modules own (router, traffic log, usage.json), so the crate would only re-wrap those values.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -53,11 +53,7 @@ impl Answers {
             text
         } else {
             self.truncated = true;
-            let mut end = room;
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            &text[..end]
+            &text[..text.floor_char_boundary(room)]
         };
         self.kept += piece.len();
         self.texts[index].push_str(piece);
