@@ -22,6 +22,25 @@ const BUCKETS: [f64; 12] = [
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// A label value as the text exposition format writes it: backslash, double quote and line feed
+/// escaped, so that no name (an upstream's, a model's, a route's) can end the label or the line
+/// and forge a sample of its own.
+struct LabelValue<'a>(&'a str);
+
+impl std::fmt::Display for LabelValue<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for c in self.0.chars() {
+            match c {
+                '\\' => f.write_str("\\\\")?,
+                '"' => f.write_str("\\\"")?,
+                '\n' => f.write_str("\\n")?,
+                c => f.write_char(c)?,
+            }
+        }
+        Ok(())
+    }
+}
+
 #[derive(Default)]
 struct Histogram {
     counts: [u64; BUCKETS.len()],
@@ -170,6 +189,7 @@ impl Metrics {
             let _ = writeln!(out, "# HELP gym_requests_total HTTP requests by route and status.");
             let _ = writeln!(out, "# TYPE gym_requests_total counter");
             for ((route, status), count) in &m.requests {
+                let route = LabelValue(route);
                 let _ = writeln!(
                     out,
                     "gym_requests_total{{route=\"{route}\",status=\"{status}\"}} {count}"
@@ -178,6 +198,7 @@ impl Metrics {
             let _ = writeln!(out, "# HELP gym_request_duration_seconds Request latency by route.");
             let _ = writeln!(out, "# TYPE gym_request_duration_seconds histogram");
             for (route, histogram) in &m.latency {
+                let route = LabelValue(route);
                 histogram_lines(
                     &mut out,
                     "gym_request_duration_seconds",
@@ -197,6 +218,7 @@ impl Metrics {
             );
             let _ = writeln!(out, "# TYPE gym_library_requests_total counter");
             for ((library, version), (requests, _)) in &m.injections {
+                let library = LabelValue(library);
                 let _ = writeln!(
                     out,
                     "gym_library_requests_total{{library=\"{library}\",version=\"{version}\"}} {requests}"
@@ -208,6 +230,7 @@ impl Metrics {
             );
             let _ = writeln!(out, "# TYPE gym_experiences_injected_total counter");
             for ((library, version), (_, injected)) in &m.injections {
+                let library = LabelValue(library);
                 let _ = writeln!(
                     out,
                     "gym_experiences_injected_total{{library=\"{library}\",version=\"{version}\"}} {injected}"
@@ -224,6 +247,7 @@ impl Metrics {
                 let _ = writeln!(out, "# HELP {name} {help}, summed over answers; see _count.");
                 let _ = writeln!(out, "# TYPE {name} summary");
                 for ((library, version), sums) in &m.hllm {
+                    let (library, version) = (LabelValue(library), LabelValue(version));
                     let labels = format!("library=\"{library}\",version=\"{version}\"");
                     let _ = writeln!(out, "{name}_sum{{{labels}}} {}", sums[index]);
                     let _ = writeln!(out, "{name}_count{{{labels}}} {}", sums[3]);
@@ -235,6 +259,7 @@ impl Metrics {
             );
             let _ = writeln!(out, "# TYPE gym_escalations_total counter");
             for ((from, to), count) in &m.escalations {
+                let (from, to) = (LabelValue(from), LabelValue(to));
                 let _ = writeln!(
                     out,
                     "gym_escalations_total{{from=\"{from}\",to=\"{to}\"}} {count}"
@@ -302,6 +327,7 @@ fn serving_lines(out: &mut String, m: &Inner) {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} histogram");
         for (model, histogram) in histograms {
+            let model = LabelValue(model);
             histogram_lines(out, name, &format!("model_name=\"{model}\","), histogram);
         }
     }
@@ -340,6 +366,7 @@ pub fn queue_lines(router: &super::router::Router) -> String {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} gauge");
         for (model, counts) in &by_model {
+            let model = LabelValue(model);
             let value = if index == 0 { counts.0 } else { counts.1 };
             let _ = writeln!(out, "{name}{{model_name=\"{model}\"}} {value}");
         }
@@ -388,6 +415,7 @@ pub fn usage_lines(
         let _ = writeln!(out, "# HELP {name} {help}.");
         let _ = writeln!(out, "# TYPE {name} gauge");
         for (library, usage) in libraries {
+            let library = LabelValue(library);
             for (id, uses) in usage {
                 let _ = writeln!(
                     out,
@@ -470,7 +498,7 @@ pub fn upstream_lines(router: &super::router::Router) -> String {
             let _ = writeln!(
                 out,
                 "{name}{{upstream=\"{}\"}} {}",
-                upstream.name,
+                LabelValue(&upstream.name),
                 value(upstream)
             );
         }
@@ -555,6 +583,36 @@ mod tests {
             "gym:time_per_output_token_seconds_bucket{model_name=\"smol\",le=\"0.1\"} 1",
             "gym:e2e_request_latency_seconds_bucket{model_name=\"smol\",le=\"0.05\"} 1",
             "gym:e2e_request_latency_seconds_count{model_name=\"smol\"} 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_name_with_quotes_or_line_feeds_cannot_forge_a_sample() {
+        let metrics = Metrics::default();
+        let hostile = "x\"} 1\ngym_forged_total 99\n#";
+        metrics.request(hostile, 200, Duration::from_millis(1));
+        metrics.escalated(hostile, "big\\model");
+        metrics.latency(
+            hostile,
+            Latency {
+                end_to_end: Duration::from_millis(5),
+                first_token: None,
+                tokens: 1,
+            },
+        );
+        let text = metrics.render();
+        assert!(
+            !text
+                .lines()
+                .any(|line| line.starts_with("gym_forged_total")),
+            "{text}"
+        );
+        for line in [
+            r#"gym_requests_total{route="x\"} 1\ngym_forged_total 99\n#",status="200"} 1"#,
+            r#"gym_escalations_total{from="x\"} 1\ngym_forged_total 99\n#",to="big\\model"} 1"#,
+            r#"gym:e2e_request_latency_seconds_count{model_name="x\"} 1\ngym_forged_total 99\n#"} 1"#,
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
         }
