@@ -391,7 +391,10 @@ impl EvalArgs {
             verifier.name(),
             started.elapsed().as_secs_f64()
         );
-        print!("{}", render_report(&header, &report));
+        print!(
+            "{}",
+            render_report(&header, &report, settings.agent.is_some())
+        );
         if let Some(path) = &self.report {
             let evaluation = super::pack::describe(&super::pack::Described {
                 backend: &self.backend,
@@ -494,8 +497,10 @@ fn append_condition(report: &mut EvalReport, extra: EvalReport) {
     report.results.extend(extra.results);
 }
 
-/// The side-by-side table `gym eval` prints.
-pub fn render_report(header: &str, report: &EvalReport) -> String {
+/// The side-by-side table `gym eval` prints. With `tools` (the answers were agent
+/// trajectories) a tool line per condition follows, zeros included: a model that never called a
+/// tool is a finding, not something to hide.
+pub fn render_report(header: &str, report: &EvalReport, tools: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{header}");
     let mut columns: Vec<(String, String, String, String, String)> = report
@@ -575,11 +580,7 @@ pub fn render_report(header: &str, report: &EvalReport) -> String {
         }
         let _ = writeln!(out, "{}", line.trim_end());
     }
-    let agent = report
-        .results
-        .iter()
-        .any(|r| r.group.answers.iter().any(|a| !a.steps.is_empty()));
-    if agent {
+    if tools {
         for c in &report.conditions {
             let _ = writeln!(
                 out,

@@ -624,7 +624,7 @@ impl GrpoArgs {
         screen.close();
         print!("{}", render_summary(&summary, &self.library));
         if let Some((header, report)) = &eval_report {
-            print!("{}", render_report(header, report));
+            print!("{}", render_report(header, report, agent.is_some()));
         }
         write_run_report(
             &dir,
