@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use clap::Args;
 use gym::backend::Backend;
 use gym::data::{self, Dataset, DatasetSpec, Split};
-use gym::library::Library;
+use gym::library::{Library, LibraryRef};
 use gym::reward::{self, Verifier, VerifierSpec};
 use gym::rollout::eval::{
     Condition, Control, EvalReport, EvalSettings, evaluate, library_conditions,
@@ -269,22 +269,9 @@ pub struct EvalArgs {
     tools: ToolArgs,
 }
 
-/// `NAME` or `NAME@VERSION`.
-pub fn parse_library_ref(text: &str) -> anyhow::Result<(String, Option<u64>)> {
-    match text.split_once('@') {
-        None => Ok((text.to_string(), None)),
-        Some((name, version)) => {
-            let version = version
-                .parse()
-                .with_context(|| format!("`{text}`: the version after @ must be a number"))?;
-            Ok((name.to_string(), Some(version)))
-        }
-    }
-}
-
 /// The label and active experiences of a library version.
 fn library_experiences(dir: &Path, reference: &str) -> anyhow::Result<(String, Vec<Shown>)> {
-    let (name, version) = parse_library_ref(reference)?;
+    let LibraryRef { name, version } = reference.parse()?;
     let library = Library::open(dir, &name)?;
     let version = version.unwrap_or_else(|| library.head_version());
     let state = library.checkout(version)?;

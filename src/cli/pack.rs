@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum as _};
 use gym::backend::Sampling;
 use gym::data::{Dataset, Split};
-use gym::library::{Digest, Library};
+use gym::library::{Digest, Library, LibraryRef};
 use gym::pack::receipt::{DatasetRef, Evaluation, ModelRef};
 use gym::pack::{Limits, Measured, Results, Verified};
 use gym::reward::VerifierSpec;
@@ -22,7 +22,7 @@ use gym::rollout::stats::Estimate;
 mod rerun;
 
 use super::backend_args::{BackendArgs, BackendKind};
-use super::eval::{DatasetArgs, parse_library_ref};
+use super::eval::DatasetArgs;
 
 /// What `gym eval --report FILE` writes and `gym pack --eval FILE` reads.
 pub const REPORT_FORMAT: &str = "gym-eval-report/1";
@@ -155,7 +155,7 @@ impl CreateArgs {
         else {
             anyhow::bail!("gym pack needs LIBRARY, --out and --key-file");
         };
-        let (name, version) = parse_library_ref(&reference)?;
+        let LibraryRef { name, version } = reference.parse()?;
         let library = Library::open(&self.library_dir, &name)?;
         let version = version.unwrap_or_else(|| library.head_version());
         let state = library.checkout(version)?;
