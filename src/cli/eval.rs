@@ -19,6 +19,7 @@ use gym::rollout::eval::{
 use gym::rollout::prompt::Shown;
 
 use super::backend_args::{BackendArgs, SamplingArgs, runtime};
+use super::library_dir::LibraryDirArgs;
 use super::tool_args::ToolArgs;
 
 /// The dataset when none is named.
@@ -223,14 +224,8 @@ pub struct EvalArgs {
     #[arg(long)]
     library: Option<String>,
 
-    /// Directory holding the libraries.
-    #[arg(
-        long,
-        env = "GYM_LIBRARY_DIR",
-        hide_env_values = true,
-        default_value = "experiences"
-    )]
-    library_dir: PathBuf,
+    #[command(flatten)]
+    library_dir: LibraryDirArgs,
 
     /// Answers sampled per query (Mean@k averages them; Pass@k asks whether any is right).
     #[arg(short = 'k', long = "k", default_value_t = 4)]

@@ -22,6 +22,7 @@ use gym::run::{
 use super::backend_args::{BackendArgs, BackendKind, SamplingArgs, load_embedder, runtime};
 use super::eval::{DatasetArgs, RewardArgs, render_report};
 use super::fallback::{Checker, FallbackArgs, FallbackKind};
+use super::library_dir::{DEFAULT_LIBRARY_DIR, LibraryDirArgs};
 use super::run_settings::{self, Setting, Settings as RunSettings, Source, Stored, Value};
 use super::tool_args::ToolArgs;
 
@@ -61,14 +62,8 @@ pub struct GrpoArgs {
     #[arg(long, env = "GYM_LIBRARY", default_value = "default")]
     library: String,
 
-    /// Directory holding the libraries.
-    #[arg(
-        long,
-        env = "GYM_LIBRARY_DIR",
-        hide_env_values = true,
-        default_value = "experiences"
-    )]
-    library_dir: PathBuf,
+    #[command(flatten)]
+    library_dir: LibraryDirArgs,
 
     /// Model for the three distillation stages. With the llama backend a GGUF path (default:
     /// Qwen2.5-Coder-1.5B-Instruct Q4_K_M, which `make setup` fetches into $GYM_MODELS_DIR; the
@@ -329,7 +324,7 @@ impl GrpoArgs {
             self.eval_limit,
             self.eval_k
         );
-        if self.library_dir != Path::new("experiences") {
+        if *self.library_dir != *Path::new(DEFAULT_LIBRARY_DIR) {
             command += &format!(" --library-dir {}", self.library_dir.display());
         }
         if self.backend.backend != BackendKind::Llama {
@@ -457,7 +452,7 @@ impl GrpoArgs {
                         agent: agent.clone(),
                     },
                     heldout: heldout.samples,
-                    library_dir: self.library_dir.clone(),
+                    library_dir: self.library_dir.to_path_buf(),
                     library: self.library.clone(),
                     patience: self.fallback.fallback_patience,
                     min_delta: self.fallback.fallback_min_delta,
@@ -873,7 +868,7 @@ pub(super) fn run_origin(runs_dir: &Path, run_id: &str) -> anyhow::Result<RunOri
         dataset: args.dataset,
         reward: args.reward,
         library: args.library,
-        library_dir: args.library_dir,
+        library_dir: args.library_dir.library_dir,
     })
 }
 

@@ -23,6 +23,7 @@ mod rerun;
 
 use super::backend_args::{BackendArgs, BackendKind};
 use super::eval::DatasetArgs;
+use super::library_dir::LibraryDirArgs;
 
 /// What `gym eval --report FILE` writes and `gym pack --eval FILE` reads.
 pub const REPORT_FORMAT: &str = "gym-eval-report/1";
@@ -80,14 +81,8 @@ struct CreateArgs {
     #[arg(long)]
     no_results: bool,
 
-    /// Directory holding the libraries.
-    #[arg(
-        long,
-        env = "GYM_LIBRARY_DIR",
-        hide_env_values = true,
-        default_value = "experiences"
-    )]
-    library_dir: PathBuf,
+    #[command(flatten)]
+    library_dir: LibraryDirArgs,
 
     /// Directory holding run journals (where the run that made the version left eval.json).
     #[arg(long, env = "GYM_RUNS_DIR", default_value = "runs")]
@@ -129,14 +124,8 @@ struct ImportArgs {
     #[arg(long)]
     signer: Option<alloy::primitives::Address>,
 
-    /// Directory holding the libraries.
-    #[arg(
-        long,
-        env = "GYM_LIBRARY_DIR",
-        hide_env_values = true,
-        default_value = "experiences"
-    )]
-    library_dir: PathBuf,
+    #[command(flatten)]
+    library_dir: LibraryDirArgs,
 }
 
 impl PackArgs {
