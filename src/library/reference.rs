@@ -79,9 +79,7 @@ impl FromStr for LibraryRef {
             Some((name, version)) => {
                 // Digits only: `+3` or ` 3` would give one version two spellings.
                 if version.is_empty() || !version.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(error(format!(
-                        "the version `{version}` is not a number"
-                    )));
+                    return Err(error(format!("the version `{version}` is not a number")));
                 }
                 let number = version
                     .parse()
