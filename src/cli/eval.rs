@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use clap::Args;
 use gym::backend::Backend;
 use gym::data::{self, Dataset, DatasetSpec, Split};
-use gym::library::Library;
+use gym::library::{Library, LibraryRef};
 use gym::reward::{self, Verifier, VerifierSpec};
 use gym::rollout::eval::{
     Condition, Control, EvalReport, EvalSettings, evaluate, library_conditions,
@@ -19,6 +19,7 @@ use gym::rollout::eval::{
 use gym::rollout::prompt::Shown;
 
 use super::backend_args::{BackendArgs, SamplingArgs, runtime};
+use super::library_dir::LibraryDirArgs;
 use super::tool_args::ToolArgs;
 
 /// The dataset when none is named.
@@ -223,14 +224,8 @@ pub struct EvalArgs {
     #[arg(long)]
     library: Option<String>,
 
-    /// Directory holding the libraries.
-    #[arg(
-        long,
-        env = "GYM_LIBRARY_DIR",
-        hide_env_values = true,
-        default_value = "experiences"
-    )]
-    library_dir: PathBuf,
+    #[command(flatten)]
+    library_dir: LibraryDirArgs,
 
     /// Answers sampled per query (Mean@k averages them; Pass@k asks whether any is right).
     #[arg(short = 'k', long = "k", default_value_t = 4)]
@@ -269,22 +264,9 @@ pub struct EvalArgs {
     tools: ToolArgs,
 }
 
-/// `NAME` or `NAME@VERSION`.
-pub fn parse_library_ref(text: &str) -> anyhow::Result<(String, Option<u64>)> {
-    match text.split_once('@') {
-        None => Ok((text.to_string(), None)),
-        Some((name, version)) => {
-            let version = version
-                .parse()
-                .with_context(|| format!("`{text}`: the version after @ must be a number"))?;
-            Ok((name.to_string(), Some(version)))
-        }
-    }
-}
-
 /// The label and active experiences of a library version.
 fn library_experiences(dir: &Path, reference: &str) -> anyhow::Result<(String, Vec<Shown>)> {
-    let (name, version) = parse_library_ref(reference)?;
+    let LibraryRef { name, version } = reference.parse()?;
     let library = Library::open(dir, &name)?;
     let version = version.unwrap_or_else(|| library.head_version());
     let state = library.checkout(version)?;
@@ -391,7 +373,10 @@ impl EvalArgs {
             verifier.name(),
             started.elapsed().as_secs_f64()
         );
-        print!("{}", render_report(&header, &report));
+        print!(
+            "{}",
+            render_report(&header, &report, settings.agent.is_some())
+        );
         if let Some(path) = &self.report {
             let evaluation = super::pack::describe(&super::pack::Described {
                 backend: &self.backend,
@@ -494,8 +479,10 @@ fn append_condition(report: &mut EvalReport, extra: EvalReport) {
     report.results.extend(extra.results);
 }
 
-/// The side-by-side table `gym eval` prints.
-pub fn render_report(header: &str, report: &EvalReport) -> String {
+/// The side-by-side table `gym eval` prints. With `tools` (the answers were agent
+/// trajectories) a tool line per condition follows, zeros included: a model that never called a
+/// tool is a finding, not something to hide.
+pub fn render_report(header: &str, report: &EvalReport, tools: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{header}");
     let mut columns: Vec<(String, String, String, String, String)> = report
@@ -575,11 +562,7 @@ pub fn render_report(header: &str, report: &EvalReport) -> String {
         }
         let _ = writeln!(out, "{}", line.trim_end());
     }
-    let agent = report
-        .results
-        .iter()
-        .any(|r| r.group.answers.iter().any(|a| !a.steps.is_empty()));
-    if agent {
+    if tools {
         for c in &report.conditions {
             let _ = writeln!(
                 out,

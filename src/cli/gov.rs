@@ -16,9 +16,11 @@ use gym::library::Library;
 
 #[cfg(feature = "chain")]
 use super::gov_chain::ChainArgs;
+use super::library_dir::LibraryDirArgs;
 
 /// Arguments shared by every `gym gov` command.
 #[derive(Debug, Args)]
+#[command(mut_arg("library_dir", |a| a.global(true)))]
 pub struct GovArgs {
     /// Directory of the governance ledger (`ledger.jsonl`) and chain settings (`chain.json`).
     #[arg(
@@ -30,15 +32,8 @@ pub struct GovArgs {
     )]
     gov_dir: PathBuf,
 
-    /// Directory holding the libraries.
-    #[arg(
-        long,
-        env = "GYM_LIBRARY_DIR",
-        hide_env_values = true,
-        default_value = "experiences",
-        global = true
-    )]
-    library_dir: PathBuf,
+    #[command(flatten)]
+    library_dir: LibraryDirArgs,
 
     #[command(subcommand)]
     command: GovCommand,
@@ -157,7 +152,7 @@ enum GovCommand {
 impl GovArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         let gov = self.gov_dir.as_path();
-        let libraries = self.library_dir.as_path();
+        let libraries: &Path = &self.library_dir;
         let mut out = std::io::stdout().lock();
         match self.command {
             GovCommand::Init {

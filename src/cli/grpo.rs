@@ -10,16 +10,19 @@ use gym::data::Split;
 use gym::distill::DistillConfig;
 use gym::durable::Replace;
 use gym::library::{Library, LibraryError, Settings};
-use gym::rollout::eval::{Control, EvalSettings, evaluate, library_conditions};
+use gym::rollout::eval::{Control, EvalSettings, library_conditions};
 use gym::rollout::prompt::Shown;
 use gym::run::dashboard::DashboardSink;
+use gym::run::evaluation::{FinalEval, Heldout, final_evaluation};
 use gym::run::{
-    EventSink, Events, JsonlSink, RunConfig, RunControl, RunEvent, RunSummary, Runner, StepEnd,
+    EvalCancelled, EventSink, Events, JsonlSink, RunConfig, RunControl, RunEvent, RunSummary,
+    Runner, StepEnd,
 };
 
 use super::backend_args::{BackendArgs, BackendKind, SamplingArgs, load_embedder, runtime};
 use super::eval::{DatasetArgs, RewardArgs, render_report};
 use super::fallback::{Checker, FallbackArgs, FallbackKind};
+use super::library_dir::{DEFAULT_LIBRARY_DIR, LibraryDirArgs};
 use super::run_settings::{self, Setting, Settings as RunSettings, Source, Stored, Value};
 use super::tool_args::ToolArgs;
 
@@ -59,14 +62,8 @@ pub struct GrpoArgs {
     #[arg(long, env = "GYM_LIBRARY", default_value = "default")]
     library: String,
 
-    /// Directory holding the libraries.
-    #[arg(
-        long,
-        env = "GYM_LIBRARY_DIR",
-        hide_env_values = true,
-        default_value = "experiences"
-    )]
-    library_dir: PathBuf,
+    #[command(flatten)]
+    library_dir: LibraryDirArgs,
 
     /// Model for the three distillation stages. With the llama backend a GGUF path (default:
     /// Qwen2.5-Coder-1.5B-Instruct Q4_K_M, which `make setup` fetches into $GYM_MODELS_DIR; the
@@ -317,6 +314,31 @@ impl GrpoArgs {
         }
     }
 
+    /// The `gym eval` command that evaluates `version` of the run's library as the final
+    /// evaluation would have (same held-out queries, k, model).
+    fn eval_command(&self, version: u64) -> anyhow::Result<String> {
+        let mut command = format!(
+            "gym eval --library {}@{version} --dataset {} --limit {} -k {}",
+            self.library,
+            self.dataset.source_name()?,
+            self.eval_limit,
+            self.eval_k
+        );
+        if *self.library_dir != *Path::new(DEFAULT_LIBRARY_DIR) {
+            command += &format!(" --library-dir {}", self.library_dir.display());
+        }
+        if self.backend.backend != BackendKind::Llama {
+            command += &format!(" --backend {:?}", self.backend.backend).to_lowercase();
+        }
+        if let Some(model) = &self.backend.model {
+            command += &format!(" --model {model}");
+        }
+        if let Some(url) = &self.backend.base_url {
+            command += &format!(" --base-url {url}");
+        }
+        Ok(command)
+    }
+
     /// Fails, before any model is loaded, when the stages would run on the default distiller
     /// and `make setup` has not fetched it.
     fn check_default_distill_model(&self) -> anyhow::Result<()> {
@@ -430,7 +452,7 @@ impl GrpoArgs {
                         agent: agent.clone(),
                     },
                     heldout: heldout.samples,
-                    library_dir: self.library_dir.clone(),
+                    library_dir: self.library_dir.to_path_buf(),
                     library: self.library.clone(),
                     patience: self.fallback.fallback_patience,
                     min_delta: self.fallback.fallback_min_delta,
@@ -579,38 +601,62 @@ impl GrpoArgs {
                 instruction: heldout.instruction.clone(),
                 agent: agent.clone(),
             };
-            events.emit(RunEvent::Log {
-                level: "info".into(),
-                text: format!(
-                    "evaluating on {} held-out queries (k={}) …",
-                    heldout.samples.len(),
-                    self.eval_k
-                ),
-            });
-            let report = rt.block_on(evaluate(
-                rollout_backend.as_ref(),
-                verifier.as_ref(),
-                &heldout.samples,
-                &conditions,
-                &settings,
-                &|_, _| {},
+            // The dashboard's `q` stops the run control; without a dashboard, so does Ctrl-C.
+            let cancel = async {
+                let interrupt = async {
+                    if dashboard {
+                        // Raw mode delivers Ctrl-C to the dashboard as a key (its `q`).
+                        return std::future::pending::<()>().await;
+                    }
+                    let _ = tokio::signal::ctrl_c().await;
+                };
+                tokio::select! {
+                    () = control.stopped() => {}
+                    () = interrupt => {}
+                }
+            };
+            let evaluation = rt.block_on(final_evaluation(
+                Heldout {
+                    backend: rollout_backend.as_ref(),
+                    verifier: verifier.as_ref(),
+                    samples: &heldout.samples,
+                    conditions: &conditions,
+                    settings: &settings,
+                    library_version: version,
+                },
+                &events,
+                cancel,
             ))?;
+            let report = match evaluation {
+                FinalEval::Done(report) => report,
+                FinalEval::Cancelled { done, total } => {
+                    screen.close();
+                    let command = self.eval_command(version)?;
+                    summary.eval_cancelled = Some(EvalCancelled {
+                        library_version: version,
+                        done,
+                        total,
+                        command: command.clone(),
+                    });
+                    gym::durable::write(
+                        &dir.join("summary.json"),
+                        &serde_json::to_vec_pretty(&summary)?,
+                        Replace::Yes,
+                    )?;
+                    print!("{}", render_summary(&summary, &self.library));
+                    write_run_report(&dir, &summary, &self.library, None);
+                    println!(
+                        "final evaluation cancelled after {done}/{total} groups; library {} v{version} stays committed: evaluate it later with `{command}`",
+                        self.library
+                    );
+                    return Ok(ExitCode::from(CANCELLED_EXIT));
+                }
+            };
             gym::durable::write(
                 &dir.join("eval.json"),
                 &serde_json::to_vec_pretty(&report)?,
                 Replace::Yes,
             )?;
-            if let (Some(without), Some(with)) =
-                (report.conditions.first(), report.conditions.last())
-            {
-                events.emit(RunEvent::Evaluated {
-                    library_version: version,
-                    queries: heldout.samples.len(),
-                    k: self.eval_k,
-                    without_library: without.mean_at_k.value,
-                    with_library: with.mean_at_k.value,
-                });
-            }
             let header = format!(
                 "dataset {} (heldout, {} queries)\nmodel   {}, k={}, reward {}",
                 self.dataset.source_name()?,
@@ -624,7 +670,7 @@ impl GrpoArgs {
         screen.close();
         print!("{}", render_summary(&summary, &self.library));
         if let Some((header, report)) = &eval_report {
-            print!("{}", render_report(header, report));
+            print!("{}", render_report(header, report, agent.is_some()));
         }
         write_run_report(
             &dir,
@@ -642,6 +688,9 @@ impl GrpoArgs {
 
 /// Exit status of a run the user stopped (it resumes with `--resume`).
 const STOPPED_EXIT: u8 = 4;
+
+/// Exit status when the user cancels the final evaluation: 128 + SIGINT, as for an interrupt.
+const CANCELLED_EXIT: u8 = 130;
 
 /// What a dashboard key asks of the run.
 fn command_run(control: &RunControl, events: &Events, command: gym_tui::Command) {
@@ -819,7 +868,7 @@ pub(super) fn run_origin(runs_dir: &Path, run_id: &str) -> anyhow::Result<RunOri
         dataset: args.dataset,
         reward: args.reward,
         library: args.library,
-        library_dir: args.library_dir,
+        library_dir: args.library_dir.library_dir,
     })
 }
 
@@ -1030,6 +1079,33 @@ mod tests {
         assert_eq!(args.library, "x");
         assert_eq!(args.dataset.limit, Some(3));
         assert!(args.no_eval);
+    }
+
+    #[test]
+    fn a_cancelled_evaluation_names_the_command_that_runs_it_later() {
+        let args = grpo(&["--library", "arith", "--eval-limit", "7", "--eval-k", "3"]);
+        assert_eq!(
+            args.eval_command(4).unwrap(),
+            "gym eval --library arith@4 --dataset builtin:arith --limit 7 -k 3"
+        );
+        let args = grpo(&[
+            "--library",
+            "arith",
+            "--library-dir",
+            "libs",
+            "--backend",
+            "openai",
+            "--model",
+            "m",
+            "--base-url",
+            "http://x/v1",
+        ]);
+        let command = args.eval_command(1).unwrap();
+        assert!(
+            command
+                .ends_with(" --library-dir libs --backend openai --model m --base-url http://x/v1"),
+            "{command}"
+        );
     }
 
     #[test]

@@ -13,18 +13,17 @@ use gym::library::{
     list_libraries, verify,
 };
 
+use super::library_dir::LibraryDirArgs;
+
 /// Arguments shared by every `gym library` command.
 #[derive(Debug, Args)]
+#[command(mut_arg("library_dir", |a| {
+    a.global(true)
+        .help("Directory holding the libraries (one sub-directory per library)")
+}))]
 pub struct LibraryArgs {
-    /// Directory holding the libraries (one sub-directory per library).
-    #[arg(
-        long,
-        env = "GYM_LIBRARY_DIR",
-        hide_env_values = true,
-        default_value = "experiences",
-        global = true
-    )]
-    library_dir: PathBuf,
+    #[command(flatten)]
+    library_dir: LibraryDirArgs,
 
     #[command(subcommand)]
     command: LibraryCommand,
@@ -189,7 +188,7 @@ struct VerifyChainArgs {
 
 impl LibraryArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
-        let root = self.library_dir.as_path();
+        let root: &Path = &self.library_dir;
         // Not locked: `mcp-serve` writes the protocol to standard output from other threads.
         let mut out = std::io::stdout();
         match self.command {

@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum as _};
 use gym::backend::Sampling;
 use gym::data::{Dataset, Split};
-use gym::library::{Digest, Library};
+use gym::library::{Digest, Library, LibraryRef};
 use gym::pack::receipt::{DatasetRef, Evaluation, ModelRef};
 use gym::pack::{Limits, Measured, Results, Verified};
 use gym::reward::VerifierSpec;
@@ -22,7 +22,8 @@ use gym::rollout::stats::Estimate;
 mod rerun;
 
 use super::backend_args::{BackendArgs, BackendKind};
-use super::eval::{DatasetArgs, parse_library_ref};
+use super::eval::DatasetArgs;
+use super::library_dir::LibraryDirArgs;
 
 /// What `gym eval --report FILE` writes and `gym pack --eval FILE` reads.
 pub const REPORT_FORMAT: &str = "gym-eval-report/1";
@@ -80,14 +81,8 @@ struct CreateArgs {
     #[arg(long)]
     no_results: bool,
 
-    /// Directory holding the libraries.
-    #[arg(
-        long,
-        env = "GYM_LIBRARY_DIR",
-        hide_env_values = true,
-        default_value = "experiences"
-    )]
-    library_dir: PathBuf,
+    #[command(flatten)]
+    library_dir: LibraryDirArgs,
 
     /// Directory holding run journals (where the run that made the version left eval.json).
     #[arg(long, env = "GYM_RUNS_DIR", default_value = "runs")]
@@ -129,14 +124,8 @@ struct ImportArgs {
     #[arg(long)]
     signer: Option<alloy::primitives::Address>,
 
-    /// Directory holding the libraries.
-    #[arg(
-        long,
-        env = "GYM_LIBRARY_DIR",
-        hide_env_values = true,
-        default_value = "experiences"
-    )]
-    library_dir: PathBuf,
+    #[command(flatten)]
+    library_dir: LibraryDirArgs,
 }
 
 impl PackArgs {
@@ -155,7 +144,7 @@ impl CreateArgs {
         else {
             anyhow::bail!("gym pack needs LIBRARY, --out and --key-file");
         };
-        let (name, version) = parse_library_ref(&reference)?;
+        let LibraryRef { name, version } = reference.parse()?;
         let library = Library::open(&self.library_dir, &name)?;
         let version = version.unwrap_or_else(|| library.head_version());
         let state = library.checkout(version)?;

@@ -14,6 +14,7 @@ use gym::serve::router::{Router, Upstream};
 use gym::serve::{AppState, Catalog, Metrics, Retriever, ServeConfig, app};
 
 use super::backend_args::{BackendArgs, load_embedder, runtime};
+use super::library_dir::LibraryDirArgs;
 
 /// How often injections counted by the server are written to the libraries' `usage.json`.
 const USAGE_FLUSH_PERIOD: Duration = Duration::from_secs(5);
@@ -38,14 +39,8 @@ pub struct ServeArgs {
     #[arg(long, env = "GYM_LIBRARY")]
     library: Option<String>,
 
-    /// Directory holding the libraries.
-    #[arg(
-        long,
-        env = "GYM_LIBRARY_DIR",
-        hide_env_values = true,
-        default_value = "experiences"
-    )]
-    library_dir: PathBuf,
+    #[command(flatten)]
+    library_dir: LibraryDirArgs,
 
     /// Experiences injected per request, the most relevant first (0: all of them).
     #[arg(long, env = "GYM_TOP_K", default_value_t = 8)]
@@ -316,7 +311,7 @@ impl ServeArgs {
             ),
         };
         let catalog = Arc::new(Catalog::new(
-            &self.library_dir,
+            self.library_dir.to_path_buf(),
             Duration::from_secs_f64(self.library_refresh),
         ));
         if let Some(library) = &self.library {
@@ -387,11 +382,11 @@ impl ServeArgs {
             );
             let gov = gym::gov::http::router(gym::gov::http::GovState {
                 gov_dir: self.gov_dir.clone(),
-                library_dir: self.library_dir.clone(),
+                library_dir: self.library_dir.to_path_buf(),
             });
             let web = gym::web::router(gym::web::WebState {
                 gov_dir: self.gov_dir.clone(),
-                library_dir: self.library_dir.clone(),
+                library_dir: self.library_dir.to_path_buf(),
                 rpc_url: self.rpc_url.clone(),
             });
             let flusher = tokio::spawn(gym::serve::usage::flush_every(

@@ -5,6 +5,7 @@
 //! - [`State`]: the experiences at one version; [`diff`] composes the ops between two.
 //! - [`merkle`]: leaves, roots and [`InclusionProof`]s.
 //! - [`Library`]: the files under `experiences/<name>/`, crash-safe commits, checkout.
+//! - [`LibraryRef`]: `NAME` or `NAME@VERSION`, how a library is named everywhere.
 //! - [`verify()`]: checks a library from its files alone.
 //! - [`exchange`]: youtu-agent dicts, Gym JSON, Markdown.
 //!
@@ -34,6 +35,7 @@ mod layout;
 pub mod merkle;
 mod op;
 mod record;
+mod reference;
 mod state;
 mod store;
 mod verify;
@@ -50,8 +52,11 @@ pub use record::{
     DEFAULT_CONFIDENCE, DEFAULT_DOMAIN, Evidence, Experience, HARMFUL_MIN, Provenance, Status,
     Usage, Validation,
 };
+pub use reference::{LibraryRef, ParseLibraryRefError};
 pub use state::{State, Undo, diff};
-pub use store::{DEFAULT_MAX_WORDS, Library, Settings, library_dir, list_libraries, stored_head};
+pub use store::{
+    DEFAULT_MAX_WORDS, Library, Settings, check_name, library_dir, list_libraries, stored_head,
+};
 pub use verify::{Problem, Report, verify};
 pub use version::Version;
 pub(crate) use version::millis;

@@ -63,6 +63,12 @@ pub struct Library {
 
 /// Checks that `name` can be a library directory and returns that directory under `root`.
 pub fn library_dir(root: &Path, name: &str) -> Result<PathBuf, LibraryError> {
+    check_name(name)?;
+    Ok(root.join(name))
+}
+
+/// Checks that `name` can name a library: one plain directory name, never `..` or a path.
+pub fn check_name(name: &str) -> Result<(), LibraryError> {
     let invalid = |reason| LibraryError::InvalidName {
         name: name.to_owned(),
         reason,
@@ -82,7 +88,7 @@ pub fn library_dir(root: &Path, name: &str) -> Result<PathBuf, LibraryError> {
     {
         return Err(invalid("use only letters, digits, `-`, `_` and `.`"));
     }
-    Ok(root.join(name))
+    Ok(())
 }
 
 /// The newest version number of library `name` on disk, from the file names alone (no file is

@@ -51,6 +51,19 @@ impl RunControl {
         self.stop.load(Ordering::SeqCst)
     }
 
+    /// Returns once a stop is asked (at once if one was): what cancels work that has no safe
+    /// point to stop at, such as the final evaluation.
+    pub async fn stopped(&self) {
+        // Subscribed before the flag is read: `stop` sets the flag, then notifies.
+        let mut changes = self.paused.subscribe();
+        while !self.stop_requested() {
+            // The sender lives as long as `self`, so this cannot fail while we wait.
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// Waits while the run is paused; returns `false` once a stop was asked (start nothing).
     pub async fn proceed(&self) -> bool {
         let mut paused = self.paused.subscribe();
@@ -102,5 +115,28 @@ mod tests {
         );
         assert!(!control.is_paused());
         assert!(!control.proceed().await);
+    }
+
+    #[tokio::test]
+    async fn stopped_returns_when_a_stop_is_asked_and_not_before() {
+        let control = RunControl::default();
+        let waiting = tokio::spawn({
+            let control = control.clone();
+            async move { control.stopped().await }
+        });
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        control.toggle_pause();
+        control.toggle_pause();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(!waiting.is_finished(), "a pause is not a stop");
+        control.stop();
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("a stop wakes the waiter")
+            .unwrap();
+        // Asked already: returns at once.
+        tokio::time::timeout(Duration::from_millis(100), control.stopped())
+            .await
+            .expect("returns at once after a stop");
     }
 }

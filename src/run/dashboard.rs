@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use gym_tui::{
-    Answer, ExperienceUsage, Group, LogLevel, LogLine, OpKind, OpLine, ProposedOp as OpProposal,
-    RunState, SharedSnapshot, Snapshot, StagePanel, StageProgress,
+    Answer, EvalProgress, ExperienceUsage, Group, LogLevel, LogLine, OpKind, OpLine,
+    ProposedOp as OpProposal, RunState, SharedSnapshot, Snapshot, StagePanel, StageProgress,
 };
 
 use super::events::{EventSink, RunEvent};
@@ -242,6 +242,9 @@ impl DashboardFold {
                     RunState::Running
                 };
             }
+            // A stop during the final evaluation cancels it: the header shows the evaluation
+            // until it has ended.
+            RunEvent::StopRequested if s.header.state == RunState::Evaluating => {}
             RunEvent::StopRequested => s.header.state = RunState::Stopping,
             RunEvent::RunStopped { elapsed_s, .. } => {
                 s.header.state = RunState::Stopping;
@@ -254,7 +257,29 @@ impl DashboardFold {
                 s.header.eta_s = Some(0.0);
                 s.progress.stage = None;
             }
+            RunEvent::EvaluationStarted { groups, .. } => {
+                s.header.state = RunState::Evaluating;
+                s.progress.stage = None;
+                s.progress.evaluation = Some(EvalProgress {
+                    done: 0,
+                    total: *groups as u64,
+                });
+            }
+            RunEvent::EvaluationProgress { done, total } => {
+                s.progress.evaluation = Some(EvalProgress {
+                    done: *done as u64,
+                    total: *total as u64,
+                });
+            }
+            RunEvent::EvaluationCancelled { .. } => {
+                s.header.state = RunState::Stopping;
+                s.progress.evaluation = None;
+            }
             RunEvent::Evaluated { with_library, .. } => {
+                if s.header.state == RunState::Evaluating {
+                    s.header.state = RunState::Finished;
+                }
+                s.progress.evaluation = None;
                 let step = s.progress.steps_done;
                 s.held_out.retain(|(at, _)| *at != step);
                 s.held_out.push((step, *with_library));
@@ -348,5 +373,68 @@ impl DashboardSink {
 impl EventSink for DashboardSink {
     fn emit(&self, event: &RunEvent) {
         self.publish(Some(event));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Usage;
+
+    #[test]
+    fn the_final_evaluation_shows_in_the_header_until_it_ends() {
+        let mut fold = DashboardFold::default();
+        fold.apply(&RunEvent::RunFinished {
+            steps: 2,
+            tokens: Usage::default(),
+            cost_usd: 0.0,
+            elapsed_s: 10.0,
+        });
+        assert_eq!(fold.snapshot().header.state, RunState::Finished);
+        fold.apply(&RunEvent::EvaluationStarted {
+            library_version: 2,
+            queries: 4,
+            k: 2,
+            groups: 12,
+        });
+        fold.apply(&RunEvent::EvaluationProgress { done: 5, total: 12 });
+        let s = fold.snapshot();
+        assert_eq!(s.header.state, RunState::Evaluating);
+        assert_eq!(
+            s.progress.evaluation,
+            Some(EvalProgress { done: 5, total: 12 })
+        );
+        // `q` asks for a stop: the header keeps the evaluation until it is cancelled.
+        fold.apply(&RunEvent::StopRequested);
+        assert_eq!(fold.snapshot().header.state, RunState::Evaluating);
+        let mut cancelled = fold.clone();
+        cancelled.apply(&RunEvent::EvaluationCancelled {
+            library_version: 2,
+            done: 5,
+            total: 12,
+        });
+        assert_eq!(cancelled.snapshot().header.state, RunState::Stopping);
+        assert_eq!(cancelled.snapshot().progress.evaluation, None);
+        assert!(
+            cancelled
+                .snapshot()
+                .log
+                .last()
+                .is_some_and(|l| l.text.contains("cancelled after 5/12 groups")),
+            "{:?}",
+            cancelled.snapshot().log
+        );
+
+        fold.apply(&RunEvent::Evaluated {
+            library_version: 2,
+            queries: 4,
+            k: 2,
+            without_library: 0.25,
+            with_library: 0.5,
+        });
+        let s = fold.snapshot();
+        assert_eq!(s.header.state, RunState::Finished);
+        assert_eq!(s.progress.evaluation, None);
+        assert_eq!(s.held_out.last(), Some(&(0, 0.5)));
     }
 }

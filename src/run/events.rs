@@ -150,6 +150,22 @@ pub enum RunEvent {
     StopRequested,
     /// The run stopped before its end, at `step`; it resumes with `gym grpo --resume`.
     RunStopped { step: u32, elapsed_s: f64 },
+    /// The final held-out evaluation begins: `groups` (queries × conditions) to score.
+    EvaluationStarted {
+        library_version: u64,
+        queries: usize,
+        k: usize,
+        groups: usize,
+    },
+    /// Groups of the final evaluation scored so far.
+    EvaluationProgress { done: usize, total: usize },
+    /// The user cancelled the final evaluation after `done` of `total` groups; the library
+    /// version stays committed, unevaluated.
+    EvaluationCancelled {
+        library_version: u64,
+        done: usize,
+        total: usize,
+    },
     /// A held-out evaluation after the run: mean reward per condition.
     Evaluated {
         library_version: u64,
@@ -270,6 +286,16 @@ impl RunEvent {
                 with_library,
             } => format!(
                 "held-out ({queries} queries, k={k}): mean reward {without_library:.3} without the library, {with_library:.3} with v{library_version}"
+            ),
+            RunEvent::EvaluationStarted { queries, k, .. } => {
+                format!("evaluating on {queries} held-out queries (k={k}) …")
+            }
+            RunEvent::EvaluationCancelled {
+                library_version,
+                done,
+                total,
+            } => format!(
+                "final evaluation cancelled after {done}/{total} groups; library v{library_version} stays committed"
             ),
             RunEvent::HeldoutChecked {
                 step,

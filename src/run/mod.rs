@@ -9,6 +9,7 @@
 
 pub mod control;
 pub mod dashboard;
+pub mod evaluation;
 pub mod events;
 pub mod journal;
 pub mod plateau;
@@ -37,7 +38,7 @@ pub fn is_valid_run_id(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
 }
 pub use self::journal::{Entry, Journal, JournalError, Replay, RunInputs, Stage, StepEnd};
-pub use self::summary::{RunSummary, StepReport};
+pub use self::summary::{EvalCancelled, RunSummary, StepReport};
 use crate::backend::{Backend, BackendError, Sampling, Usage};
 use crate::data::Sample;
 use crate::distill::DistillConfig;

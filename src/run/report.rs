@@ -136,6 +136,14 @@ pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) 
     if let Some(source) = &summary.source {
         out.push_str(&source_markdown(source));
     }
+    if let Some(cancelled) = &summary.eval_cancelled {
+        let _ = writeln!(
+            out,
+            "\n## Held-out evaluation\n\nCancelled by the user after {} of {} groups; v{} stays \
+             committed. Evaluate it with `{}`.",
+            cancelled.done, cancelled.total, cancelled.library_version, cancelled.command
+        );
+    }
     if let Some(eval) = eval {
         let _ = writeln!(
             out,
@@ -468,6 +476,26 @@ mod tests {
             )),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_cancelled_final_evaluation_is_reported_with_the_command_to_run_it() {
+        let mut cancelled = summary();
+        cancelled.eval_cancelled = Some(crate::run::EvalCancelled {
+            library_version: 1,
+            done: 2,
+            total: 6,
+            command: "gym eval --library letters@1 --dataset builtin:letters".into(),
+        });
+        let text = markdown(&cancelled, "letters", None);
+        assert!(
+            text.contains(
+                "Cancelled by the user after 2 of 6 groups; v1 stays committed. Evaluate it with \
+                 `gym eval --library letters@1 --dataset builtin:letters`."
+            ),
+            "{text}"
+        );
+        assert!(!markdown(&summary(), "letters", None).contains("Cancelled"));
     }
 
     #[test]

@@ -81,6 +81,20 @@ pub struct RunSummary {
     /// out with its reason (unverifiable requests among them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<crate::data::SourceReport>,
+    /// The final held-out evaluation, if the user cancelled it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval_cancelled: Option<EvalCancelled>,
+}
+
+/// A final evaluation the user cancelled: the library version stays committed, unevaluated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvalCancelled {
+    pub library_version: u64,
+    /// Groups (held-out queries × conditions) scored before the cancel, of `total`.
+    pub done: usize,
+    pub total: usize,
+    /// The command that evaluates the version later.
+    pub command: String,
 }
 
 impl RunSummary {
@@ -106,6 +120,7 @@ impl RunSummary {
             stopped_at: None,
             elapsed_s: 0.0,
             source: None,
+            eval_cancelled: None,
         }
     }
 

@@ -2,7 +2,7 @@
 //! `/v1/responses`) share, so a request gets the same library, the same experiences and the
 //! same headers whichever of them it calls:
 //!
-//! 1. [`Target::resolve`]: the model (`MODEL@LIBRARY[:VERSION]`, the alias `gym`) and the
+//! 1. [`Target::resolve`]: the model (`MODEL@LIBRARY[@VERSION]`, the alias `gym`) and the
 //!    library (from the model name, else the `x-gym-library` header, else the server's default);
 //! 2. [`Target::inject`]: retrieval, the injection training uses, the usage note and metrics;
 //! 3. [`reply`]: generation through the router (streamed, or whole with Θ escalation), the
@@ -32,59 +32,30 @@ use super::metrics::Latency;
 use super::router::Routed;
 use super::stream::{self, Encoder, StreamPlan};
 use crate::backend::{ChatMessage, Group, GroupRequest};
-use crate::library::{Experience, ExperienceId};
+use crate::library::{Experience, ExperienceId, LibraryRef, ParseLibraryRefError};
 
-/// Which library version a request asked for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Selection {
-    pub library: String,
-    pub version: Option<u64>,
-}
-
-/// Splits `MODEL@LIBRARY[:VERSION]` into the model name and the library selection.
-pub fn parse_model(spec: &str) -> Result<(&str, Option<Selection>), ApiError> {
+/// Splits `MODEL@LIBRARY[@VERSION]` into the model name and the library reference (see
+/// [`LibraryRef`], which also reads the older `MODEL@LIBRARY:VERSION`). The model name ends
+/// at the first `@`, so it may hold `:` (`llama3:8b@arith@2`).
+pub fn parse_model(spec: &str) -> Result<(&str, Option<LibraryRef>), ApiError> {
     match spec.split_once('@') {
         None => Ok((spec, None)),
         Some((model, library)) => {
-            let selection = parse_selection(library, ':', "model")?;
-            Ok((model, Some(selection)))
+            let reference = library
+                .parse()
+                .map_err(|e: ParseLibraryRefError| ApiError::bad("model", e.to_string()))?;
+            Ok((model, Some(reference)))
         }
     }
-}
-
-fn parse_selection(
-    text: &str,
-    separator: char,
-    param: &'static str,
-) -> Result<Selection, ApiError> {
-    let (library, version) = match text.rsplit_once(separator) {
-        None => (text, None),
-        Some((library, version)) => {
-            let number = version.parse::<u64>().map_err(|_| {
-                ApiError::bad(
-                    param,
-                    format!("`{text}`: the library version `{version}` is not a number"),
-                )
-            })?;
-            (library, Some(number))
-        }
-    };
-    if library.is_empty() {
-        return Err(ApiError::bad(param, format!("`{text}` names no library")));
-    }
-    Ok(Selection {
-        library: library.to_owned(),
-        version,
-    })
 }
 
 /// The library a request uses: from the model name, else the `x-gym-library` header
-/// (`LIBRARY[@VERSION]`), else the server's default.
+/// (`LIBRARY[@VERSION]`, a [`LibraryRef`]), else the server's default.
 fn selection(
-    from_model: Option<Selection>,
+    from_model: Option<LibraryRef>,
     headers: &HeaderMap,
     default: Option<&str>,
-) -> Result<Option<Selection>, ApiError> {
+) -> Result<Option<LibraryRef>, ApiError> {
     if from_model.is_some() {
         return Ok(from_model);
     }
@@ -92,12 +63,13 @@ fn selection(
         let text = value
             .to_str()
             .map_err(|_| ApiError::bad("x-gym-library", "the x-gym-library header is not text"))?;
-        return parse_selection(text.trim(), '@', "x-gym-library").map(Some);
+        return text
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|e: ParseLibraryRefError| ApiError::bad("x-gym-library", e.to_string()));
     }
-    Ok(default.map(|library| Selection {
-        library: library.to_owned(),
-        version: None,
-    }))
+    Ok(default.map(LibraryRef::head))
 }
 
 fn top_k(headers: &HeaderMap, default: usize) -> Result<usize, ApiError> {
@@ -141,7 +113,7 @@ pub struct Target {
     pub model: String,
     /// The model as the client named it, echoed in the response.
     pub label: String,
-    chosen: Option<Selection>,
+    chosen: Option<LibraryRef>,
     top_k: usize,
 }
 
@@ -191,7 +163,11 @@ impl Target {
         prompts: &mut [Vec<ChatMessage>],
         answers: u64,
     ) -> Result<Option<Injected>, ApiError> {
-        let Some(Selection { library, version }) = self.chosen.clone() else {
+        let Some(LibraryRef {
+            name: library,
+            version,
+        }) = self.chosen.clone()
+        else {
             return Ok(None);
         };
         let started = Instant::now();
@@ -450,18 +426,26 @@ mod tests {
     #[test]
     fn model_names_carry_a_library_and_version() {
         assert_eq!(parse_model("gym").unwrap(), ("gym", None));
-        let (model, selection) = parse_model("smol@letters:3").unwrap();
-        assert_eq!(model, "smol");
+        let at_3 = Some(LibraryRef {
+            name: "letters".into(),
+            version: Some(3),
+        });
         assert_eq!(
-            selection,
-            Some(Selection {
-                library: "letters".into(),
-                version: Some(3)
-            })
+            parse_model("smol@letters@3").unwrap(),
+            ("smol", at_3.clone())
+        );
+        assert_eq!(
+            parse_model("smol@letters:3").unwrap(),
+            ("smol", at_3.clone()),
+            "the older spelling"
+        );
+        assert_eq!(
+            parse_model("llama3:8b@letters@3").unwrap(),
+            ("llama3:8b", at_3)
         );
         let (_, selection) = parse_model("smol@letters").unwrap();
         assert_eq!(selection.unwrap().version, None);
-        for bad in ["smol@", "smol@letters:x", "smol@:3"] {
+        for bad in ["smol@", "smol@letters:x", "smol@:3", "smol@../x"] {
             assert!(
                 matches!(parse_model(bad), Err(ApiError::BadRequest { .. })),
                 "{bad}"
@@ -474,18 +458,12 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert("x-gym-library", HeaderValue::from_static("arith@2"));
         let chosen = selection(None, &headers, Some("default")).unwrap().unwrap();
-        assert_eq!(
-            (chosen.library.as_str(), chosen.version),
-            ("arith", Some(2))
-        );
-        let from_model = Selection {
-            library: "letters".into(),
-            version: None,
-        };
+        assert_eq!((chosen.name.as_str(), chosen.version), ("arith", Some(2)));
+        let from_model = LibraryRef::head("letters");
         let chosen = selection(Some(from_model.clone()), &headers, None).unwrap();
         assert_eq!(chosen, Some(from_model));
         let chosen = selection(None, &HeaderMap::new(), Some("default")).unwrap();
-        assert_eq!(chosen.unwrap().library, "default");
+        assert_eq!(chosen.unwrap().name, "default");
         assert_eq!(selection(None, &HeaderMap::new(), None).unwrap(), None);
     }
 

@@ -1,5 +1,5 @@
 //! `gym serve`: an OpenAI-compatible HTTP server that puts a learned library to work. Each chat
-//! request names a library (model `MODEL@LIBRARY[:VERSION]`, header `x-gym-library`, or the
+//! request names a library (model `MODEL@LIBRARY[@VERSION]`, header `x-gym-library`, or the
 //! server's default); the server retrieves the experiences closest to the request, injects them
 //! through `prompts/experiences.txt` (the injection training uses), asks the model, and says in response headers which library
 //! version (and Merkle root) and which experiences it used.
@@ -72,7 +72,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
-pub use answer::{Selection, parse_model};
+pub use answer::parse_model;
 pub use catalog::{Catalog, Snapshot};
 pub use error::ApiError;
 pub use ivf::{IvfConfig, IvfIndex};

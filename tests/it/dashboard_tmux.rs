@@ -228,3 +228,103 @@ fn the_dashboard_draws_a_real_run_and_q_leaves_it_resumable() {
     assert!(stdout.contains("resuming run tui"), "{stdout}");
     assert_eq!(output.status.code(), Some(3), "{stdout}\n{stderr}");
 }
+
+#[test]
+fn q_during_the_final_evaluation_cancels_it_and_exits_130() {
+    let scratch = Scratch::new();
+    let script = write_script(
+        &scratch,
+        &[
+            "grpo",
+            "--dataset",
+            "builtin:arith",
+            "--group-size",
+            "2",
+            "--epochs",
+            "1",
+            "--samples",
+            "2",
+            "--batch-size",
+            "2",
+            "--max-tokens",
+            "32",
+            "--library",
+            "tiny",
+            "--run-id",
+            "evalq",
+            "--distill-model",
+            &model_path().display().to_string(),
+            // Long enough to press `q` in.
+            "--eval-limit",
+            "40",
+            "--eval-k",
+            "2",
+            "--parallel",
+            "1",
+        ],
+    );
+    let tmux = Tmux {
+        socket: format!("gym-test-evalq-{}", std::process::id()),
+    };
+    tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "gym",
+        "-x",
+        "80",
+        "-y",
+        "24",
+        &format!("sh {}", shell_quote(&script.display().to_string())),
+    ]);
+
+    // The header says the final evaluation runs, and how far it is, not "finished".
+    let evaluating = tmux.wait_for("the final evaluation", Duration::from_secs(300), |s| {
+        s.lines()
+            .next()
+            .is_some_and(|l| l.contains("◉ final evaluation "))
+    });
+    assert!(!evaluating.contains("finished"), "{evaluating}");
+    assert!(
+        evaluating.contains("q cancel the evaluation"),
+        "{evaluating}"
+    );
+
+    tmux.run(&["send-keys", "-t", "gym", "q"]);
+    let pressed = Instant::now();
+    let end = tmux.wait_for("the process to end", Duration::from_secs(20), |s| {
+        s.contains("STTY=")
+    });
+    assert!(
+        pressed.elapsed() < Duration::from_secs(10),
+        "the evaluation went on for {:?} after q",
+        pressed.elapsed()
+    );
+    assert!(end.contains("EXIT=130"), "{end}");
+    assert!(end.contains("final evaluation cancelled after"), "{end}");
+    assert!(end.contains("gym eval --library tiny@"), "{end}");
+    assert!(end.contains("STTY=icanon echo"), "{end}");
+
+    let dir = scratch.dir.path().join("runs").join("evalq");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap();
+    let cancelled = &summary["eval_cancelled"];
+    // 40 queries under each condition (without the library, its placebo, with it).
+    let total = cancelled["total"].as_u64().unwrap();
+    assert!(
+        total.is_multiple_of(40) && cancelled["done"].as_u64() < Some(total),
+        "{summary}"
+    );
+    assert!(
+        cancelled["command"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("gym eval --library tiny@")),
+        "{summary}"
+    );
+    let events = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
+    assert!(events.contains(r#""event":"evaluation_cancelled""#));
+    assert!(!events.contains(r#""event":"evaluated""#));
+    assert!(!dir.join("eval.json").exists());
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("Cancelled by the user"), "{report}");
+}

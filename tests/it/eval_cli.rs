@@ -243,3 +243,34 @@ fn a_hanging_verifier_command_is_killed_counted_and_reported() {
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// `--tools` with a model that makes no tool call: the tool line is printed with zeros (it used
+/// to be left out, which read as "tools were off").
+#[cfg(feature = "llama")]
+#[test]
+fn eval_with_tools_prints_the_tool_line_when_no_tool_was_called() {
+    let scratch = Scratch::new();
+    let (code, stdout, stderr) = gym(
+        &scratch,
+        &[
+            "eval",
+            "--dataset",
+            "builtin:arith",
+            "--limit",
+            "1",
+            "-k",
+            "1",
+            "--max-tokens",
+            "8",
+            "--tools",
+            "calc",
+            "--reproducible",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let tool_lines: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.starts_with("tool calls"))
+        .collect();
+    insta::assert_snapshot!("eval_tools_no_call", tool_lines.join("\n"));
+}

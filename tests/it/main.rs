@@ -18,6 +18,8 @@ mod fake_openai;
 mod fake_qdrant;
 #[cfg(all(feature = "llama", feature = "finetune"))]
 mod fallback;
+#[cfg(feature = "llama")]
+mod final_eval;
 #[cfg(feature = "finetune")]
 mod finetune;
 #[cfg(feature = "chain")]

@@ -124,12 +124,19 @@ fn wide(frame: &mut Frame, area: Rect, s: &Snapshot, ui: &UiState) {
 }
 
 /// The run state as a coloured badge; a failure's reason is cut to `reason_width` columns.
-fn state_span(state: &RunState, reason_width: usize) -> Span<'static> {
-    let (label, color) = match state {
+fn state_span(s: &Snapshot, reason_width: usize) -> Span<'static> {
+    let (label, color) = match &s.header.state {
         RunState::Starting => ("◌ starting".to_owned(), Color::Gray),
         RunState::Running => ("● running".to_owned(), Color::Green),
         RunState::Paused => ("‖ paused".to_owned(), Color::Yellow),
         RunState::Stopping => ("◼ stopping".to_owned(), Color::Yellow),
+        RunState::Evaluating => (
+            match &s.progress.evaluation {
+                Some(e) => format!("◉ final evaluation {}/{}", e.done, e.total),
+                None => "◉ final evaluation".to_owned(),
+            },
+            Color::Magenta,
+        ),
         RunState::Finished => ("✔ finished".to_owned(), Color::Cyan),
         RunState::Failed { reason } => (
             format!(
@@ -158,17 +165,27 @@ fn title_line(s: &Snapshot) -> Line<'static> {
         Span::styled("gym ", Style::new().bold().cyan()),
         Span::styled(or_dash(&h.run_id), Style::new().bold()),
         Span::raw("  "),
-        state_span(&h.state, 24),
+        state_span(s, 24),
         Span::raw(format!(
-            "  epoch {}/{} · step {}/{} · {} · ETA {}",
+            "  epoch {}/{} · step {}/{} · {}",
             h.epoch,
             h.epochs,
             h.step,
             h.steps,
             text::duration(h.elapsed_s),
-            h.eta_s.map_or_else(|| "—".into(), text::duration)
         )),
+        Span::raw(eta(s)),
     ])
+}
+
+/// ` · ETA 5m` — none during the final evaluation: the steps' ETA says nothing of it, and it
+/// shows its own progress.
+fn eta(s: &Snapshot) -> String {
+    if s.header.state == RunState::Evaluating {
+        return String::new();
+    }
+    let eta = s.header.eta_s.map_or_else(|| "—".into(), text::duration);
+    format!(" · ETA {eta}")
 }
 
 /// `SmolLM2 (llama) · library default v12 · 37 experiences`
@@ -195,7 +212,7 @@ fn header(frame: &mut Frame, area: Rect, s: &Snapshot) {
         Line::from(vec![
             Span::styled(or_dash(&h.run_id), Style::new().bold()),
             Span::raw("  "),
-            state_span(&h.state, usize::from(area.width).saturating_sub(40)),
+            state_span(s, usize::from(area.width).saturating_sub(40)),
         ]),
         Line::from(vec![
             label("model"),
@@ -215,13 +232,13 @@ fn header(frame: &mut Frame, area: Rect, s: &Snapshot) {
         Line::from(vec![
             label("step"),
             Span::raw(format!(
-                "{}/{} of epoch {}/{} · elapsed {} · ETA {}",
+                "{}/{} of epoch {}/{} · elapsed {}{}",
                 h.step,
                 h.steps,
                 h.epoch,
                 h.epochs,
                 text::duration(h.elapsed_s),
-                h.eta_s.map_or_else(|| "—".into(), text::duration)
+                eta(s)
             )),
         ]),
     ];
@@ -325,6 +342,11 @@ fn progress_row(frame: &mut Frame, area: Rect, s: &Snapshot) {
     );
     frame.render_widget(steps, a);
     frame.render_widget(rollouts, b);
+    if let Some(e) = &p.evaluation {
+        let label = format!("final evaluation {}/{}", e.done, e.total);
+        frame.render_widget(gauge(label, e.done, e.total, Color::Magenta), c);
+        return;
+    }
     match &p.stage {
         Some(st) => frame.render_widget(
             gauge(
@@ -346,18 +368,26 @@ fn footer(frame: &mut Frame, area: Rect, s: &Snapshot, ui: &UiState) {
     } else {
         " pause  "
     };
-    let mut spans = if ui.stop_requested() {
-        vec![
+    let evaluating = s.header.state == RunState::Evaluating;
+    let mut spans = match (ui.stop_requested(), evaluating) {
+        (true, false) => vec![
             Span::styled("stopping at the next safe point · ", Style::new().yellow()),
             key("q"),
             Span::styled(" again: leave  ", Style::new().yellow()),
-        ]
-    } else {
-        vec![key("q"), Span::raw(" stop  ")]
+        ],
+        (true, true) => vec![
+            Span::styled("cancelling the final evaluation · ", Style::new().yellow()),
+            key("q"),
+            Span::styled(" again: leave  ", Style::new().yellow()),
+        ],
+        (false, false) => vec![key("q"), Span::raw(" stop  ")],
+        (false, true) => vec![key("q"), Span::raw(" cancel the evaluation  ")],
     };
+    // Pausing holds the steps' model calls; the final evaluation has none to hold.
+    if !evaluating {
+        spans.extend([key("p"), Span::raw(pause)]);
+    }
     spans.extend([
-        key("p"),
-        Span::raw(pause),
         key("tab"),
         Span::raw(" focus  "),
         key("↑↓"),

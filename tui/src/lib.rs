@@ -76,8 +76,9 @@
 //! # assert_eq!(back, given);
 //! ```
 //!
-//! `state` is one of `"starting"`, `"running"`, `"paused"`, `"stopping"`, `"finished"`, or
-//! `{"failed": {"reason": "..."}}`. Op `kind` is `"add"`, `"update"` or `"delete"`; log `level`
+//! `state` is one of `"starting"`, `"running"`, `"paused"`, `"stopping"`, `"evaluating"` (the
+//! final held-out evaluation, whose progress is `progress.evaluation`, `{"done": 3, "total":
+//! 24}`, present only then), `"finished"`, or `{"failed": {"reason": "..."}}`. Op `kind` is `"add"`, `"update"` or `"delete"`; log `level`
 //! is `"info"`, `"warn"` or `"error"`.
 #![warn(missing_docs)]
 
@@ -90,8 +91,8 @@ mod ui;
 
 pub use draw::{MIN_SIZE, WIDE_SIZE, draw};
 pub use snapshot::{
-    Answer, ExperienceUsage, Failures, Group, Header, Library, LogLevel, LogLine, OpKind, OpLine,
-    Progress, ProposedOp, RunState, Snapshot, StagePanel, StageProgress, Usage,
+    Answer, EvalProgress, ExperienceUsage, Failures, Group, Header, Library, LogLevel, LogLine,
+    OpKind, OpLine, Progress, ProposedOp, RunState, Snapshot, StagePanel, StageProgress, Usage,
 };
 pub use terminal::{
     Exit, SharedSnapshot, SnapshotSource, TICK, TerminalGuard, restore, run_dashboard, run_loop,

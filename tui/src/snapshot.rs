@@ -82,6 +82,9 @@ pub enum RunState {
     Paused,
     /// A stop was requested; the run ends at the next safe point.
     Stopping,
+    /// The steps are done and the final held-out evaluation runs (how far:
+    /// [`Progress::evaluation`]); a stop cancels it.
+    Evaluating,
     /// The run ended normally.
     Finished,
     /// The run ended on an error.
@@ -108,6 +111,19 @@ pub struct Progress {
     pub rollouts_total: u64,
     /// The distillation stage in progress, if any.
     pub stage: Option<StageProgress>,
+    /// The final held-out evaluation, while it runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evaluation: Option<EvalProgress>,
+}
+
+/// Progress of the final held-out evaluation.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EvalProgress {
+    /// Groups scored (one group: `k` answers to one held-out query under one condition).
+    pub done: u64,
+    /// Groups to score: held-out queries × conditions (without the library, placebo, with it).
+    pub total: u64,
 }
 
 /// Progress of one distillation stage within the current step.

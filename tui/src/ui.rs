@@ -6,13 +6,14 @@ use std::cell::Cell;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use crate::snapshot::{OpKind, Snapshot};
+use crate::snapshot::{OpKind, RunState, Snapshot};
 use crate::text;
 
 /// What the dashboard asks of the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Command {
-    /// Stop the run gracefully (at the next point where it can resume from).
+    /// Stop the run gracefully (at the next point where it can resume from); during the final
+    /// evaluation, cancel the evaluation.
     Stop,
     /// Pause the run if it runs, resume it if it is paused.
     TogglePause,
@@ -148,8 +149,9 @@ impl UiState {
             self.stop_requested = true;
             return Some(Command::Stop);
         }
+        // The final evaluation cannot pause (the steps it would hold are done): `p` does nothing.
         if key.code == KeyCode::Char('p') {
-            return Some(Command::TogglePause);
+            return (snapshot.header.state != RunState::Evaluating).then_some(Command::TogglePause);
         }
         if self.help {
             if matches!(key.code, KeyCode::Esc | KeyCode::Char('?') | KeyCode::Enter) {

@@ -4,7 +4,7 @@ mod common;
 
 use common::{render, render_text, running};
 use gym_tui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use gym_tui::{Command, Panel, Snapshot, UiState};
+use gym_tui::{Command, Panel, RunState, Snapshot, UiState};
 
 fn key(code: KeyCode) -> KeyEvent {
     KeyEvent::from(code)
@@ -45,6 +45,18 @@ fn p_toggles_pause_every_time() {
     let mut ui = UiState::default();
     assert_eq!(ui.handle_key(ch('p'), &s), Some(Command::TogglePause));
     assert_eq!(ui.handle_key(ch('p'), &s), Some(Command::TogglePause));
+}
+
+#[test]
+fn during_the_final_evaluation_q_cancels_it_and_p_does_nothing() {
+    let mut s = running();
+    s.header.state = RunState::Evaluating;
+    let mut ui = UiState::default();
+    assert_eq!(ui.handle_key(ch('p'), &s), None, "nothing to pause");
+    assert_eq!(ui.handle_key(ch('q'), &s), Some(Command::Stop));
+    assert!(ui.stop_requested());
+    assert_eq!(ui.handle_key(ch('q'), &s), None);
+    assert!(ui.quit_requested());
 }
 
 #[test]

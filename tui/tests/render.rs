@@ -5,7 +5,7 @@ mod common;
 use common::{render, render_text, running};
 use gym_tui::crossterm::event::{KeyCode, KeyEvent};
 use gym_tui::ratatui::style::Color;
-use gym_tui::{LogLevel, LogLine, RunState, Snapshot, UiState};
+use gym_tui::{EvalProgress, LogLevel, LogLine, RunState, Snapshot, UiState};
 
 fn press(ui: &mut UiState, snapshot: &Snapshot, codes: &[KeyCode]) {
     for &code in codes {
@@ -123,6 +123,32 @@ fn finished_80x24() {
 #[test]
 fn finished_160x48() {
     insta::assert_snapshot!(render_text(&finished(), &UiState::default(), 160, 48));
+}
+
+/// The steps are done and the final evaluation is a third of the way.
+fn evaluating() -> Snapshot {
+    let mut s = finished();
+    s.header.state = RunState::Evaluating;
+    s.progress.evaluation = Some(EvalProgress { done: 8, total: 24 });
+    s
+}
+
+#[test]
+fn evaluating_80x24() {
+    insta::assert_snapshot!(render_text(&evaluating(), &UiState::default(), 80, 24));
+}
+
+#[test]
+fn evaluating_160x48() {
+    insta::assert_snapshot!(render_text(&evaluating(), &UiState::default(), 160, 48));
+}
+
+#[test]
+fn evaluating_cancel_requested_80x24() {
+    let s = evaluating();
+    let mut ui = UiState::default();
+    press(&mut ui, &s, &[KeyCode::Char('q')]);
+    insta::assert_snapshot!(render_text(&s, &ui, 80, 24));
 }
 
 #[test]

@@ -87,6 +87,7 @@ pub fn running() -> Snapshot {
                 done: 3,
                 total: 9,
             }),
+            evaluation: None,
         },
         rewards: [0.22, 0.25, 0.31, 0.28, 0.35, 0.41, 0.38, 0.44, 0.47, 0.45, 0.52, 0.55]
             .iter()
