@@ -73,7 +73,7 @@ pub struct GrpoArgs {
     distill_model: Option<String>,
 
     /// Backend of the distillation stages (default: the rollout backend), e.g. rollouts on the
-    /// local model and the stages on a stronger OpenAI-compatible API, as the reference does.
+    /// local model and the stages on a stronger OpenAI-compatible API.
     #[arg(long, env = "GYM_DISTILL_BACKEND", value_enum)]
     distill_backend: Option<BackendKind>,
 

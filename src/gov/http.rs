@@ -28,7 +28,7 @@ use axum::{Json, Router};
 use chrono::Utc;
 use serde_json::{Value, json};
 
-use super::book::Governance;
+use super::governance::Governance;
 use super::error::{GovError, VoteRejected};
 use super::review::review;
 use super::vote::Ballot;

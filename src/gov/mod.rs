@@ -17,7 +17,7 @@
 //! | [`record`] | ledger records: genesis (rules, voters), proposal, vote, execution |
 //! | [`ledger`] | the append-only, hash-chained, fsynced JSONL file; torn tails |
 //! | [`tally`] | supermajority, quorum, early decision |
-//! | [`book`] | the state a ledger folds to and the checks for each new record |
+//! | [`governance`] | the state a ledger folds to and the checks for each new record |
 //! | [`review`] | a proposal rendered for reviewers, experience by experience, with provenance |
 //! | `chain` | the same on an EVM chain with `contracts/` (feature `chain`) |
 //! | `http` | proposals, diffs and votes over `gym serve` |
@@ -54,9 +54,9 @@
 //! ```
 
 pub mod attest;
-pub mod book;
+pub mod governance;
 #[cfg(test)]
-mod book_tests;
+mod governance_tests;
 #[cfg(feature = "chain")]
 pub mod chain;
 mod error;
@@ -68,7 +68,7 @@ pub mod tally;
 pub mod vote;
 pub mod voters;
 
-pub use book::{Draft, Governance, Governed, LEDGER_FILE, Tracked};
+pub use governance::{Draft, Governance, Governed, LEDGER_FILE, Tracked};
 pub use error::{ExecuteRejected, GovError, VoteRejected};
 pub use record::{CastVote, Execution, Genesis, Proposal, Record, Rules, SUPERMAJORITY_PERCENT};
 pub use tally::{ProposalState, Tally};

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::book::{Governance, Tracked};
+use super::governance::{Governance, Tracked};
 use super::error::GovError;
 use super::tally::{ProposalState, Tally};
 use crate::library::{Evidence, ExperienceId, Library, Op, Usage};

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use super::WebState;
 use super::words;
-use crate::gov::book::Governance;
+use crate::gov::governance::Governance;
 use crate::gov::http::api_error;
 use crate::gov::review::review;
 use crate::gov::{Choice, ProposalState, SUPERMAJORITY_PERCENT, Tally};
