@@ -28,8 +28,8 @@ use axum::{Json, Router};
 use chrono::Utc;
 use serde_json::{Value, json};
 
-use super::governance::Governance;
 use super::error::{GovError, VoteRejected};
+use super::governance::Governance;
 use super::review::review;
 use super::vote::Ballot;
 use crate::library::Library;

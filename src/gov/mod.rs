@@ -54,12 +54,12 @@
 //! ```
 
 pub mod attest;
-pub mod governance;
-#[cfg(test)]
-mod governance_tests;
 #[cfg(feature = "chain")]
 pub mod chain;
 mod error;
+pub mod governance;
+#[cfg(test)]
+mod governance_tests;
 pub mod http;
 pub mod ledger;
 pub mod record;
@@ -68,8 +68,8 @@ pub mod tally;
 pub mod vote;
 pub mod voters;
 
-pub use governance::{Draft, Governance, Governed, LEDGER_FILE, Tracked};
 pub use error::{ExecuteRejected, GovError, VoteRejected};
+pub use governance::{Draft, Governance, Governed, LEDGER_FILE, Tracked};
 pub use record::{CastVote, Execution, Genesis, Proposal, Record, Rules, SUPERMAJORITY_PERCENT};
 pub use tally::{ProposalState, Tally};
 pub use vote::{Ballot, Choice, VoteSubject, new_key, read_key_file};

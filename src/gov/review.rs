@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::governance::{Governance, Tracked};
 use super::error::GovError;
+use super::governance::{Governance, Tracked};
 use super::tally::{ProposalState, Tally};
 use crate::library::{Evidence, ExperienceId, Library, Op, Usage};
 

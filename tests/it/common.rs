@@ -130,6 +130,27 @@ impl Scratch {
     }
 }
 
+/// POSTs the JSON `body` to `path` on `address` (`127.0.0.1:PORT`) over a fresh connection and
+/// returns the whole raw response (status line, headers and body), waiting up to 300 s.
+pub fn post_raw(address: &str, path: &str, body: &[u8]) -> String {
+    use std::io::{Read, Write};
+
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(300)))
+        .unwrap();
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    stream.write_all(body).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
 /// The base URL (`http://127.0.0.1:PORT/v1`) from the line a `gym serve` started with piped
 /// stdout prints when it listens.
 pub fn served_url(child: &mut std::process::Child) -> String {

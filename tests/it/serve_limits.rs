@@ -10,26 +10,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::Scratch;
+use crate::common::{Scratch, post_raw};
 
 /// POSTs `body` to `/v1/chat/completions`; returns the status, the JSON body and how long the
 /// answer took.
 fn post(address: &str, body: &Value) -> (u16, Value, Duration) {
     let body = serde_json::to_vec(body).unwrap();
     let started = Instant::now();
-    let mut stream = TcpStream::connect(address).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(300)))
-        .unwrap();
-    write!(
-        stream,
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    )
-    .unwrap();
-    stream.write_all(&body).unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
+    let response = post_raw(address, "/v1/chat/completions", &body);
     let took = started.elapsed();
     let status = response
         .split_whitespace()

@@ -2,14 +2,10 @@
 //! from the MiniLM model, the real server on a real socket with the small local model. Each
 //! question gets the one experience about its topic (top-k 1), named in `x-gym-experiences`.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
-
 use gym::library::{Change, Library, Provenance, Settings};
 use serde_json::json;
 
-use crate::common::Scratch;
+use crate::common::{Scratch, post_raw};
 
 /// POSTs a one-question chat to `url`'s `/chat/completions`; returns the status line and the
 /// `x-gym-experiences` header.
@@ -25,19 +21,7 @@ fn ask(url: &str, question: &str) -> (String, String) {
         "temperature": 0,
     }))
     .unwrap();
-    let mut stream = TcpStream::connect(&address).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(300)))
-        .unwrap();
-    write!(
-        stream,
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    )
-    .unwrap();
-    stream.write_all(&body).unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
+    let response = post_raw(&address, "/v1/chat/completions", &body);
     let (head, _) = response
         .split_once("\r\n\r\n")
         .unwrap_or_else(|| panic!("no body in {response:?}"));
