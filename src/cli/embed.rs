@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
 #[derive(Debug, Args)]
@@ -41,6 +40,7 @@ impl EmbedArgs {
 impl DistillArgs {
     #[cfg(feature = "embed")]
     fn run(self) -> anyhow::Result<ExitCode> {
+        use anyhow::Context as _;
         use gym::embed::{distill, lookup, minilm};
         let source = self.minilm.unwrap_or_else(minilm::default_minilm_dir);
         let out = self.out.unwrap_or_else(lookup::default_static_dir);
