@@ -248,14 +248,7 @@ impl Embedder for StaticEmbedder {
 
 /// The longest prefix of `text` of at most `limit` bytes that ends on a character boundary.
 fn bounded(text: &str, limit: usize) -> &str {
-    if text.len() <= limit {
-        return text;
-    }
-    let mut end = limit;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
+    &text[..text.floor_char_boundary(limit)]
 }
 
 fn check_hash(path: &Path, bytes: &[u8], expected: &str) -> Result<(), EmbedError> {
