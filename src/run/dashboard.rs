@@ -1,4 +1,4 @@
-//! Run events folded into the dashboard's [`Snapshot`](gym_tui::Snapshot).
+//! Run events folded into the dashboard's [`Snapshot`](gym_snapshot::Snapshot).
 //!
 //! The fold is pure (events in, snapshot out, no clock), so the same code serves the dashboard
 //! of a live `gym grpo` and the snapshot stream `gym serve` builds from a run's `events.jsonl`.
@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use gym_tui::{
+use gym_snapshot::{
     Answer, EvalProgress, ExperienceUsage, Group, LogLevel, LogLine, OpKind, OpLine,
     ProposedOp as OpProposal, RunState, SharedSnapshot, Snapshot, StagePanel, StageProgress,
 };

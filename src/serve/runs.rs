@@ -161,7 +161,7 @@ fn event_stream(events: impl futures::Stream<Item = Event> + Send + 'static) -> 
 
 /// `GET /v1/runs/{id}/dashboard`: the run's events (`events.jsonl`) folded into dashboard
 /// snapshots, as server-sent events (`event: snapshot`, `id:` the events line folded up to,
-/// `data:` one whole [`gym_tui::Snapshot`] as JSON). The first event is the run as it stands;
+/// `data:` one whole [`gym_snapshot::Snapshot`] as JSON). The first event is the run as it stands;
 /// then one follows each batch of new events, until the run finishes or stops (or goes stale,
 /// like the journal stream). `gym watch` draws it.
 pub async fn dashboard(

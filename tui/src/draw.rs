@@ -11,9 +11,9 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Clear, LineGauge, Paragraph, Wrap};
 
 use crate::panels;
-use crate::snapshot::{RunState, Snapshot};
 use crate::text;
 use crate::ui::UiState;
+use gym_snapshot::{RunState, Snapshot};
 
 /// Smallest terminal the dashboard draws into.
 pub const MIN_SIZE: (u16, u16) = (60, 18);

@@ -11,9 +11,9 @@ use ratatui::widgets::{
 };
 
 use crate::draw::{centered, counter};
-use crate::snapshot::{ExperienceUsage, LogLevel, OpKind, Snapshot};
 use crate::text;
 use crate::ui::{Detail, Panel, UiState};
+use gym_snapshot::{ExperienceUsage, LogLevel, OpKind, Snapshot};
 
 /// Columns the list highlight symbol takes.
 const MARK: u16 = 2;

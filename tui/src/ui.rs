@@ -6,8 +6,8 @@ use std::cell::Cell;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use crate::snapshot::{OpKind, RunState, Snapshot};
 use crate::text;
+use gym_snapshot::{OpKind, RunState, Snapshot};
 
 /// What the dashboard asks of the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
