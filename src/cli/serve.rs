@@ -367,6 +367,7 @@ impl ServeArgs {
                 follow_idle: Duration::from_secs_f64(self.follow_idle),
                 agent: runtime.block_on(self.tools.agent())?,
                 tools_without_key: self.tools_without_key,
+                gov_dir: self.gov_dir.clone(),
             }),
         };
         let model = state.router.models().join(", ");
@@ -380,10 +381,6 @@ impl ServeArgs {
                 self.library.as_deref().unwrap_or("(none by default)"),
                 self.top_k
             );
-            let gov = gym::gov::http::router(gym::gov::http::GovState {
-                gov_dir: self.gov_dir.clone(),
-                library_dir: self.library_dir.to_path_buf(),
-            });
             let web = gym::web::router(gym::web::WebState {
                 gov_dir: self.gov_dir.clone(),
                 library_dir: self.library_dir.to_path_buf(),
@@ -396,7 +393,7 @@ impl ServeArgs {
             ));
             let (body_deadline, body_limit) =
                 (Duration::from_secs_f64(self.body_timeout), self.max_body_bytes);
-            let routes = app(state).merge(gov).merge(web).layer(axum::middleware::from_fn(
+            let routes = app(state).merge(web).layer(axum::middleware::from_fn(
                 move |request, next| {
                     gym::serve::deadline::read_body_in_time(body_deadline, body_limit, request, next)
                 },

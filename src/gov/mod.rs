@@ -20,12 +20,12 @@
 //! | [`governance`] | the state a ledger folds to and the checks for each new record |
 //! | [`review`] | a proposal rendered for reviewers, experience by experience, with provenance |
 //! | `chain` | the same on an EVM chain with `contracts/` (feature `chain`) |
-//! | `http` | proposals, diffs and votes over `gym serve` |
 //!
 //! Voters review and vote in a browser through the pages of [`crate::web`] (`/gov`), which draw
 //! on the same ledger and post the same signed ballots.
 //!
-//! Everything but `chain` and `http` is synchronous and pure over files.
+//! Everything but `chain` is synchronous and pure over files. The HTTP routes over the ledger
+//! are `gym serve`'s (`serve::governance`): this module knows nothing of HTTP.
 //!
 //! ```
 //! use chrono::Utc;
@@ -60,7 +60,6 @@ mod error;
 pub mod governance;
 #[cfg(test)]
 mod governance_tests;
-pub mod http;
 pub mod ledger;
 pub mod record;
 pub mod review;

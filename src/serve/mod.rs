@@ -28,6 +28,7 @@
 //! | [`request_id`] | the `x-request-id` of every response |
 //! | [`traffic`] | served requests remembered for feedback, and the traffic log (`--traffic-log`) |
 //! | `feedback` | `POST /v1/feedback`: how a served answer did |
+//! | [`governance`] | `/v1/gov`: proposals, their review diffs and votes of the ledger in `--gov-dir` |
 //! | [`error`] | errors in OpenAI's error shape |
 //!
 //! The library store stays synchronous; its reads run on the blocking pool.
@@ -40,6 +41,7 @@ mod completions;
 pub mod deadline;
 pub mod error;
 mod feedback;
+pub mod governance;
 pub mod hllm;
 pub mod inject;
 pub mod ivf;
@@ -109,6 +111,8 @@ pub struct ServeConfig {
     /// Requests may ask for the server's tools without an API key (`--tools-without-key`);
     /// otherwise they need one of [`AppState::keys`].
     pub tools_without_key: bool,
+    /// The governance directory whose ledger `/v1/gov` serves (`gym gov --gov-dir`).
+    pub gov_dir: std::path::PathBuf,
 }
 
 impl Default for ServeConfig {
@@ -125,6 +129,7 @@ impl Default for ServeConfig {
             follow_idle: Duration::from_secs(600),
             agent: None,
             tools_without_key: false,
+            gov_dir: "governance".into(),
         }
     }
 }
@@ -169,6 +174,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/runs/{id}/journal", get(runs::journal))
         .route("/v1/runs/{id}/dashboard", get(runs::dashboard))
         .route("/v1/feedback", post(feedback::post))
+        .merge(governance::routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), record))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))

@@ -23,11 +23,11 @@ use serde_json::{Value, json};
 use super::WebState;
 use super::words;
 use crate::gov::governance::Governance;
-use crate::gov::http::api_error;
 use crate::gov::review::review;
 use crate::gov::{Choice, ProposalState, SUPERMAJORITY_PERCENT, Tally};
 use crate::library::{ExperienceId, Library, LibraryError, Op, State as LibraryState};
 use crate::serve::ApiError;
+use crate::serve::governance::api_error;
 
 /// The words the page shows for a state: open, accepted, rejected, executed, stale.
 pub fn status_label(state: ProposalState) -> &'static str {

@@ -1,20 +1,28 @@
 //! Governance over HTTP: the signed genesis, proposals, reviews, votes and executions read back;
 //! signed votes submitted and verified by the server, forged, replayed, double and non-voter
-//! votes refused with the reason.
+//! votes refused with the reason. The routes are `gym serve`'s own: they are counted in
+//! `/metrics` and bounded by its body limit like every other route.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use chrono::Utc;
-use gym::gov::http::{GovState, router};
+use gym::backend::openai::{OpenAiBackend, OpenAiConfig};
 use gym::gov::{Ballot, Choice, Draft, Governance, Rules, Voter, new_key};
 use gym::library::{Change, Digest, Library, Provenance, Settings};
+use gym::serve::{AppState, Catalog, Metrics, ServeConfig, app};
 use http_body_util::BodyExt as _;
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
 
 struct Fixture {
     _dir: tempfile::TempDir,
-    state: GovState,
+    state: AppState,
+    gov_dir: PathBuf,
+    library_dir: PathBuf,
     keys: Vec<alloy::signers::local::PrivateKeySigner>,
     initializer: alloy::primitives::Address,
 }
@@ -54,12 +62,28 @@ fn fixture() -> Fixture {
     for _ in 0..2 {
         Governance::propose(&gov_dir, &library, &draft, Utc::now()).unwrap();
     }
+    // The governance routes never call the model: its upstream is an address nothing answers.
+    let upstream =
+        OpenAiBackend::new(OpenAiConfig::new("http://127.0.0.1:9/v1", "unused")).unwrap();
+    let state = AppState {
+        usage: Default::default(),
+        traffic: Default::default(),
+        router: Arc::new(gym::serve::router::Router::single(Arc::new(upstream))),
+        catalog: Arc::new(Catalog::new(&libraries, Duration::ZERO)),
+        retriever: None,
+        metrics: Arc::new(Metrics::default()),
+        keys: Default::default(),
+        config: Arc::new(ServeConfig {
+            gov_dir: gov_dir.clone(),
+            max_body_bytes: 64 << 10,
+            ..ServeConfig::default()
+        }),
+    };
     Fixture {
         _dir: dir,
-        state: GovState {
-            gov_dir,
-            library_dir: libraries,
-        },
+        state,
+        gov_dir,
+        library_dir: libraries,
         keys,
         initializer: initializer.address(),
     }
@@ -67,7 +91,7 @@ fn fixture() -> Fixture {
 
 impl Fixture {
     fn ballot(&self, voter: usize, id: u64, choice: Choice) -> Ballot {
-        let governance = Governance::open(&self.state.gov_dir).unwrap();
+        let governance = Governance::open(&self.gov_dir).unwrap();
         let tracked = governance.proposal(id).unwrap();
         Ballot::sign(&governance.subject(tracked, choice), &self.keys[voter]).unwrap()
     }
@@ -79,7 +103,7 @@ impl Fixture {
             .header("content-type", "application/json")
             .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
             .unwrap();
-        let response = router(self.state.clone()).oneshot(request).await.unwrap();
+        let response = app(self.state.clone()).oneshot(request).await.unwrap();
         let status = response.status();
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
         (
@@ -176,7 +200,7 @@ async fn signed_votes_are_verified_and_refusals_name_the_reason() {
     assert!(message(&body).contains("already voted yes"), "{body}");
 
     let (stranger, _) = new_key();
-    let governance = Governance::open(&f.state.gov_dir).unwrap();
+    let governance = Governance::open(&f.gov_dir).unwrap();
     let subject = governance.subject(governance.proposal(1).unwrap(), Choice::Yes);
     let outsider = Ballot::sign(&subject, &stranger).unwrap();
     let (status, body) = f.post_vote(1, &outsider).await;
@@ -212,13 +236,56 @@ async fn signed_votes_are_verified_and_refusals_name_the_reason() {
     // Executed (from the CLI side: HTTP offers no execution), the signed execution reads back.
     let (_, body) = f.call("GET", "/v1/gov/proposals/1/votes", None).await;
     assert_eq!(body["execution"], Value::Null);
-    let library = Library::open(&f.state.library_dir, "arith").unwrap();
-    Governance::execute(&f.state.gov_dir, 1, &library, &f.keys[2], Utc::now()).unwrap();
+    let library = Library::open(&f.library_dir, "arith").unwrap();
+    Governance::execute(&f.gov_dir, 1, &library, &f.keys[2], Utc::now()).unwrap();
     let (_, body) = f.call("GET", "/v1/gov/proposals/1/votes", None).await;
     let execution = &body["execution"];
     assert_eq!(execution["executor"], json!(f.keys[2].address()));
     assert_eq!(
         (&execution["votes"], &execution["yes"]),
         (&json!(3), &json!(100))
+    );
+}
+
+#[tokio::test]
+async fn governance_routes_get_the_servers_layers() {
+    let f = fixture();
+    // The body limit (64 KiB here): an oversized ballot is refused before it is parsed, and
+    // the ledger is unchanged.
+    let ledger = std::fs::read(f.gov_dir.join(gym::gov::LEDGER_FILE)).unwrap();
+    let request = Request::builder()
+        .method("POST")
+        .uri("/v1/gov/proposals/1/votes")
+        .header("content-type", "application/json")
+        .body(Body::from(vec![b' '; 128 << 10]))
+        .unwrap();
+    let response = app(f.state.clone()).oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(response.headers().contains_key("x-request-id"));
+    assert_eq!(
+        std::fs::read(f.gov_dir.join(gym::gov::LEDGER_FILE)).unwrap(),
+        ledger
+    );
+    // The metrics: governance requests are counted under their route.
+    let (status, _) = f.call("GET", "/v1/gov/proposals/1", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let request = Request::builder()
+        .uri("/metrics")
+        .body(Body::empty())
+        .unwrap();
+    let response = app(f.state.clone()).oneshot(request).await.unwrap();
+    let text = String::from_utf8(
+        response
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec(),
+    )
+    .unwrap();
+    assert!(
+        text.contains(r#"route="/v1/gov/proposals/{id}""#),
+        "no governance route in the metrics:\n{text}"
     );
 }

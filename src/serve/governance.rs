@@ -1,5 +1,8 @@
-//! Governance over HTTP (merged into `gym serve` with `--gov-dir`): proposals, their review
-//! diffs and votes are readable; signed votes are submitted and verified by the server.
+//! Governance over HTTP, part of [`app`](super::app) (so the routes get the server's metrics,
+//! body limit and request ids): proposals of the ledger in `--gov-dir`, their review diffs and
+//! votes are readable; signed votes are submitted and verified by the server. Libraries are read
+//! through the server's [`Catalog`](super::Catalog), like every other route; `gov` itself knows
+//! nothing of HTTP.
 //!
 //! | route | what |
 //! |---|---|
@@ -15,11 +18,8 @@
 //!
 //! Execution is not offered over HTTP: it is `gym gov execute ID --key-file FILE` only. An
 //! execution is signed by its executor over the ledger's head at the moment it is appended
-//! ([`super::attest`]), so it is signed under the ledger's lock by a key the executing process
+//! ([`crate::gov::attest`]), so it is signed under the ledger's lock by a key the executing process
 //! holds; the server holds no key and takes no unsigned execution.
-
-use std::path::PathBuf;
-use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -28,30 +28,17 @@ use axum::{Json, Router};
 use chrono::Utc;
 use serde_json::{Value, json};
 
-use super::error::{GovError, VoteRejected};
-use super::governance::Governance;
-use super::review::review;
-use super::vote::Ballot;
-use crate::library::Library;
-use crate::serve::ApiError;
+use super::{ApiError, AppState};
+use crate::gov::review::review;
+use crate::gov::{Ballot, GovError, Governance, VoteRejected};
 
-/// Where the ledger and the libraries are.
-#[derive(Debug, Clone)]
-pub struct GovState {
-    /// The governance directory (holding `ledger.jsonl`).
-    pub gov_dir: PathBuf,
-    /// The libraries' directory.
-    pub library_dir: PathBuf,
-}
-
-/// The governance routes, to merge into the server's router.
-pub fn router(state: GovState) -> Router {
+/// The governance routes of [`app`](super::app).
+pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/gov", get(summary))
         .route("/v1/gov/proposals", get(list))
         .route("/v1/gov/proposals/{id}", get(show))
         .route("/v1/gov/proposals/{id}/votes", get(votes).post(submit))
-        .with_state(Arc::new(state))
 }
 
 /// The HTTP error a governance error answers with (also used by the web pages' data).
@@ -87,9 +74,9 @@ async fn blocking<T: Send + 'static>(
         .map_err(api_error)
 }
 
-async fn summary(State(state): State<Arc<GovState>>) -> Result<Json<Value>, ApiError> {
+async fn summary(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
     blocking(move || {
-        let governance = Governance::open(&state.gov_dir)?;
+        let governance = Governance::open(&app.config.gov_dir)?;
         let mut governed = serde_json::Map::new();
         for tracked in governance.proposals() {
             let library = &tracked.proposal.library;
@@ -116,9 +103,9 @@ async fn summary(State(state): State<Arc<GovState>>) -> Result<Json<Value>, ApiE
     .await
 }
 
-async fn list(State(state): State<Arc<GovState>>) -> Result<Json<Value>, ApiError> {
+async fn list(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
     blocking(move || {
-        let governance = Governance::open(&state.gov_dir)?;
+        let governance = Governance::open(&app.config.gov_dir)?;
         let now = Utc::now();
         let data: Vec<Value> = governance
             .proposals()
@@ -143,15 +130,14 @@ async fn list(State(state): State<Arc<GovState>>) -> Result<Json<Value>, ApiErro
     .await
 }
 
-async fn show(
-    State(state): State<Arc<GovState>>,
-    Path(id): Path<u64>,
-) -> Result<Json<Value>, ApiError> {
+async fn show(State(app): State<AppState>, Path(id): Path<u64>) -> Result<Json<Value>, ApiError> {
     blocking(move || {
-        let governance = Governance::open(&state.gov_dir)?;
+        let governance = Governance::open(&app.config.gov_dir)?;
         let tracked = governance.proposal(id)?;
-        let library = Library::open(&state.library_dir, &tracked.proposal.library)?;
-        let review = review(&governance, tracked, &library, Utc::now())?;
+        let now = Utc::now();
+        let review = app.catalog.read(&tracked.proposal.library, |library| {
+            Ok(review(&governance, tracked, library, now))
+        })??;
         Ok(Json(
             serde_json::to_value(review).expect("a review serializes"),
         ))
@@ -159,12 +145,9 @@ async fn show(
     .await
 }
 
-async fn votes(
-    State(state): State<Arc<GovState>>,
-    Path(id): Path<u64>,
-) -> Result<Json<Value>, ApiError> {
+async fn votes(State(app): State<AppState>, Path(id): Path<u64>) -> Result<Json<Value>, ApiError> {
     blocking(move || {
-        let governance = Governance::open(&state.gov_dir)?;
+        let governance = Governance::open(&app.config.gov_dir)?;
         let tracked = governance.proposal(id)?;
         Ok(Json(json!({
             "proposal": id,
@@ -177,7 +160,7 @@ async fn votes(
 }
 
 async fn submit(
-    State(state): State<Arc<GovState>>,
+    State(app): State<AppState>,
     Path(id): Path<u64>,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
@@ -199,8 +182,8 @@ async fn submit(
         ));
     }
     blocking(move || {
-        let cast = Governance::vote(&state.gov_dir, &ballot, Utc::now())?;
-        let governance = Governance::open(&state.gov_dir)?;
+        let cast = Governance::vote(&app.config.gov_dir, &ballot, Utc::now())?;
+        let governance = Governance::open(&app.config.gov_dir)?;
         let tracked = governance.proposal(id)?;
         Ok((
             StatusCode::CREATED,
