@@ -243,6 +243,37 @@ pub fn filters(scratch: &Scratch) -> Vec<(String, &'static str)> {
     ]
 }
 
+/// Filters for what a fresh key or ledger makes different on every run: signatures, addresses
+/// and SHA-256 digests (in this order: a signature's hex holds an address-long run).
+pub const KEY_FILTERS: [(&str, &str); 3] = [
+    (r"0x[0-9a-fA-F]{130}", "[SIGNATURE]"),
+    (r"0x[0-9a-fA-F]{40}", "[ADDRESS]"),
+    (r"\b[0-9a-f]{64}\b", "[SHA256]"),
+];
+
+/// Runs `test` (which takes insta snapshots) with the filters CLI snapshots share: first each
+/// `(text, name)` of `names` (text replaced literally, so a test can show which voter's address
+/// a line names), then the scratch directory and times ([`filters`]), then `extra` regexes
+/// (e.g. [`KEY_FILTERS`]).
+pub fn redacted(
+    scratch: &Scratch,
+    names: &[(&str, &str)],
+    extra: &[(&str, &str)],
+    test: impl FnOnce(),
+) {
+    let mut settings = insta::Settings::clone_current();
+    for (text, name) in names {
+        settings.add_filter(&regex_escape(text), *name);
+    }
+    for (pattern, replacement) in filters(scratch) {
+        settings.add_filter(&pattern, replacement);
+    }
+    for (pattern, replacement) in extra {
+        settings.add_filter(pattern, *replacement);
+    }
+    settings.bind(test);
+}
+
 fn regex_escape(text: &str) -> String {
     text.chars()
         .flat_map(|c| {

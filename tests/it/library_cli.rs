@@ -1,13 +1,9 @@
 //! `gym library …` end to end through the real binary, with snapshots of what users see.
 
-use crate::common::{Scratch, filters};
+use crate::common::{Scratch, redacted};
 
 fn with_filters(scratch: &Scratch, test: impl FnOnce()) {
-    let mut settings = insta::Settings::clone_current();
-    for (pattern, replacement) in filters(scratch) {
-        settings.add_filter(&pattern, replacement);
-    }
-    settings.bind(test);
+    redacted(scratch, &[], &[], test);
 }
 
 /// Makes the session every snapshot below starts from: 5 versions, one update, one delete.

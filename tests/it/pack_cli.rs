@@ -3,7 +3,7 @@
 //! `--rerun` on the local model; and packs made by an attacker (links, `../` and absolute
 //! paths, too many or too large entries) refused before anything is written.
 
-use crate::common::{Scratch, filters, model_path};
+use crate::common::{Scratch, model_path, redacted};
 use crate::fake_openai::FakeOpenAi;
 
 /// A fixed signer, so snapshots show one address.
@@ -16,14 +16,16 @@ fn key_file(scratch: &Scratch) -> String {
 }
 
 fn with_filters(scratch: &Scratch, test: impl FnOnce()) {
-    let mut settings = insta::Settings::clone_current();
-    for (pattern, replacement) in filters(scratch) {
-        settings.add_filter(&pattern, replacement);
-    }
-    settings.add_filter(r"[0-9a-f]{64}", "[SHA256]");
-    settings.add_filter(r"\d+ bytes, \d+\.\d\d s", "[SIZE] bytes, [TIME] s");
-    settings.add_filter(r": \d+ bytes, signed", ": [SIZE] bytes, signed");
-    settings.bind(test);
+    redacted(
+        scratch,
+        &[],
+        &[
+            (r"[0-9a-f]{64}", "[SHA256]"),
+            (r"\d+ bytes, \d+\.\d\d s", "[SIZE] bytes, [TIME] s"),
+            (r": \d+ bytes, signed", ": [SIZE] bytes, signed"),
+        ],
+        test,
+    );
 }
 
 /// Library `arith` at version 3, edited by hand.
