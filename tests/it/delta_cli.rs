@@ -9,7 +9,7 @@ use gym::delta::soup::distance2;
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
 
-use crate::common::Scratch;
+use crate::common::{Scratch, redacted};
 
 const NAMES: [&str; 2] = ["blk.0.attn_q.weight", "blk.0.attn_k.weight"];
 
@@ -47,6 +47,9 @@ fn compress_then_apply_is_exactly_sign_times_row_scale() {
         "bits.safetensors",
     ]);
     assert!(out.contains("compression vs f32 delta"), "{out}");
+    redacted(&scratch, &[], &[], || {
+        insta::assert_snapshot!("compress", out)
+    });
     scratch.ok(&[
         "delta",
         "apply",
@@ -140,6 +143,7 @@ fn mismatched_contributors_and_unbounded_privacy_are_refused() {
         "s.safetensors",
     ]);
     assert!(error.contains("b.safetensors"), "{error}");
+    let mismatched = error;
     let error = scratch.fails(&[
         "delta",
         "soup",
@@ -158,6 +162,10 @@ fn mismatched_contributors_and_unbounded_privacy_are_refused() {
     ]);
     assert!(error.contains("sensitivity"), "{error}");
     assert!(!scratch.dir.path().join("s.safetensors").exists());
+    redacted(&scratch, &[], &[], || {
+        insta::assert_snapshot!("soup_mismatched_contributors", mismatched);
+        insta::assert_snapshot!("soup_unbounded_privacy", error);
+    });
 }
 
 /// `--eval-heldout`: every contributor is scored on held-out queries with its delta merged into
@@ -304,4 +312,10 @@ fn dp_noise_comes_from_os_entropy_unless_a_seed_is_given() {
             && stderr.contains("no privacy against them"),
         "{stderr}"
     );
+    redacted(&scratch, &[], &[], || {
+        insta::assert_snapshot!(
+            "soup_dp_seeded",
+            format!("--- stdout\n{stdout}--- stderr\n{stderr}")
+        );
+    });
 }

@@ -11,7 +11,7 @@ use gym::tools::python::{Python, PythonConfig};
 use gym::tools::{Tool, ToolError, Toolbox};
 use serde_json::json;
 
-use crate::common::Scratch;
+use crate::common::{Scratch, redacted};
 
 async fn python(timeout: Duration, memory_mb: u64, output_bytes: usize) -> Python {
     Python::new(PythonConfig {
@@ -182,25 +182,22 @@ async fn python_errors_come_back_with_the_traceback() {
 #[test]
 fn gym_tools_lists_and_calls() {
     let scratch = Scratch::new();
-    let (code, stdout, stderr) = scratch.gym(&["tools", "list", "--tools", "calc"]);
-    assert_eq!(code, 0, "{stderr}");
-    assert!(
-        stdout.starts_with("calc\n  Evaluates an arithmetic expression"),
-        "{stdout}"
-    );
-    assert!(stdout.contains("\"required\": [\n"), "{stdout}");
-    let (code, stdout, _) =
-        scratch.gym(&["tools", "call", "calc", r#"{"expression": "2^62 + 1"}"#]);
-    assert_eq!((code, stdout.as_str()), (0, "4611686018427387905\n"));
-    let (code, stdout, _) =
-        scratch.gym(&["tools", "call", "calc", r#"{"expression": "(1 + 2))"}"#]);
-    assert_eq!(
-        (code, stdout.as_str()),
-        (1, "error: `calc` failed: unexpected `)` at column 8\n")
-    );
-    let (code, _, stderr) = scratch.gym(&["tools", "list", "--tools", "calc,shell"]);
-    assert_eq!(code, 1);
-    assert!(stderr.contains("unknown tool `shell`"), "{stderr}");
+    let mut seen = Vec::new();
+    for args in [
+        &["tools", "list", "--tools", "calc"][..],
+        &["tools", "call", "calc", r#"{"expression": "2^62 + 1"}"#],
+        &["tools", "call", "calc", r#"{"expression": "(1 + 2))"}"#],
+        &["tools", "list", "--tools", "calc,shell"],
+    ] {
+        let (code, stdout, stderr) = scratch.gym(args);
+        seen.push(format!(
+            "$ gym {}\nexit {code}\n--- stdout\n{stdout}--- stderr\n{stderr}",
+            args.join(" ")
+        ));
+    }
+    redacted(&scratch, &[], &[(r"\(\d+ ms\)", "([N] ms)")], || {
+        insta::assert_snapshot!("gym_tools_list_and_call", seen.join("\n"));
+    });
 }
 
 #[cfg(feature = "mcp")]
