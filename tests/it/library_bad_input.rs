@@ -1,6 +1,6 @@
 //! Bad input gets a clear error naming what and where, and changes nothing already stored.
 
-use crate::common::{Scratch, redacted, snapshot_tree};
+use crate::common::{KEY_FILTERS, Scratch, redacted, snapshot_tree};
 
 fn library_with_two(scratch: &Scratch) {
     scratch.ok(&["library", "init", "lib", "--max-words", "8"]);
@@ -28,7 +28,7 @@ fn fails_cleanly(seen: &mut Vec<String>, scratch: &Scratch, args: &[&str], expec
 
 /// The errors a test saw, in one snapshot.
 fn assert_errors(scratch: &Scratch, name: &str, seen: &[String]) {
-    redacted(scratch, &[], &[], || {
+    redacted(scratch, &[], &KEY_FILTERS, || {
         insta::assert_snapshot!(name, seen.join("\n"))
     });
 }
