@@ -88,6 +88,7 @@ fn a_no_vote_dropped_under_an_execution_and_resealed_fails_verify_naming_the_exe
     // Without the no vote the proposal still passes (70 of 100 yes), but the execution counted
     // three votes.
     let error = g.verify_fails();
+    g.redacted(|| insta::assert_snapshot!(error.as_str()));
     assert!(
         error.contains(
             "ledger.jsonl:5: execution of proposal 1: it counted 3 votes (yes 70, no 30, votes \
@@ -103,6 +104,7 @@ fn a_no_vote_dropped_under_an_execution_and_resealed_fails_verify_naming_the_exe
     execution.votes_digest = votes_digest([&entries[2].hash, &entries[3].hash]);
     g.reseal(&records);
     let error = g.verify_fails();
+    g.redacted(|| insta::assert_snapshot!(error.as_str()));
     assert!(
         error.contains("ledger.jsonl:5: execution of proposal 1: its signature recovers to")
             && error.contains(&format!("not to the executor {}", g.addresses[0])),
@@ -117,6 +119,7 @@ fn an_execution_whose_tally_was_edited_and_resealed_fails_verify() {
     execution(&mut records[5]).no = 0;
     g.reseal(&records);
     let error = g.verify_fails();
+    g.redacted(|| insta::assert_snapshot!(error.as_str()));
     assert!(
         error.contains("ledger.jsonl:6: execution of proposal 1: it counted 3 votes (yes 70, no 0")
             && error.contains("holds 3 votes on the proposal before it (yes 70, no 30"),
@@ -130,6 +133,7 @@ fn an_execution_whose_tally_was_edited_and_resealed_fails_verify() {
     }
     g.reseal(&records);
     let error = g.verify_fails();
+    g.redacted(|| insta::assert_snapshot!(error.as_str()));
     assert!(
         error
             .contains("ledger.jsonl:6: execution of proposal 1: it counted 3 votes (yes 70, no 30")
@@ -148,6 +152,7 @@ fn a_genesis_whose_voter_weight_was_edited_and_resealed_fails_verify() {
     genesis.voters[1].weight = 1;
     g.reseal(&records);
     let error = g.verify_fails();
+    g.redacted(|| insta::assert_snapshot!(error.as_str()));
     assert!(
         error.contains("ledger.jsonl:1: genesis does not hold: the ledger id")
             && error.contains("is not the SHA-256 of the genesis message"),
@@ -160,6 +165,7 @@ fn a_genesis_whose_voter_weight_was_edited_and_resealed_fails_verify() {
     genesis.ledger_id = ledger_id_of(&genesis.message());
     g.reseal(&records);
     let error = g.verify_fails();
+    g.redacted(|| insta::assert_snapshot!(error.as_str()));
     assert!(
         error.contains("ledger.jsonl:1: genesis does not hold: the genesis signature recovers")
             && error.contains(&format!("not to the initializer {}", g.addresses[4])),
@@ -176,6 +182,7 @@ fn a_genesis_whose_voter_weight_was_edited_and_resealed_fails_verify() {
     genesis.signature = sign_message(&mallory, &genesis.message()).unwrap();
     g.reseal(&records);
     let error = g.verify_fails();
+    g.redacted(|| insta::assert_snapshot!(error.as_str()));
     assert!(
         error.contains(
             "ledger.jsonl:2: proposal 1: weights say total 100 and quorum 50 but the \
@@ -189,6 +196,7 @@ fn a_genesis_whose_voter_weight_was_edited_and_resealed_fails_verify() {
     (proposal.total_weight, proposal.quorum_weight) = (71, 36);
     g.reseal(&records);
     let error = g.verify_fails();
+    g.redacted(|| insta::assert_snapshot!(error.as_str()));
     assert!(
         error.contains("ledger.jsonl:3: vote does not hold")
             && error.contains("does not sign this vote"),
@@ -206,6 +214,7 @@ fn an_execution_by_a_non_voter_is_refused_and_a_forged_one_fails_verify() {
     }
     let before = std::fs::read(g.ledger()).unwrap();
     let (code, _, error) = g.execute("1", 3);
+    g.redacted(|| insta::assert_snapshot!(error.as_str()));
     assert_ne!(code, 0);
     assert!(
         error.contains(&format!(
@@ -223,6 +232,7 @@ fn an_execution_by_a_non_voter_is_refused_and_a_forged_one_fails_verify() {
 
     // The initializer, no voter, may execute.
     let (code, out, error) = g.execute("1", 4);
+    g.redacted(|| insta::assert_snapshot!(out.as_str()));
     assert_eq!(code, 0, "{error}");
     assert!(
         out.contains(&format!("signed by {}", g.addresses[4])),
@@ -243,6 +253,7 @@ fn an_execution_by_a_non_voter_is_refused_and_a_forged_one_fails_verify() {
         sign_message(&mallory, &forged.message(&ledger_id, entries[4].hash)).unwrap();
     g.reseal(&records);
     let error = g.verify_fails();
+    g.redacted(|| insta::assert_snapshot!(error.as_str()));
     assert!(
         error.contains(&format!(
             "ledger.jsonl:6: execution of proposal 1: {} may not execute",
@@ -270,6 +281,7 @@ fn a_ledger_from_before_signed_ledgers_is_refused_with_the_reason() {
     std::fs::write(g.ledger(), format!("{line}\n")).unwrap();
     for command in [&["gov", "verify"][..], &["gov", "list"]] {
         let error = g.scratch.fails(command);
+        g.redacted(|| insta::assert_snapshot!(error.as_str()));
         assert!(
             error.contains("ledger.jsonl:1: the genesis is unsigned (made by an older gym")
                 && error.contains("re-create the ledger with `gym gov init"),
