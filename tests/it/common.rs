@@ -243,11 +243,13 @@ pub fn filters(scratch: &Scratch) -> Vec<(String, &'static str)> {
     ]
 }
 
-/// Filters for what a fresh key or ledger makes different on every run: signatures, addresses
-/// and SHA-256 digests (in this order: a signature's hex holds an address-long run).
-pub const KEY_FILTERS: [(&str, &str); 3] = [
-    (r"0x[0-9a-fA-F]{130}", "[SIGNATURE]"),
-    (r"0x[0-9a-fA-F]{40}", "[ADDRESS]"),
+/// Filters for what a fresh key, ledger or chain makes different on every run: signatures,
+/// transaction hashes, addresses and SHA-256 digests (longest first, so a shorter pattern never
+/// eats the start of a longer run of hex).
+pub const KEY_FILTERS: [(&str, &str); 4] = [
+    (r"0x[0-9a-fA-F]{130}\b", "[SIGNATURE]"),
+    (r"0x[0-9a-fA-F]{64}\b", "[HASH]"),
+    (r"0x[0-9a-fA-F]{40}\b", "[ADDRESS]"),
     (r"\b[0-9a-f]{64}\b", "[SHA256]"),
 ];
 

@@ -85,6 +85,8 @@ fn anvil_deploy_anchor_vote_below_and_above_66_percent_execute_and_verify() {
     std::fs::write(&deployer, &anvil.keys[0]).unwrap();
     let deployer = deployer.to_str().unwrap();
     let rpc = anvil.url.as_str();
+    // What the user saw, command by command, snapshotted at the end.
+    let mut seen: Vec<String> = Vec::new();
 
     // Govern locally first: the governed head becomes version 2.
     s.ok(&["gov", "propose", "arith"]);
@@ -115,7 +117,7 @@ fn anvil_deploy_anchor_vote_below_and_above_66_percent_execute_and_verify() {
         "1h",
     ]);
     assert!(out.contains("Deployed on chain 31337"), "{out}");
-    eprintln!("{out}");
+    seen.push(format!("$ gym gov deploy\n{out}"));
 
     // Nothing accepted on chain yet.
     let error = s.fails(&["library", "verify", "arith", "--chain", "--rpc-url", rpc]);
@@ -123,6 +125,7 @@ fn anvil_deploy_anchor_vote_below_and_above_66_percent_execute_and_verify() {
         error.contains("chain 31337 accepts version 0 root 0000"),
         "{error}"
     );
+    seen.push(format!("$ gym library verify arith --chain\n{error}"));
 
     let out = s.ok(&[
         "gov",
@@ -137,7 +140,7 @@ fn anvil_deploy_anchor_vote_below_and_above_66_percent_execute_and_verify() {
         out.starts_with("Chain proposal 1: `arith` version 2 root"),
         "{out}"
     );
-    eprintln!("{out}");
+    seen.push(format!("$ gym gov anchor arith\n{out}"));
     let chain_vote = |voter: usize, choice: &str| {
         s.gym(&[
             "gov",
@@ -165,10 +168,10 @@ fn anvil_deploy_anchor_vote_below_and_above_66_percent_execute_and_verify() {
     };
     let (code, out, error) = chain_vote(0, "yes");
     assert_eq!(code, 0, "{error}");
-    eprintln!("{out}");
+    seen.push(format!("$ gym gov vote 1 yes --chain (alice)\n{out}"));
     let (code, out, error) = chain_vote(1, "no");
     assert_eq!(code, 0, "{error}");
-    eprintln!("{out}");
+    seen.push(format!("$ gym gov vote 1 no --chain (bob)\n{out}"));
     // 40 yes, 30 no: 57% of the cast weight, voting open, not decided: refused by the contract.
     let (code, _, error) = execute();
     assert_ne!(code, 0);
@@ -176,22 +179,25 @@ fn anvil_deploy_anchor_vote_below_and_above_66_percent_execute_and_verify() {
         error.contains("execute was refused by the contract: VotingOpen"),
         "{error}"
     );
+    seen.push(format!("$ gym gov execute 1 --chain\n{error}"));
     // A second vote by the same account is refused too.
     let (code, _, error) = chain_vote(1, "yes");
     assert_ne!(code, 0);
     assert!(error.contains("AlreadyVoted"), "{error}");
+    seen.push(format!("$ gym gov vote 1 yes --chain (bob again)\n{error}"));
     let (code, out, error) = chain_vote(2, "yes");
     assert_eq!(code, 0, "{error}");
-    eprintln!("{out}");
+    seen.push(format!("$ gym gov vote 1 yes --chain (carol)\n{out}"));
     let show = s.ok(&["gov", "show", "1", "--chain", "--rpc-url", rpc]);
     assert!(
         show.contains("(succeeded)") && show.contains("yes 70 / no 30 of 100"),
         "{show}"
     );
+    seen.push(format!("$ gym gov show 1 --chain\n{show}"));
     // 70 of 100: decided; anyone may execute.
     let (code, out, error) = execute();
     assert_eq!(code, 0, "{error}");
-    eprintln!("{out}");
+    seen.push(format!("$ gym gov execute 1 --chain\n{out}"));
     assert!(
         out.contains(&format!("accepted root 0x{root} at version 2")),
         "{out}"
@@ -202,6 +208,7 @@ fn anvil_deploy_anchor_vote_below_and_above_66_percent_execute_and_verify() {
         out.contains(&format!("accepted root {root} at version 2")),
         "{out}"
     );
+    seen.push(format!("$ gym gov root arith\n{out}"));
     let out = s.ok(&["library", "verify", "arith", "--chain", "--rpc-url", rpc]);
     assert!(
         out.contains(&format!(
@@ -209,6 +216,7 @@ fn anvil_deploy_anchor_vote_below_and_above_66_percent_execute_and_verify() {
         )),
         "{out}"
     );
+    seen.push(format!("$ gym library verify arith --chain\n{out}"));
 
     // The working head runs ahead; the chain still pins the governed version.
     s.ok(&[
@@ -218,6 +226,15 @@ fn anvil_deploy_anchor_vote_below_and_above_66_percent_execute_and_verify() {
         "--text",
         "When in doubt, estimate first.",
     ]);
-    s.ok(&["library", "verify", "arith", "--chain", "--rpc-url", rpc]);
+    let out = s.ok(&["library", "verify", "arith", "--chain", "--rpc-url", rpc]);
+    seen.push(format!(
+        "$ gym library verify arith --chain (after an unanchored commit)\n{out}"
+    ));
+    // The voting deadline is a unix time an hour from now.
+    let deadline = regex::Regex::new(r"deadline:? \d{10}").unwrap();
+    let transcript = deadline
+        .replace_all(&seen.join("\n"), "deadline [UNIX TIME]")
+        .into_owned();
+    g.redacted(|| insta::assert_snapshot!("anvil_transcript", transcript));
     eprintln!("anvil end to end: {:.1} s", started.elapsed().as_secs_f64());
 }
