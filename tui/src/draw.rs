@@ -416,6 +416,10 @@ const HELP: &[(&str, &str)] = &[
         "q, ctrl-c",
         "stop the run gracefully; again: leave the dashboard",
     ),
+    (
+        "q (evaluating)",
+        "cancel the final evaluation (the library stays)",
+    ),
     ("p", "pause / resume the run"),
     ("tab, shift-tab", "move focus between panels"),
     ("↑ ↓, j k", "move the selection / scroll"),
