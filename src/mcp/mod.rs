@@ -24,6 +24,7 @@
 //! ranks with [`crate::embed`]; it uses nothing of `serve`, and the CLI only parses flags.
 
 mod args;
+mod propose;
 mod search;
 mod tools;
 

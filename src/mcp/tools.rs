@@ -12,12 +12,12 @@ use chrono::Utc;
 use serde_json::{Map, Value, json};
 
 use super::args::{ArgumentError, Arguments};
+use super::propose::{parse_changes, propose_spec};
 use super::search::Searcher;
 use crate::embed::EmbedError;
 use crate::gov::{Draft, GovError, Governance};
 use crate::library::{
-    Change, Experience, ExperienceId, Library, LibraryError, Op, Provenance, Version,
-    list_libraries,
+    Experience, ExperienceId, Library, LibraryError, Op, Provenance, Version, list_libraries,
 };
 
 /// Most experiences `search` returns.
@@ -36,8 +36,8 @@ pub const MAX_CHANGES: usize = 100;
 pub const MAX_CHANGE_BYTES: usize = 8 * 1024;
 const MAX_NAME_CHARS: usize = 128;
 const MAX_ID_CHARS: usize = 16;
-const MAX_TITLE_CHARS: usize = 200;
-const MAX_RATIONALE_CHARS: usize = 10_000;
+pub(super) const MAX_TITLE_CHARS: usize = 200;
+pub(super) const MAX_RATIONALE_CHARS: usize = 10_000;
 
 pub const SEARCH: &str = "search";
 pub const GET: &str = "get";
@@ -531,78 +531,6 @@ impl Tools {
             }
             Ok(result)
         })
-    }
-}
-
-/// Each item of `changes` as a [`Change`], refused by its index.
-fn parse_changes(items: &[Value]) -> Result<Vec<Change>, ArgumentError> {
-    items
-        .iter()
-        .enumerate()
-        .map(|(index, item)| {
-            let name = format!("changes[{index}]");
-            let bytes = item.to_string().len();
-            if bytes > MAX_CHANGE_BYTES {
-                return Err(ArgumentError::new(
-                    name,
-                    format!("{bytes} bytes of JSON; at most {MAX_CHANGE_BYTES} are accepted"),
-                ));
-            }
-            serde_json::from_value(item.clone())
-                .map_err(|error| ArgumentError::new(name, error.to_string()))
-        })
-        .collect()
-}
-
-/// `propose_change`'s listing; `object` adds the `library` argument.
-fn propose_spec(
-    writing: &Writing,
-    object: impl Fn(Map<String, Value>, Vec<&str>) -> Value,
-) -> ToolSpec {
-    let change = json!({
-        "type": "object",
-        "description": "{\"op\": \"add\", \"text\": …, \"domain\"?, \"confidence\"?}, \
-            {\"op\": \"update\", \"id\": \"E0007\", \"text\"?, \"domain\"?, \"confidence\"?} \
-            or {\"op\": \"delete\", \"id\": \"E0007\", \"reason\"?}.",
-        "properties": {
-            "op": {"type": "string", "enum": ["add", "update", "delete"]},
-            "id": {"type": "string", "pattern": "^[Ee][0-9]{4,}$"},
-            "text": {"type": "string", "description": "One sentence: \"When <condition>, <strategy>.\""},
-            "domain": {"type": "string", "maxLength": 64},
-            "confidence": {"type": "number", "minimum": 0, "maximum": 1},
-            "reason": {"type": "string"},
-        },
-        "required": ["op"],
-    });
-    let mut properties = Map::new();
-    properties.insert(
-        "changes".into(),
-        json!({"type": "array", "minItems": 1, "maxItems": MAX_CHANGES, "items": change,
-            "description": "Applied together as one new version, or not at all."}),
-    );
-    let description = if writing.gov_dir.is_some() {
-        properties.insert(
-            "title".into(),
-            json!({"type": "string", "maxLength": MAX_TITLE_CHARS,
-                "description": "One-line title of the proposal (default: a count of the changes)."}),
-        );
-        properties.insert(
-            "rationale".into(),
-            json!({"type": "string", "maxLength": MAX_RATIONALE_CHARS,
-                "description": "Why the change is good, for the voters."}),
-        );
-        "Propose changes to a library for a governance vote: they are committed as a new \
-         working version and a proposal to make that version governed is recorded in the \
-         ledger; voters accept or reject it."
-    } else {
-        "Change a library: add, update or delete experiences, committed together as one new \
-         version (recorded as a manual edit)."
-    };
-    ToolSpec {
-        name: PROPOSE_CHANGE,
-        description: description.into(),
-        schema: object(properties, vec!["changes"]),
-        read_only: false,
     }
 }
 

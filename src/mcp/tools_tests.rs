@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use serde_json::{Map, Value, json};
 
 use super::*;
+use crate::library::Change;
 use crate::library::Settings;
 
 fn tools(writing: Option<Writing>, default_library: Option<&str>) -> (tempfile::TempDir, Tools) {
