@@ -7,6 +7,7 @@
 //! regenerated, and a step's version is committed exactly once (a commit whose journal line was
 //! lost is recognised by its provenance).
 
+mod commit;
 pub mod control;
 pub mod dashboard;
 pub mod evaluation;
@@ -14,6 +15,7 @@ pub mod events;
 pub mod journal;
 pub mod plateau;
 pub mod report;
+mod stage;
 mod step;
 mod summary;
 mod validate;
@@ -212,8 +214,8 @@ impl Runner {
                     match step::run_step(&mut self, &mut journal, &replay, epoch, step, &queries)
                         .await?
                     {
-                        step::Stepped::Done(report) => report,
-                        step::Stepped::Stopped => {
+                        step::StepOutcome::Done(report) => report,
+                        step::StepOutcome::Stopped => {
                             summary.stopped_at = Some(step);
                             break 'epochs;
                         }

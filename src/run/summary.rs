@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::journal::{Stage, StepEnd};
 use crate::backend::Usage;
-use crate::distill::StageStats;
+use crate::distill::{StageOutcome, StageStats};
 
 /// One step of a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -45,6 +45,46 @@ pub struct StepReport {
 }
 
 impl StepReport {
+    /// The report of a step that has done nothing yet (it ends skipped unless it gets further).
+    pub(super) fn new(epoch: u32, step: u32, groups: usize) -> Self {
+        Self {
+            epoch,
+            step,
+            mean_reward: 0.0,
+            groups,
+            kept_groups: 0,
+            end: StepEnd::Skipped {
+                reason: String::new(),
+            },
+            rollout_usage: Usage::default(),
+            distill_usage: Usage::default(),
+            cost_usd: 0.0,
+            stages: BTreeMap::new(),
+            dropped_ops: 0,
+            near_duplicates: 0,
+            verifier_failures: 0,
+            consolidate_fallback: false,
+            reused: 0,
+            library_size: 0,
+            validation: None,
+            stage_seconds: 0.0,
+            stage_tokens: 0,
+        }
+    }
+
+    /// Counts one stage call's outcome: made in this process, or `reused` from the journal
+    /// (whose tokens were spent by the process that made it).
+    pub(super) fn count_stage<T>(&mut self, stage: Stage, outcome: &StageOutcome<T>, reused: bool) {
+        self.stages.entry(stage).or_default().count(outcome);
+        self.distill_usage += outcome.usage;
+        self.cost_usd += outcome.cost_usd;
+        if reused {
+            self.reused += 1;
+        } else {
+            self.stage_tokens += outcome.usage.prompt_tokens + outcome.usage.completion_tokens;
+        }
+    }
+
     /// Stage tokens (prompt and generated) per second of stage time, when the stages ran.
     pub fn stage_tokens_per_second(&self) -> Option<f64> {
         (self.stage_seconds > 0.0).then(|| self.stage_tokens as f64 / self.stage_seconds)
