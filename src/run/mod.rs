@@ -12,9 +12,11 @@ pub mod control;
 pub mod dashboard;
 pub mod evaluation;
 pub mod events;
+pub mod fallback;
 pub mod journal;
 pub mod plateau;
 pub mod report;
+mod session;
 mod stage;
 mod step;
 mod summary;
@@ -40,6 +42,9 @@ pub fn is_valid_run_id(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
 }
 pub use self::journal::{Entry, Journal, JournalError, Replay, RunInputs, Stage, StepEnd};
+pub use self::session::{
+    BoxError, Closing, EVAL_FILE, Ending, Evaluated, Evaluation, SUMMARY_FILE, Session, finish,
+};
 pub use self::summary::{EvalCancelled, RunSummary, StepReport};
 use crate::backend::{Backend, BackendError, Sampling, Usage};
 use crate::data::Sample;
@@ -98,6 +103,16 @@ pub enum RunError {
     Library(#[from] LibraryError),
     #[error("a model call failed (the run can be resumed): {0}")]
     Backend(#[from] BackendError),
+    /// The final evaluation's model call failed (said as the backend says it).
+    #[error(transparent)]
+    Evaluation(BackendError),
+    /// The held-out split could not be read for the final evaluation.
+    #[error(transparent)]
+    Heldout(BoxError),
+    #[error(transparent)]
+    Write(#[from] crate::durable::WriteError),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
     #[error("embedding failed: {0}")]
     Embed(#[from] EmbedError),
     #[error("run directory {}: {message}", path.display())]

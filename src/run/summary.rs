@@ -138,6 +138,91 @@ pub struct EvalCancelled {
 }
 
 impl RunSummary {
+    /// The summary as `gym grpo` prints it at the end: a line per step, then the totals.
+    pub fn render(&self, library: &str) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let _ = writeln!(out, "\nrun {} summary", self.run);
+        let _ = writeln!(out, "step  epoch  mean reward  kept  outcome");
+        for step in &self.steps {
+            let outcome = match &step.end {
+                StepEnd::Committed {
+                    version,
+                    added,
+                    updated,
+                    deleted,
+                } => match &step.validation {
+                    Some(validation) => format!(
+                        "v{version}: +{added} ~{updated} -{deleted}, {}",
+                        validation.summary()
+                    ),
+                    None => format!("v{version}: +{added} ~{updated} -{deleted}"),
+                },
+                StepEnd::Skipped { reason } => format!("no change ({reason})"),
+                StepEnd::Failed { reason } => format!("failed ({reason})"),
+                StepEnd::Rejected { validation, .. } => {
+                    format!("candidate {}", validation.summary())
+                }
+            };
+            let _ = writeln!(
+                out,
+                "{:>4}  {:>5}  {:>11.3}  {:>4}  {outcome}",
+                step.step,
+                step.epoch,
+                step.mean_reward,
+                format!("{}/{}", step.kept_groups, step.groups)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "library {library}: v{} → v{}, {} added, {} updated, {} deleted",
+            self.library_version_start,
+            self.library_version_end,
+            self.added,
+            self.updated,
+            self.deleted
+        );
+        for (stage, stats) in &self.stages {
+            let rate = if stats.attempts == 0 {
+                0.0
+            } else {
+                stats.parse_failures as f64 / stats.attempts as f64
+            };
+            let _ = writeln!(
+                out,
+                "stage {:<11} {} calls, {} attempts, {} parse failures ({:.0}%), {} rejected, {} failed, {} items dropped",
+                stage.as_str(),
+                stats.calls,
+                stats.attempts,
+                stats.parse_failures,
+                rate * 100.0,
+                stats.rejections,
+                stats.failures,
+                stats.dropped_items
+            );
+        }
+        let _ = writeln!(
+            out,
+            "ops dropped {}, near-duplicates {}, verifier failures {}, failed steps {}, candidates rejected by validation {}",
+            self.dropped_ops,
+            self.near_duplicates,
+            self.verifier_failures,
+            self.failed_steps,
+            self.rejected_steps
+        );
+        let total = self.total_usage();
+        let _ = writeln!(
+            out,
+            "tokens {} (rollouts {}, stages {}), cost ${:.4}, wall time {:.0} s",
+            total.prompt_tokens + total.completion_tokens,
+            self.rollout_usage.prompt_tokens + self.rollout_usage.completion_tokens,
+            self.distill_usage.prompt_tokens + self.distill_usage.completion_tokens,
+            self.cost_usd,
+            self.elapsed_s
+        );
+        out
+    }
+
     pub fn new(run: &str, library_version_start: u64) -> Self {
         Self {
             run: run.to_string(),
