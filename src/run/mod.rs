@@ -6,6 +6,12 @@
 //! at any point resumes where it stopped: finished rollouts and stage outputs are read back, not
 //! regenerated, and a step's version is committed exactly once (a commit whose journal line was
 //! lost is recognised by its provenance).
+//!
+//! A process runs a run as a [`Session`]: the [`Runner`]'s steps, the fine-tune fallback's
+//! held-out checks beside them ([`fallback`]) and the final evaluation ([`evaluation`]); then
+//! [`finish`] writes `summary.json` and `report.md`, one path for every way a run ends. Within
+//! a step the rollouts and each stage run through one helper that reuses journaled results,
+//! runs the rest with bounded concurrency and journals, announces and counts each result.
 
 mod commit;
 pub mod control;
