@@ -244,3 +244,128 @@ impl<I, T: Serialize + DeserializeOwned> StageKind<I> for Calls<T> {
         report.count_stage(self.stage, outcome, reused);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::backend::Usage;
+    use crate::run::{EventSink, Events, Journal, RunControl};
+
+    /// Keeps every event, to check what a stage announced.
+    struct Seen(Arc<Mutex<Vec<RunEvent>>>);
+
+    impl EventSink for Seen {
+        fn emit(&self, event: &RunEvent) {
+            self.0.lock().unwrap().push(event.clone());
+        }
+    }
+
+    fn outcome(text: String, tokens: u64) -> StageOutcome<String> {
+        StageOutcome {
+            value: Some(text),
+            raw_outputs: Vec::new(),
+            attempts: 1,
+            parse_failures: 0,
+            rejections: 0,
+            backend_errors: 0,
+            errors: Vec::new(),
+            dropped: Vec::new(),
+            usage: Usage {
+                prompt_tokens: tokens,
+                ..Usage::default()
+            },
+            cost_usd: 0.0,
+        }
+    }
+
+    const SUMMARIZE: Calls<String> = Calls {
+        stage: Stage::Summarize,
+        proposed: |_| Vec::new(),
+    };
+
+    #[tokio::test]
+    async fn a_stage_reuses_the_journal_runs_the_rest_once_and_a_stop_starts_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let calls = AtomicUsize::new(0);
+        let work = |n: u32| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async move { Ok(outcome(format!("answer {n}"), 10)) }
+        };
+        // A first process finishes item `a`, then dies.
+        {
+            let (mut journal, replay) = Journal::open(dir.path()).unwrap();
+            let mut step = Step {
+                journal: &mut journal,
+                replay: &replay,
+                events: Arc::new(Events::default()),
+                control: RunControl::default(),
+                epoch: 1,
+                number: 1,
+                report: StepReport::new(1, 1, 2),
+            };
+            let done = step
+                .stage(&SUMMARIZE, vec![("a".into(), 1)], 4, work)
+                .await
+                .unwrap();
+            assert_eq!(done.fresh.len(), 1);
+        }
+        // The next one reads `a` back and runs only `b`.
+        let (mut journal, replay) = Journal::open(dir.path()).unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let mut events = Events::default();
+        events.add(Box::new(Seen(Arc::clone(&seen))));
+        let mut step = Step {
+            journal: &mut journal,
+            replay: &replay,
+            events: Arc::new(events),
+            control: RunControl::default(),
+            epoch: 1,
+            number: 1,
+            report: StepReport::new(1, 1, 2),
+        };
+        let items = vec![("a".to_string(), 1), ("b".to_string(), 2)];
+        let done = step.stage(&SUMMARIZE, items, 4, work).await.unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "a ran once, b once");
+        let values = |list: &Vec<(u32, StageOutcome<String>)>| -> Vec<(u32, String)> {
+            list.iter()
+                .map(|(n, o)| (*n, o.value.clone().unwrap()))
+                .collect()
+        };
+        assert_eq!(values(&done.reused), [(1, "answer 1".to_string())]);
+        assert_eq!(values(&done.fresh), [(2, "answer 2".to_string())]);
+        assert_eq!(step.report.reused, 1);
+        assert_eq!(
+            step.report.stage_tokens, 10,
+            "only b's tokens were spent here"
+        );
+        assert_eq!(step.report.distill_usage.prompt_tokens, 20);
+        assert_eq!(step.report.stages[&Stage::Summarize].calls, 2);
+        let kinds: Vec<String> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|event| match event {
+                RunEvent::StageStarted { calls, .. } => format!("started {calls}"),
+                RunEvent::StageOutput { key, .. } => format!("output {key}"),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(kinds, ["started 1", "output b"]);
+
+        // Once a stop is asked, nothing new starts and nothing is journaled.
+        step.control.stop();
+        let done = step
+            .stage(&SUMMARIZE, vec![("c".into(), 3)], 4, work)
+            .await
+            .unwrap();
+        assert!(done.fresh.is_empty() && done.reused.is_empty());
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        let (_, replay) = Journal::open(dir.path()).unwrap();
+        let keys: Vec<&str> = replay.stages.keys().map(|(_, _, k)| k.as_str()).collect();
+        assert_eq!(keys.len(), 2, "{keys:?}");
+        assert!(!keys.contains(&"c"));
+    }
+}
