@@ -21,8 +21,10 @@ use gym::run::{
 };
 
 use self::screen::Screen;
+pub(super) use self::stored::run_evaluation;
 use self::stored::{ARGS_FILE, resume};
-pub(super) use self::stored::{RunOrigin, run_evaluation, run_origin};
+#[cfg_attr(not(feature = "finetune"), allow(unused_imports))]
+pub(super) use self::stored::{RunOrigin, run_origin};
 use super::backend_args::{BackendArgs, BackendKind, SamplingArgs, load_embedder, runtime};
 use super::eval::{DatasetArgs, RewardArgs, render_report};
 use super::fallback::{self, FallbackArgs, FallbackKind};
