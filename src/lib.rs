@@ -23,7 +23,7 @@
 //! | [`rollout`] | here | group sampling and scoring, the solver prompt, evaluation (Mean@k, Pass@k, confidence intervals) |
 //! | [`distill`] | here | the three LLM stages (summarize, extract, consolidate) with tolerant parsing of model output, and the deterministic op resolution |
 //! | [`embed`] | here | the `Embedder` seam: MiniLM sentence embeddings in process (ONNX Runtime), cosine, near-duplicate detection |
-//! | [`run`] | here | a Training-Free GRPO run: the step loop, the append-only journal and resume, typed run events |
+//! | [`run`] | here | a Training-Free GRPO run: the session (steps, final evaluation, closing files), the step loop and its one journaled stage helper, the append-only journal and resume, typed run events |
 //! | [`serve`] | here | the OpenAI-compatible server: library selection, retrieval (exact and IVF indexes) and injection, router with failover, HLLM figures and escalation, library API with API keys |
 //! | [`gov`] | here | proposals over library diffs with a reviewer's rendering and provenance, EIP-191 signed votes, 66% tally and quorum, an append-only hash-chained ledger that survives kill -9 with a signed genesis and signed executions that commit the votes they counted, execution to a governed head; the contracts in `contracts/` deployed, voted and read through `alloy` (feature `chain`); `/v1/gov` routes |
 //! | [`pack`] | here | library packs: a version's files, its held-out results (model and data hashes, decoding, Mean@k with intervals and seeds) and an EIP-191 signed receipt in one archive; verification from the bytes alone, bounded for untrusted packs; import with history |

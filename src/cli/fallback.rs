@@ -1,23 +1,15 @@
 //! `gym grpo --fallback finetune`: a held-out check of the library before the first step and
-//! after every step; when the score has not improved for `--fallback-patience` steps, the run
-//! is stopped (resumably, everything is journaled) and LoRA fine-tuning on its successful
-//! rollouts starts in this process.
+//! after every step ([`gym::run::fallback`]); when the score has not improved for
+//! `--fallback-patience` steps, the run is stopped (resumably, everything is journaled) and
+//! LoRA fine-tuning on its successful rollouts starts in this process. This module holds the
+//! flags and starts the fine-tune.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
-use gym::backend::Backend;
-use gym::data::Sample;
-use gym::library::Library;
-use gym::reward::Verifier;
-use gym::rollout::eval::{Condition, EvalSettings, evaluate};
-use gym::rollout::prompt::Shown;
-use gym::run::plateau::Plateau;
-use gym::run::{EventSink, Events, RunControl, RunEvent};
-use tokio::sync::mpsc;
+use gym::run::fallback::{Trigger, write_fallback};
+use gym::run::{Events, RunEvent};
 
 use super::backend_args::{BackendArgs, BackendKind};
 
@@ -52,192 +44,6 @@ pub struct FallbackArgs {
     /// Examples per step of the fallback fine-tune.
     #[arg(long, default_value_t = 4)]
     pub fallback_batch_size: usize,
-}
-
-enum Message {
-    /// A step finished: check the library's head.
-    Step(u32),
-    /// The run is over: no more steps will come.
-    Done,
-}
-
-/// Forwards the number of every finished step to the checking task.
-struct StepWatch(mpsc::UnboundedSender<Message>);
-
-impl EventSink for StepWatch {
-    fn emit(&self, event: &RunEvent) {
-        if let RunEvent::StepEnded { step, .. } = event {
-            let _ = self.0.send(Message::Step(*step));
-        }
-    }
-}
-
-/// The finished steps, fed by a sink added to the run's events before they are shared.
-pub struct StepFeed {
-    tx: mpsc::UnboundedSender<Message>,
-    rx: mpsc::UnboundedReceiver<Message>,
-}
-
-/// Adds the step watcher to `events`.
-pub fn step_feed(events: &mut Events) -> StepFeed {
-    let (tx, rx) = mpsc::unbounded_channel();
-    events.add(Box::new(StepWatch(tx.clone())));
-    StepFeed { tx, rx }
-}
-
-/// What the checking task needs.
-pub struct Checker {
-    pub backend: Arc<dyn Backend>,
-    pub verifier: Arc<dyn Verifier>,
-    pub heldout: Vec<Sample>,
-    pub settings: EvalSettings,
-    pub library_dir: PathBuf,
-    pub library: String,
-    pub patience: usize,
-    pub min_delta: f64,
-}
-
-/// The plateau, as it was when reached.
-#[derive(Debug, Clone)]
-pub struct Trigger {
-    pub step: u32,
-    pub best: f64,
-    /// (step, held-out Mean@k) of every check, step 0 being the library before the run.
-    pub checks: Vec<(u32, f64)>,
-}
-
-/// The running checks.
-pub struct Watch {
-    tx: mpsc::UnboundedSender<Message>,
-    triggered: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<Option<Trigger>>>,
-}
-
-impl Watch {
-    /// Whether the plateau was reached (and the run asked to stop) already.
-    pub fn triggered(&self) -> bool {
-        self.triggered.load(Ordering::SeqCst)
-    }
-
-    /// Waits for the checks of every step that finished, so a plateau reached on the run's
-    /// last steps still counts; returns it if reached.
-    pub fn finish(mut self) -> Option<Trigger> {
-        let _ = self.tx.send(Message::Done);
-        self.thread.take()?.join().ok().flatten()
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        // Not waited for: the task ends after the check in progress.
-        let _ = self.tx.send(Message::Done);
-    }
-}
-
-/// Starts the task that evaluates the library on the held-out queries now (the baseline) and
-/// after every step; once the score plateaus it asks the run to stop.
-pub fn spawn(
-    checker: Checker,
-    feed: StepFeed,
-    events: Arc<Events>,
-    control: RunControl,
-) -> anyhow::Result<Watch> {
-    // The baseline is the library as the run starts, read before its first step can commit.
-    let baseline = Shown::active(Library::open(&checker.library_dir, &checker.library)?.head());
-    let triggered = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&triggered);
-    let StepFeed { tx, mut rx } = feed;
-    // Its own thread and runtime: the checks run beside the run, never inside its steps.
-    let runtime = super::backend_args::runtime()?;
-    let thread = std::thread::spawn(move || {
-        runtime.block_on(async move {
-            let mut plateau = Plateau::new(checker.patience, checker.min_delta);
-            let mut checks = Vec::new();
-            let mut next = Some((0, baseline));
-            loop {
-                let (step, experiences) = match next.take() {
-                    Some(first) => first,
-                    None => match rx.recv().await {
-                        Some(Message::Step(step)) => {
-                            match Library::open(&checker.library_dir, &checker.library) {
-                                Ok(library) => (step, Shown::active(library.head())),
-                                Err(error) => {
-                                    warn(
-                                        &events,
-                                        format!("fallback check after step {step}: {error}"),
-                                    );
-                                    continue;
-                                }
-                            }
-                        }
-                        Some(Message::Done) | None => return None,
-                    },
-                };
-                let Some(score) = check(&checker, experiences, step, &events).await else {
-                    continue;
-                };
-                checks.push((step, score));
-                let reached = plateau.observe(score);
-                events.emit(RunEvent::HeldoutChecked {
-                    step,
-                    queries: checker.heldout.len(),
-                    k: checker.settings.k,
-                    score,
-                    best: plateau.best().unwrap_or(score),
-                    stale: plateau.stale(),
-                    patience: checker.patience.max(1),
-                });
-                if reached {
-                    flag.store(true, Ordering::SeqCst);
-                    control.stop();
-                    return Some(Trigger {
-                        step,
-                        best: plateau.best().unwrap_or(score),
-                        checks,
-                    });
-                }
-            }
-        })
-    });
-    Ok(Watch {
-        tx,
-        triggered,
-        thread: Some(thread),
-    })
-}
-
-fn warn(events: &Events, text: String) {
-    events.emit(RunEvent::Log {
-        level: "warn".into(),
-        text,
-    });
-}
-
-/// The held-out Mean@k with `experiences` in the prompt; a failed evaluation is logged and
-/// skipped (it neither improves nor stalls the score).
-async fn check(
-    checker: &Checker,
-    experiences: Vec<Shown>,
-    step: u32,
-    events: &Events,
-) -> Option<f64> {
-    let conditions = [Condition::with("with library", experiences)];
-    let report = evaluate(
-        checker.backend.as_ref(),
-        checker.verifier.as_ref(),
-        &checker.heldout,
-        &conditions,
-        &checker.settings,
-        &|_, _| {},
-    )
-    .await;
-    match report {
-        Ok(report) => Some(report.conditions[0].mean_at_k.value),
-        Err(error) => {
-            warn(events, format!("fallback check after step {step}: {error}"));
-            None
-        }
-    }
 }
 
 /// Fine-tunes on the run's rollouts once the held-out score has plateaued, and records it
@@ -308,25 +114,10 @@ pub fn fallback_finetune(
             });
         }
     }
-    let path = dir.join(FALLBACK_FILE);
-    gym::durable::write(
-        &path,
-        &serde_json::to_vec_pretty(&record)?,
-        gym::durable::Replace::Yes,
-    )
-    .with_context(|| format!("cannot write {}", path.display()))?;
-    let report = dir.join(gym::run::report::REPORT_FILE);
-    let section = gym::run::report::fallback_markdown(&record);
-    // The report is replaced whole with the section added, like every file Gym writes.
-    let appended = std::fs::read(&report).and_then(|mut text| {
-        text.extend_from_slice(section.as_bytes());
-        Ok(gym::durable::write(
-            &report,
-            &text,
-            gym::durable::Replace::Yes,
-        )?)
-    });
+    let appended = write_fallback(&dir, &record)
+        .with_context(|| format!("cannot write {}", dir.join(FALLBACK_FILE).display()))?;
     if let Err(error) = appended {
+        let report = dir.join(gym::run::report::REPORT_FILE);
         eprintln!("cannot add the fallback to {}: {error}", report.display());
     }
     tuned?;

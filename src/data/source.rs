@@ -153,11 +153,11 @@ impl fmt::Display for SourceReport {
 
 /// Counts of left-out records as a reader finds them.
 #[derive(Debug, Default)]
-pub(crate) struct Tally {
+pub(crate) struct LeftOutCounts {
     reasons: BTreeMap<LeftOut, (usize, Vec<String>)>,
 }
 
-impl Tally {
+impl LeftOutCounts {
     pub(crate) fn add(&mut self, reason: LeftOut, id: &str) {
         let (count, examples) = self.reasons.entry(reason).or_default();
         *count += 1;
@@ -244,7 +244,7 @@ pub(crate) struct Read {
     pub records: usize,
     pub torn_lines: usize,
     pub candidates: Vec<Candidate>,
-    pub tally: Tally,
+    pub left_out: LeftOutCounts,
 }
 
 /// Deduplicates by question, splits by hashed id and picks `split`.
@@ -265,7 +265,7 @@ pub(crate) fn finish(
         records,
         torn_lines,
         candidates,
-        mut tally,
+        mut left_out,
     } = read;
     let mut best: HashMap<String, usize> = HashMap::new();
     for (index, candidate) in candidates.iter().enumerate() {
@@ -282,7 +282,7 @@ pub(crate) fn finish(
         if best.get(&candidate.sample.question) == Some(&index) {
             kept.push(candidate.sample);
         } else {
-            tally.add(LeftOut::Duplicate, &candidate.sample.id);
+            left_out.add(LeftOut::Duplicate, &candidate.sample.id);
         }
     }
     let heldout = heldout_flags(&kept, options.heldout_fraction);
@@ -302,7 +302,7 @@ pub(crate) fn finish(
         train: train.len(),
         heldout: held.len(),
         torn_lines,
-        left_out: tally.into_counts(),
+        left_out: left_out.into_counts(),
     };
     let samples = match split {
         Split::Train => train,
@@ -421,7 +421,7 @@ mod tests {
             records: candidates.len(),
             torn_lines: 0,
             candidates,
-            tally: Tally::default(),
+            left_out: LeftOutCounts::default(),
         }
     }
 
@@ -467,8 +467,8 @@ mod tests {
         assert!(error.to_string().contains("no heldout queries"), "{error}");
         let mut none = read(Vec::new());
         none.records = 2;
-        none.tally.add(LeftOut::Unverifiable, "r1");
-        none.tally.add(LeftOut::NoFeedback, "r2");
+        none.left_out.add(LeftOut::Unverifiable, "r1");
+        none.left_out.add(LeftOut::NoFeedback, "r2");
         let error = finish("traffic:log", none, Split::Train, options).unwrap_err();
         assert_eq!(
             error.to_string(),

@@ -131,7 +131,7 @@ impl StageStats {
     }
 
     /// Counts one call.
-    pub fn record<T>(&mut self, outcome: &StageOutcome<T>) {
+    pub fn count<T>(&mut self, outcome: &StageOutcome<T>) {
         self.calls += 1;
         self.attempts += u64::from(outcome.attempts);
         self.parse_failures += u64::from(outcome.parse_failures);
@@ -149,14 +149,14 @@ mod tests {
     #[test]
     fn stats_count_attempts_failures_and_drops() {
         let mut stats = StageStats::default();
-        stats.record(&StageOutcome {
+        stats.count(&StageOutcome {
             value: Some(1),
             attempts: 2,
             rejections: 1,
             dropped: vec!["attempt 2: x".into()],
             ..StageOutcome::default()
         });
-        stats.record(&StageOutcome::<u8> {
+        stats.count(&StageOutcome::<u8> {
             attempts: 3,
             parse_failures: 2,
             backend_errors: 1,

@@ -47,6 +47,14 @@ impl RunControl {
         self.paused.send_replace(false);
     }
 
+    /// Asks the run to stop (see [`stop`](Self::stop)) and says so in `events`, once.
+    pub fn request_stop(&self, events: &super::Events) {
+        if !self.stop_requested() {
+            self.stop();
+            events.emit(super::RunEvent::StopRequested);
+        }
+    }
+
     pub fn stop_requested(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }

@@ -6,14 +6,24 @@
 //! at any point resumes where it stopped: finished rollouts and stage outputs are read back, not
 //! regenerated, and a step's version is committed exactly once (a commit whose journal line was
 //! lost is recognised by its provenance).
+//!
+//! A process runs a run as a [`Session`]: the [`Runner`]'s steps, the fine-tune fallback's
+//! held-out checks beside them ([`fallback`]) and the final evaluation ([`evaluation`]); then
+//! [`finish`] writes `summary.json` and `report.md`, one path for every way a run ends. Within
+//! a step the rollouts and each stage run through one helper that reuses journaled results,
+//! runs the rest with bounded concurrency and journals, announces and counts each result.
 
+mod commit;
 pub mod control;
 pub mod dashboard;
 pub mod evaluation;
 pub mod events;
+pub mod fallback;
 pub mod journal;
 pub mod plateau;
 pub mod report;
+mod session;
+mod stage;
 mod step;
 mod summary;
 mod validate;
@@ -38,6 +48,9 @@ pub fn is_valid_run_id(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
 }
 pub use self::journal::{Entry, Journal, JournalError, Replay, RunInputs, Stage, StepEnd};
+pub use self::session::{
+    BoxError, Closing, EVAL_FILE, Ending, Evaluated, Evaluation, SUMMARY_FILE, Session, finish,
+};
 pub use self::summary::{EvalCancelled, RunSummary, StepReport};
 use crate::backend::{Backend, BackendError, Sampling, Usage};
 use crate::data::Sample;
@@ -96,6 +109,16 @@ pub enum RunError {
     Library(#[from] LibraryError),
     #[error("a model call failed (the run can be resumed): {0}")]
     Backend(#[from] BackendError),
+    /// The final evaluation's model call failed (said as the backend says it).
+    #[error(transparent)]
+    Evaluation(BackendError),
+    /// The held-out split could not be read for the final evaluation.
+    #[error(transparent)]
+    Heldout(BoxError),
+    #[error(transparent)]
+    Write(#[from] crate::durable::WriteError),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
     #[error("embedding failed: {0}")]
     Embed(#[from] EmbedError),
     #[error("run directory {}: {message}", path.display())]
@@ -212,8 +235,8 @@ impl Runner {
                     match step::run_step(&mut self, &mut journal, &replay, epoch, step, &queries)
                         .await?
                     {
-                        step::Stepped::Done(report) => report,
-                        step::Stepped::Stopped => {
+                        step::StepOutcome::Done(report) => report,
+                        step::StepOutcome::Stopped => {
                             summary.stopped_at = Some(step);
                             break 'epochs;
                         }

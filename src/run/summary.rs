@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::journal::{Stage, StepEnd};
 use crate::backend::Usage;
-use crate::distill::StageStats;
+use crate::distill::{StageOutcome, StageStats};
 
 /// One step of a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -45,6 +45,46 @@ pub struct StepReport {
 }
 
 impl StepReport {
+    /// The report of a step that has done nothing yet (it ends skipped unless it gets further).
+    pub(super) fn new(epoch: u32, step: u32, groups: usize) -> Self {
+        Self {
+            epoch,
+            step,
+            mean_reward: 0.0,
+            groups,
+            kept_groups: 0,
+            end: StepEnd::Skipped {
+                reason: String::new(),
+            },
+            rollout_usage: Usage::default(),
+            distill_usage: Usage::default(),
+            cost_usd: 0.0,
+            stages: BTreeMap::new(),
+            dropped_ops: 0,
+            near_duplicates: 0,
+            verifier_failures: 0,
+            consolidate_fallback: false,
+            reused: 0,
+            library_size: 0,
+            validation: None,
+            stage_seconds: 0.0,
+            stage_tokens: 0,
+        }
+    }
+
+    /// Counts one stage call's outcome: made in this process, or `reused` from the journal
+    /// (whose tokens were spent by the process that made it).
+    pub(super) fn count_stage<T>(&mut self, stage: Stage, outcome: &StageOutcome<T>, reused: bool) {
+        self.stages.entry(stage).or_default().count(outcome);
+        self.distill_usage += outcome.usage;
+        self.cost_usd += outcome.cost_usd;
+        if reused {
+            self.reused += 1;
+        } else {
+            self.stage_tokens += outcome.usage.prompt_tokens + outcome.usage.completion_tokens;
+        }
+    }
+
     /// Stage tokens (prompt and generated) per second of stage time, when the stages ran.
     pub fn stage_tokens_per_second(&self) -> Option<f64> {
         (self.stage_seconds > 0.0).then(|| self.stage_tokens as f64 / self.stage_seconds)
@@ -98,6 +138,91 @@ pub struct EvalCancelled {
 }
 
 impl RunSummary {
+    /// The summary as `gym grpo` prints it at the end: a line per step, then the totals.
+    pub fn render(&self, library: &str) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let _ = writeln!(out, "\nrun {} summary", self.run);
+        let _ = writeln!(out, "step  epoch  mean reward  kept  outcome");
+        for step in &self.steps {
+            let outcome = match &step.end {
+                StepEnd::Committed {
+                    version,
+                    added,
+                    updated,
+                    deleted,
+                } => match &step.validation {
+                    Some(validation) => format!(
+                        "v{version}: +{added} ~{updated} -{deleted}, {}",
+                        validation.summary()
+                    ),
+                    None => format!("v{version}: +{added} ~{updated} -{deleted}"),
+                },
+                StepEnd::Skipped { reason } => format!("no change ({reason})"),
+                StepEnd::Failed { reason } => format!("failed ({reason})"),
+                StepEnd::Rejected { validation, .. } => {
+                    format!("candidate {}", validation.summary())
+                }
+            };
+            let _ = writeln!(
+                out,
+                "{:>4}  {:>5}  {:>11.3}  {:>4}  {outcome}",
+                step.step,
+                step.epoch,
+                step.mean_reward,
+                format!("{}/{}", step.kept_groups, step.groups)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "library {library}: v{} → v{}, {} added, {} updated, {} deleted",
+            self.library_version_start,
+            self.library_version_end,
+            self.added,
+            self.updated,
+            self.deleted
+        );
+        for (stage, stats) in &self.stages {
+            let rate = if stats.attempts == 0 {
+                0.0
+            } else {
+                stats.parse_failures as f64 / stats.attempts as f64
+            };
+            let _ = writeln!(
+                out,
+                "stage {:<11} {} calls, {} attempts, {} parse failures ({:.0}%), {} rejected, {} failed, {} items dropped",
+                stage.as_str(),
+                stats.calls,
+                stats.attempts,
+                stats.parse_failures,
+                rate * 100.0,
+                stats.rejections,
+                stats.failures,
+                stats.dropped_items
+            );
+        }
+        let _ = writeln!(
+            out,
+            "ops dropped {}, near-duplicates {}, verifier failures {}, failed steps {}, candidates rejected by validation {}",
+            self.dropped_ops,
+            self.near_duplicates,
+            self.verifier_failures,
+            self.failed_steps,
+            self.rejected_steps
+        );
+        let total = self.total_usage();
+        let _ = writeln!(
+            out,
+            "tokens {} (rollouts {}, stages {}), cost ${:.4}, wall time {:.0} s",
+            total.prompt_tokens + total.completion_tokens,
+            self.rollout_usage.prompt_tokens + self.rollout_usage.completion_tokens,
+            self.distill_usage.prompt_tokens + self.distill_usage.completion_tokens,
+            self.cost_usd,
+            self.elapsed_s
+        );
+        out
+    }
+
     pub fn new(run: &str, library_version_start: u64) -> Self {
         Self {
             run: run.to_string(),

@@ -10,12 +10,113 @@
 
 use futures::StreamExt;
 
+use super::events::RunEvent;
+use super::journal::{Entry, StepEnd};
+use super::step::Step;
 use super::{RunError, Runner};
 use crate::data::Sample;
-use crate::library::Validation;
+use crate::library::{Change, Limits, Provenance, State, Validation};
 use crate::rollout::prompt::{Shown, solve_messages};
 use crate::rollout::rollout;
 use crate::rollout::stats::Estimate;
+
+/// What the validation gate decided.
+pub(super) enum Gate {
+    /// Commit; with the evidence when the gate ran.
+    Pass(Option<Validation>),
+    /// The candidate was refused (or could not be built): the step ends so.
+    Refused(StepEnd),
+    Stopped,
+}
+
+/// Runs the validation gate on the candidate `state` + `changes` of `at`, whose batch is
+/// `queries`; the gate's verdict is journaled (and read back on resume).
+pub(super) async fn gate(
+    runner: &mut Runner,
+    at: &mut Step<'_>,
+    queries: &[Sample],
+    state: &State,
+    changes: &[Change],
+    provenance: &Provenance,
+) -> Result<Gate, RunError> {
+    let step = at.number;
+    let count = runner.config.validate;
+    if count == 0 {
+        return Ok(Gate::Pass(None));
+    }
+    let validation = match at.replay.validations.get(&step) {
+        Some(validation) => validation.clone(),
+        None => {
+            let held_apart = validation_queries(&runner.samples, queries, step, count);
+            if held_apart.is_empty() {
+                runner.events.emit(RunEvent::Log {
+                    level: "warn".into(),
+                    text: format!(
+                        "step {step}: no training query outside the batch to validate on; committing unvalidated"
+                    ),
+                });
+                return Ok(Gate::Pass(None));
+            }
+            let limits = Limits {
+                max_words: runner.library.settings().max_words,
+            };
+            let mut candidate = state.clone();
+            let applied = candidate
+                .resolve(changes, limits)
+                .map_err(|error| error.to_string())
+                .and_then(|ops| {
+                    candidate
+                        .apply(runner.library.head_version() + 1, provenance, &ops)
+                        .map(drop)
+                        .map_err(|(index, error)| format!("change {index}: {error}"))
+                });
+            if let Err(reason) = applied {
+                return Ok(Gate::Refused(StepEnd::Failed {
+                    reason: format!("the library refused the changes: {reason}"),
+                }));
+            }
+            runner.events.emit(RunEvent::Log {
+                level: "info".into(),
+                text: format!(
+                    "step {step}: validating the candidate on {} held-apart training queries …",
+                    held_apart.len()
+                ),
+            });
+            if !runner.control.proceed().await {
+                return Ok(Gate::Stopped);
+            }
+            let validation = validate(
+                runner,
+                &held_apart,
+                &Shown::active(state),
+                &Shown::active(&candidate),
+                runner.config.validate_threshold,
+            )
+            .await?;
+            at.journal.append(&Entry::Validated {
+                epoch: at.epoch,
+                step,
+                validation: validation.clone(),
+            })?;
+            validation
+        }
+    };
+    runner.events.emit(RunEvent::Log {
+        level: if validation.accepted { "info" } else { "warn" }.into(),
+        text: format!("step {step}: {}", validation.summary()),
+    });
+    if validation.accepted {
+        Ok(Gate::Pass(Some(validation)))
+    } else {
+        Ok(Gate::Refused(StepEnd::Rejected {
+            reason: format!(
+                "the candidate scored worse than the current library: {}",
+                validation.summary()
+            ),
+            validation,
+        }))
+    }
+}
 
 /// The validation queries of a step: up to `count` training queries outside the step's batch,
 /// a different window each step so the gate does not tune to a fixed few.

@@ -27,7 +27,7 @@ use serde_json::Value;
 use super::conversation::{self, Message};
 use super::error::{DataError, strip_position};
 use super::source::{
-    self, Candidate, LeftOut, MAX_SOURCE_BYTES, Read, SourceOptions, Strength, Tally,
+    self, Candidate, LeftOut, LeftOutCounts, MAX_SOURCE_BYTES, Read, SourceOptions, Strength,
 };
 use super::{Dataset, Sample, Split};
 
@@ -68,10 +68,10 @@ pub(crate) fn load(
     let stem = path
         .file_stem()
         .map_or_else(|| "traces".into(), |s| s.to_string_lossy().into_owned());
-    let mut tally = Tally::default();
+    let mut left_out = LeftOutCounts::default();
     let (records, candidates) = match format {
-        TraceFormat::OpenaiChat => chat(path, bytes, &stem, options.approve_reward, &mut tally)?,
-        TraceFormat::Otlp => otel::candidates(path, bytes, &mut tally)?,
+        TraceFormat::OpenaiChat => chat(path, bytes, &stem, options.approve_reward, &mut left_out)?,
+        TraceFormat::Otlp => otel::candidates(path, bytes, &mut left_out)?,
     };
     let read = Read {
         format: format.name(),
@@ -80,7 +80,7 @@ pub(crate) fn load(
         records,
         torn_lines: 0,
         candidates,
-        tally,
+        left_out,
     };
     source::finish(source_name, read, split, options)
 }
@@ -123,7 +123,7 @@ fn chat(
     bytes: &[u8],
     stem: &str,
     approve_reward: f64,
-    tally: &mut Tally,
+    left_out: &mut LeftOutCounts,
 ) -> Result<(usize, Vec<Candidate>), DataError> {
     let mut candidates = Vec::new();
     let mut first_line_of: HashMap<String, usize> = HashMap::new();
@@ -173,7 +173,7 @@ fn chat(
                 strength: Strength::Approved,
                 position: number,
             }),
-            Err(reason) => tally.add(reason, &id),
+            Err(reason) => left_out.add(reason, &id),
         }
     }
     Ok((records, candidates))

@@ -23,7 +23,7 @@ use serde_json::{Map, Value};
 
 use super::super::conversation::{self, Message};
 use super::super::error::{DataError, strip_position};
-use super::super::source::{Candidate, LeftOut, Strength, Tally};
+use super::super::source::{Candidate, LeftOut, LeftOutCounts, Strength};
 use super::content_text;
 use crate::data::Sample;
 
@@ -34,7 +34,7 @@ const MAX_INDEXED: usize = 10_000;
 pub(super) fn candidates(
     path: &Path,
     bytes: &[u8],
-    tally: &mut Tally,
+    left_out: &mut LeftOutCounts,
 ) -> Result<(usize, Vec<Candidate>), DataError> {
     let mut candidates = Vec::new();
     let mut first_at: HashMap<String, String> = HashMap::new();
@@ -67,7 +67,7 @@ pub(super) fn candidates(
                     let Some((messages, answer)) =
                         span_messages(span).map_err(|why| bad(at.clone(), why))?
                     else {
-                        tally.add(LeftOut::NotGenAi, &id);
+                        left_out.add(LeftOut::NotGenAi, &id);
                         continue;
                     };
                     records += 1;
@@ -90,7 +90,7 @@ pub(super) fn candidates(
                             strength: Strength::Approved,
                             position,
                         }),
-                        Err(reason) => tally.add(reason, &id),
+                        Err(reason) => left_out.add(reason, &id),
                     }
                 }
             }

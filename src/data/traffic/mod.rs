@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::conversation::Message;
 use super::error::{DataError, RecordError, strip_position};
-use super::source::{self, LeftOut, MAX_SOURCE_BYTES, Read, SourceOptions, Tally};
+use super::source::{self, LeftOut, LeftOutCounts, MAX_SOURCE_BYTES, Read, SourceOptions};
 use super::{Dataset, Split};
 
 /// The traffic format this version writes and reads (`gym_traffic` in the header).
@@ -284,11 +284,11 @@ pub(crate) fn load(
 ) -> Result<Dataset, DataError> {
     options.check()?;
     let log = read_log(path)?;
-    let mut tally = Tally::default();
+    let mut left_out = LeftOutCounts::default();
     for place in &log.unknown {
-        tally.add(LeftOut::UnknownKind, place);
+        left_out.add(LeftOut::UnknownKind, place);
     }
-    let candidates = queries::candidates(&log, options.approve_reward, &mut tally)?;
+    let candidates = queries::candidates(&log, options.approve_reward, &mut left_out)?;
     let name = path
         .file_stem()
         .map_or_else(|| "traffic".into(), |s| s.to_string_lossy().into_owned());
@@ -299,7 +299,7 @@ pub(crate) fn load(
         records: log.requests.len(),
         torn_lines: log.torn_lines,
         candidates,
-        tally,
+        left_out,
     };
     source::finish(source_name, read, split, options)
 }

@@ -16,15 +16,15 @@ use std::collections::HashMap;
 
 use super::super::conversation;
 use super::super::error::{DataError, RecordError};
-use super::super::source::{Candidate, LeftOut, Strength, Tally};
+use super::super::source::{Candidate, LeftOut, LeftOutCounts, Strength};
 use super::{Log, Thumbs, TrafficFeedback};
 use crate::data::Sample;
 
-/// The candidate queries of `log`, in request order; what is left out goes to `tally`.
+/// The candidate queries of `log`, in request order; what is left out goes to `left_out`.
 pub(crate) fn candidates(
     log: &Log,
     approve_reward: f64,
-    tally: &mut Tally,
+    left_out: &mut LeftOutCounts,
 ) -> Result<Vec<Candidate>, DataError> {
     let mut first_seen: HashMap<&str, (usize, usize)> = HashMap::new();
     for located in &log.requests {
@@ -48,7 +48,7 @@ pub(crate) fn candidates(
     for located in &log.feedback {
         let feedback = &located.record;
         if !first_seen.contains_key(feedback.request_id.as_str()) {
-            tally.add(LeftOut::OrphanFeedback, &feedback.request_id);
+            left_out.add(LeftOut::OrphanFeedback, &feedback.request_id);
             continue;
         }
         last.insert(
@@ -81,7 +81,7 @@ pub(crate) fn candidates(
                 strength,
                 position,
             }),
-            Err(reason) => tally.add(reason, id),
+            Err(reason) => left_out.add(reason, id),
         }
     }
     Ok(candidates)

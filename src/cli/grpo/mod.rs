@@ -1,0 +1,499 @@
+//! `gym grpo`: a Training-Free GRPO run. This module parses the flags, builds the run's pieces
+//! and hands them to [`gym::run::Session`], which runs the steps and the final evaluation;
+//! then it prints the summary and says how to go on. `stored.rs` keeps and reads back the
+//! settings (`args.json`, `--resume`), `distill.rs` picks the stages' backend, `screen.rs` runs
+//! the dashboard.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::Args;
+use gym::data::Split;
+use gym::distill::DistillConfig;
+use gym::library::{Library, LibraryError, Settings};
+use gym::rollout::eval::{Control, EvalSettings};
+use gym::run::dashboard::DashboardSink;
+use gym::run::fallback::{self as checks, Checker};
+use gym::run::{
+    Closing, Ending, EvalCancelled, Evaluation, RunConfig, RunControl, Runner, Session,
+};
+
+use self::screen::Screen;
+pub(super) use self::stored::run_evaluation;
+use self::stored::{ARGS_FILE, resume};
+#[cfg_attr(not(feature = "finetune"), allow(unused_imports))]
+pub(super) use self::stored::{RunOrigin, run_origin};
+use super::backend_args::{BackendArgs, BackendKind, SamplingArgs, load_embedder, runtime};
+use super::eval::{DatasetArgs, RewardArgs, render_report};
+use super::fallback::{self, FallbackArgs, FallbackKind};
+use super::library_dir::LibraryDirArgs;
+use super::run_settings::{self, Setting, Settings as RunSettings, Source, Value};
+use super::tool_args::ToolArgs;
+
+mod distill;
+mod screen;
+mod stored;
+#[cfg(test)]
+mod tests;
+
+#[derive(Debug, Args)]
+pub struct GrpoArgs {
+    #[command(flatten)]
+    dataset: DatasetArgs,
+
+    /// Answers sampled per query (G).
+    #[arg(long, default_value_t = 5)]
+    group_size: usize,
+
+    /// Passes over the training queries.
+    #[arg(long, default_value_t = 3)]
+    epochs: u32,
+
+    /// Queries per step; each step commits at most one library version.
+    #[arg(long, default_value_t = 20)]
+    batch_size: usize,
+
+    /// The library to learn into (created if missing).
+    #[arg(long, env = "GYM_LIBRARY", default_value = "default")]
+    library: String,
+
+    #[command(flatten)]
+    library_dir: LibraryDirArgs,
+
+    /// Model for the three distillation stages. With the llama backend a GGUF path (default:
+    /// Qwen2.5-Coder-1.5B-Instruct Q4_K_M, which `make setup` fetches into $GYM_MODELS_DIR; the
+    /// rollouts stay on --model), with openai the model name sent to the server (default:
+    /// --model when the stages share the rollout backend).
+    #[arg(long, env = "GYM_DISTILL_MODEL")]
+    distill_model: Option<String>,
+
+    /// Backend of the distillation stages (default: the rollout backend), e.g. rollouts on the
+    /// local model and the stages on a stronger OpenAI-compatible API.
+    #[arg(long, env = "GYM_DISTILL_BACKEND", value_enum)]
+    distill_backend: Option<BackendKind>,
+
+    /// openai: base URL of the distillation stages' server (default: --base-url).
+    #[arg(long, env = "GYM_DISTILL_BASE_URL")]
+    distill_base_url: Option<String>,
+
+    /// openai: name of the environment variable holding the distillation server's API key
+    /// (default: --api-key-env).
+    #[arg(long)]
+    distill_api_key_env: Option<String>,
+
+    /// Most experiences the extract stage may propose per group (K).
+    #[arg(long, default_value_t = 2)]
+    max_experiences: usize,
+
+    /// Distinct queries whose groups must propose deleting an experience before it is
+    /// deleted (1: any one group may delete, as in the reference method).
+    #[arg(long, default_value_t = gym::distill::DEFAULT_DELETE_QUORUM)]
+    delete_quorum: usize,
+
+    /// Steps whose rollouts must have had an experience in the prompt before it can be deleted
+    /// (0 or 1: no wait, as in the reference method).
+    #[arg(long, default_value_t = gym::distill::DEFAULT_DELETE_MIN_STEPS)]
+    delete_min_steps: u64,
+
+    /// Temperature of the distillation stages.
+    #[arg(long, default_value_t = 0.3)]
+    distill_temperature: f32,
+
+    /// Groups whose reward standard deviation is at most this are skipped.
+    #[arg(long, default_value_t = 0.0)]
+    min_reward_std: f64,
+
+    /// Cosine similarity at or above which a new experience counts as a near-duplicate.
+    #[arg(long, default_value_t = gym::embed::DEFAULT_DUPLICATE_THRESHOLD)]
+    duplicate_threshold: f32,
+
+    /// Validation gate: before a step commits, A/B test its candidate library against the
+    /// current one on this many training queries outside the step's batch (same seeds,
+    /// --group-size answers each, paired); a worse candidate is refused and journaled. 0 turns
+    /// the gate off (the reference method's behaviour).
+    #[arg(long, default_value_t = 8)]
+    validate: usize,
+
+    /// Refuse a candidate whose paired Δ mean reward is below minus this.
+    #[arg(long, default_value_t = 0.0)]
+    validate_threshold: f64,
+
+    /// Groups in flight at once (llama.cpp decodes them in one batch).
+    #[arg(long, default_value_t = 4)]
+    parallel: usize,
+
+    /// Stage calls in flight at once (llama.cpp decodes them in one batch, sharing their
+    /// common prompt prefix); lower it for a rate-limited API.
+    #[arg(long, default_value_t = gym::run::DEFAULT_STAGE_PARALLEL)]
+    stage_parallel: usize,
+
+    /// Stop (resumably) once this many tokens were spent.
+    #[arg(long)]
+    budget_tokens: Option<u64>,
+
+    /// Stop (resumably) once this many US dollars were spent.
+    #[arg(long)]
+    budget_usd: Option<f64>,
+
+    /// Also write every run event as a JSON line to this file.
+    #[arg(long)]
+    events_jsonl: Option<PathBuf>,
+
+    /// Continue the run with this id after a crash or kill.
+    #[arg(long)]
+    resume: Option<String>,
+
+    /// Id of a new run (default: the start time).
+    #[arg(long)]
+    run_id: Option<String>,
+
+    /// Directory holding run journals.
+    #[arg(long, env = "GYM_RUNS_DIR", default_value = "runs")]
+    runs_dir: PathBuf,
+
+    /// Held-out queries in the final evaluation.
+    #[arg(long, default_value_t = 50)]
+    eval_limit: usize,
+
+    /// Answers per query in the final evaluation.
+    #[arg(long, default_value_t = 4)]
+    eval_k: usize,
+
+    /// The final evaluation's control condition beside the library: `placebo` (a neutral text
+    /// of the same length and form) or `none`.
+    #[arg(long, value_enum, default_value = "placebo")]
+    eval_control: Control,
+
+    /// Skip the final evaluation.
+    #[arg(long)]
+    no_eval: bool,
+
+    /// Plain progress lines instead of the terminal dashboard (the default when stdout is not
+    /// a terminal).
+    #[arg(long, env = "GYM_NO_TUI")]
+    no_tui: bool,
+
+    /// A TOML file whose keys are these flags' names (e.g. `group-size = 4`); flags on the
+    /// command line win. Default: ./gym.toml when it exists.
+    #[arg(long, env = "GYM_CONFIG")]
+    config: Option<PathBuf>,
+
+    /// Let the config file set what runs a program: a `command:` reward or an MCP server
+    /// command. Without it such a setting in the file is refused (as flags they need nothing).
+    #[arg(long)]
+    trust_config: bool,
+
+    #[command(flatten)]
+    reward: RewardArgs,
+
+    #[command(flatten)]
+    backend: BackendArgs,
+
+    #[command(flatten)]
+    sampling: SamplingArgs,
+
+    #[command(flatten)]
+    fallback: FallbackArgs,
+
+    #[command(flatten)]
+    tools: ToolArgs,
+
+    /// Every setting of this command and where it came from (filled in by
+    /// [`super::Cli::parse_with_config`]), kept in the run's `args.json`.
+    #[arg(skip)]
+    pub(super) settings: RunSettings,
+}
+
+impl GrpoArgs {
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        if let Some(run_id) = &self.resume {
+            return resume(run_id, &self.runs_dir, &self.settings);
+        }
+        let run_id = self
+            .run_id
+            .clone()
+            .unwrap_or_else(|| chrono::Utc::now().format("%Y%m%d-%H%M%S").to_string());
+        anyhow::ensure!(
+            gym::run::is_valid_run_id(&run_id),
+            "run id `{run_id}` may only use letters, digits, `-`, `_` and `.` (not first)"
+        );
+        let dir = self.runs_dir.join(&run_id);
+        anyhow::ensure!(
+            !dir.join(ARGS_FILE).exists(),
+            "run `{run_id}` already exists in {}; continue it with --resume {run_id}",
+            self.runs_dir.display()
+        );
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        // Every setting of this start and where it came from (flag, environment, config file,
+        // default), so --resume rebuilds the same run without them.
+        let mut settings = self.settings.clone();
+        let source = settings
+            .get("run-id")
+            .map_or(Source::Default, |s| s.source.clone());
+        settings.insert(
+            "run-id".into(),
+            Setting {
+                value: Value::One(run_id.clone()),
+                source,
+            },
+        );
+        run_settings::write(&dir.join(ARGS_FILE), &settings)?;
+        self.execute(run_id, dir, false)
+    }
+
+    /// Runs (`resuming`: continues) the run `run_id` in `dir`.
+    fn execute(self, run_id: String, dir: PathBuf, resuming: bool) -> anyhow::Result<ExitCode> {
+        anyhow::ensure!(
+            self.group_size >= 2,
+            "--group-size must be at least 2 (GRPO compares answers)"
+        );
+        anyhow::ensure!(
+            self.batch_size >= 1 && self.epochs >= 1,
+            "--batch-size and --epochs must be at least 1"
+        );
+        self.check_default_distill_model()?;
+        let train = self.dataset.load(Split::Train, self.sampling.seed)?;
+        let rollout_backend = self.backend.build()?;
+        let distill_backend = self.build_distill_backend(&rollout_backend)?;
+        let verifier = self.reward.build(&train, &distill_backend)?;
+        let library = if resuming {
+            // A resume continues the run's library; a missing one is not made anew.
+            Library::open(&self.library_dir, &self.library)
+                .with_context(|| format!("run `{run_id}` learns into library `{}`", self.library))?
+        } else {
+            open_or_init(&self.library_dir, &self.library)?
+        };
+        let embedder = load_embedder()?;
+
+        let dashboard = !self.no_tui
+            && std::io::IsTerminal::is_terminal(&std::io::stdout())
+            && std::io::IsTerminal::is_terminal(&std::io::stdin());
+        let shared = gym_tui::SharedSnapshot::new();
+        let clock = DashboardSink::new(shared.clone());
+        let mut events = screen::events(dashboard, &clock, &dir, self.events_jsonl.as_deref())?;
+        let mut distill = DistillConfig {
+            max_experiences: self.max_experiences,
+            max_words: library.settings().max_words,
+            delete_quorum: self.delete_quorum,
+            delete_min_steps: self.delete_min_steps,
+            ..DistillConfig::default()
+        };
+        distill.sampling.temperature = self.distill_temperature;
+        distill.sampling.seed = self.sampling.seed;
+        // One runtime for the whole run: MCP tool servers live on it.
+        let rt = runtime()?;
+        let agent = rt.block_on(self.tools.agent())?;
+        let config = RunConfig {
+            run_id: run_id.clone(),
+            epochs: self.epochs,
+            batch_size: self.batch_size,
+            group_size: self.group_size,
+            sampling: self.sampling.sampling(),
+            min_reward_std: self.min_reward_std,
+            parallel: self.parallel,
+            stage_parallel: self.stage_parallel,
+            distill,
+            duplicate_threshold: self.duplicate_threshold,
+            budget_tokens: self.budget_tokens,
+            budget_usd: self.budget_usd,
+            tools: agent
+                .as_ref()
+                .map(|a| a.toolbox.names())
+                .unwrap_or_default(),
+            max_tool_steps: agent.as_ref().map(|a| a.max_steps),
+            validate: self.validate,
+            validate_threshold: self.validate_threshold,
+        };
+        let control = RunControl::default();
+        let fallback = match self.fallback.fallback {
+            None => None,
+            Some(FallbackKind::Finetune) => {
+                let mut dataset = self.dataset.clone();
+                dataset.limit = Some(self.fallback.fallback_eval_limit.max(1));
+                let heldout = dataset.load_quietly(Split::Heldout, self.sampling.seed)?;
+                let checker = Checker {
+                    backend: Arc::clone(&rollout_backend),
+                    verifier: Arc::clone(&verifier),
+                    settings: EvalSettings {
+                        k: self.eval_k,
+                        sampling: self.sampling.sampling(),
+                        concurrency: self.parallel,
+                        instruction: heldout.instruction.clone(),
+                        agent: agent.clone(),
+                    },
+                    heldout: heldout.samples,
+                    library_dir: self.library_dir.to_path_buf(),
+                    library: self.library.clone(),
+                    patience: self.fallback.fallback_patience,
+                    min_delta: self.fallback.fallback_min_delta,
+                };
+                Some((checker, checks::step_feed(&mut events)))
+            }
+        };
+        let events = Arc::new(events);
+        let fallback = match fallback {
+            None => None,
+            Some((checker, feed)) => Some(checks::spawn(
+                checker,
+                feed,
+                Arc::clone(&events),
+                control.clone(),
+            )?),
+        };
+        let runner = Runner {
+            config,
+            dir: dir.clone(),
+            rollout_backend: Arc::clone(&rollout_backend),
+            distill_backend,
+            verifier: Arc::clone(&verifier),
+            embedder,
+            dataset: self.dataset.source_name()?,
+            samples: train.samples.clone(),
+            instruction: train.instruction.clone(),
+            library,
+            events: Arc::clone(&events),
+            control: control.clone(),
+            backend_label: format!("{:?}", self.backend.backend).to_lowercase(),
+            agent: agent.clone(),
+        };
+        let evaluation = (!self.no_eval && self.eval_limit > 0).then(|| {
+            let mut dataset = self.dataset.clone();
+            dataset.limit = Some(self.eval_limit);
+            let seed = self.sampling.seed;
+            Evaluation {
+                backend: Arc::clone(&rollout_backend),
+                verifier: Arc::clone(&verifier),
+                heldout: Box::new(move || Ok(dataset.load_quietly(Split::Heldout, seed)?)),
+                library_dir: self.library_dir.to_path_buf(),
+                library: self.library.clone(),
+                settings: EvalSettings {
+                    k: self.eval_k,
+                    sampling: self.sampling.sampling(),
+                    concurrency: self.parallel,
+                    instruction: None,
+                    agent: agent.clone(),
+                },
+                control: self.eval_control,
+                seed,
+            }
+        });
+        let session = Session {
+            runner,
+            source: train.source.clone(),
+            fallback,
+            evaluation,
+            interrupts: !dashboard,
+        };
+        let (mut screen, quit) = Screen::start(dashboard, shared, clock, &control, &events, &rt);
+        // An error returns with the screen dropped, which gives the terminal back first.
+        let Some(Closing {
+            mut summary,
+            ending,
+        }) = rt.block_on(session.run(quit))?
+        else {
+            screen.close();
+            println!(
+                "quit before the run stopped; everything finished is journaled: continue with `gym grpo --resume {run_id}`"
+            );
+            return Ok(ExitCode::from(STOPPED_EXIT));
+        };
+        screen.close();
+        if let Ending::EvalCancelled {
+            library_version,
+            done,
+            total,
+        } = ending
+        {
+            summary.eval_cancelled = Some(EvalCancelled {
+                library_version,
+                done,
+                total,
+                command: self.eval_command(library_version)?,
+            });
+        }
+        let evaluated = match &ending {
+            Ending::Finished(evaluated) => evaluated.as_ref(),
+            _ => None,
+        };
+        let report = gym::run::finish(&dir, &summary, &self.library, evaluated.map(|e| &e.report))?;
+        print!("{}", summary.render(&self.library));
+        if let Some(evaluated) = evaluated {
+            let header = format!(
+                "dataset {} (heldout, {} queries)\nmodel   {}, k={}, reward {}",
+                self.dataset.source_name()?,
+                evaluated.queries,
+                rollout_backend.model(),
+                self.eval_k,
+                verifier.name()
+            );
+            print!(
+                "{}",
+                render_report(&header, &evaluated.report, agent.is_some())
+            );
+        }
+        match report {
+            Ok(path) => println!("report: {}", path.display()),
+            Err(error) => eprintln!("cannot write the run report in {}: {error}", dir.display()),
+        }
+        Ok(match ending {
+            Ending::Plateau(trigger) => {
+                fallback::fallback_finetune(
+                    &run_id,
+                    &self.runs_dir,
+                    &self.fallback,
+                    &self.backend,
+                    &events,
+                    trigger,
+                )?;
+                ExitCode::SUCCESS
+            }
+            Ending::Stopped { step } => {
+                println!(
+                    "stopped at step {step}; everything finished is journaled: continue with `gym grpo --resume {run_id}`"
+                );
+                ExitCode::from(STOPPED_EXIT)
+            }
+            Ending::BudgetExhausted => {
+                println!(
+                    "budget exhausted: continue with `gym grpo --resume {run_id}` and a larger budget"
+                );
+                ExitCode::from(3)
+            }
+            Ending::EvalCancelled {
+                library_version,
+                done,
+                total,
+            } => {
+                let command = summary.eval_cancelled.as_ref().map(|c| c.command.as_str());
+                println!(
+                    "final evaluation cancelled after {done}/{total} groups; library {} v{library_version} stays committed: evaluate it later with `{}`",
+                    self.library,
+                    command.unwrap_or_default()
+                );
+                ExitCode::from(CANCELLED_EXIT)
+            }
+            Ending::Finished(_) if summary.failed_steps > 0 => ExitCode::from(2),
+            Ending::Finished(_) => ExitCode::SUCCESS,
+        })
+    }
+}
+
+/// Exit status of a run the user stopped (it resumes with `--resume`).
+const STOPPED_EXIT: u8 = 4;
+
+/// Exit status when the user cancels the final evaluation: 128 + SIGINT, as for an interrupt.
+const CANCELLED_EXIT: u8 = 130;
+
+fn open_or_init(dir: &Path, name: &str) -> anyhow::Result<Library> {
+    match Library::open(dir, name) {
+        Ok(library) => Ok(library),
+        Err(LibraryError::NotFound { .. }) => {
+            eprintln!("creating library {name} in {}", dir.display());
+            Ok(Library::init(dir, name, Settings::default())?)
+        }
+        Err(error) => Err(error.into()),
+    }
+}

@@ -1,0 +1,167 @@
+use std::path::Path;
+
+use clap::Parser as _;
+
+use super::GrpoArgs;
+use super::stored::parse_settings;
+use crate::cli::backend_args::BackendKind;
+use crate::cli::run_settings::{self, Settings as RunSettings, Source, Value};
+
+fn grpo(flags: &[&str]) -> GrpoArgs {
+    let argv = ["gym", "grpo"].iter().chain(flags);
+    let cli = crate::cli::Cli::try_parse_from(argv).unwrap();
+    let crate::cli::Command::Grpo(args) = cli.command else {
+        panic!("not gym grpo");
+    };
+    *args
+}
+
+fn distill(flags: &[&str]) -> Option<(BackendKind, Option<String>)> {
+    grpo(flags)
+        .distill_backend_args()
+        .map(|args| (args.backend, args.model))
+}
+
+/// The settings of a parse of `gym grpo FLAGS…`.
+fn resolved(flags: &[String]) -> RunSettings {
+    use clap::CommandFactory as _;
+    let argv = ["gym", "grpo"]
+        .map(String::from)
+        .into_iter()
+        .chain(flags.to_vec());
+    let matches = crate::cli::Cli::command()
+        .try_get_matches_from(argv)
+        .unwrap();
+    let command = crate::cli::Cli::command();
+    run_settings::resolve(
+        command.find_subcommand("grpo").unwrap(),
+        matches.subcommand_matches("grpo").unwrap(),
+        None,
+    )
+}
+
+#[test]
+fn stored_settings_rebuild_the_same_command() {
+    let flags = [
+        "--tools",
+        "calc,python",
+        "--library",
+        "x",
+        "--no-eval",
+        "--temperature",
+        "0.5",
+        "--samples",
+        "3",
+    ]
+    .map(String::from);
+    let first = resolved(&flags);
+    assert_eq!(
+        first["tools"].value,
+        Value::Many(vec!["calc".into(), "python".into()])
+    );
+    assert_eq!(first["limit"].value, Value::One("3".into()));
+    assert_eq!(first["no-eval"].value, Value::Switch(true));
+    assert_eq!(first["library"].source, Source::Flag);
+    assert_eq!(first["group-size"].source, Source::Default);
+    let again = resolved(&run_settings::to_flags(&first));
+    let values = |s: &RunSettings| -> Vec<(String, Value)> {
+        s.iter()
+            .map(|(k, v)| (k.clone(), v.value.clone()))
+            .collect()
+    };
+    assert_eq!(values(&again), values(&first));
+    let args = parse_settings(&first, Path::new("args.json")).unwrap();
+    assert_eq!(args.library, "x");
+    assert_eq!(args.dataset.limit, Some(3));
+    assert!(args.no_eval);
+}
+
+#[test]
+fn a_cancelled_evaluation_names_the_command_that_runs_it_later() {
+    let args = grpo(&["--library", "arith", "--eval-limit", "7", "--eval-k", "3"]);
+    assert_eq!(
+        args.eval_command(4).unwrap(),
+        "gym eval --library arith@4 --dataset builtin:arith --limit 7 -k 3"
+    );
+    let args = grpo(&[
+        "--library",
+        "arith",
+        "--library-dir",
+        "libs",
+        "--backend",
+        "openai",
+        "--model",
+        "m",
+        "--base-url",
+        "http://x/v1",
+    ]);
+    let command = args.eval_command(1).unwrap();
+    assert!(
+        command.ends_with(" --library-dir libs --backend openai --model m --base-url http://x/v1"),
+        "{command}"
+    );
+}
+
+#[test]
+fn the_stages_default_to_the_distiller_on_llama_and_the_rollouts_stay() {
+    let qwen = gym::backend::default_distill_model_path();
+    assert!(qwen.ends_with("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"));
+    let qwen = Some(qwen.display().to_string());
+    let args = grpo(&[]);
+    assert!(args.distill_uses_default_model());
+    assert_eq!(
+        args.backend.model, None,
+        "rollouts stay on the default model"
+    );
+    assert_eq!(distill(&[]), Some((BackendKind::Llama, qwen.clone())));
+    assert_eq!(
+        distill(&["--model", "other.gguf"]),
+        Some((BackendKind::Llama, qwen.clone()))
+    );
+    assert_eq!(
+        distill(&["--backend", "openai", "--distill-backend", "llama"]),
+        Some((BackendKind::Llama, qwen.clone()))
+    );
+    // The distiller as the rollout model too: loaded once.
+    assert_eq!(distill(&["--model", qwen.as_deref().unwrap()]), None);
+}
+
+#[test]
+fn explicit_distill_flags_win_over_the_default_distiller() {
+    assert_eq!(
+        distill(&["--distill-model", "small.gguf"]),
+        Some((BackendKind::Llama, Some("small.gguf".into())))
+    );
+    let small = gym::backend::default_model_path().display().to_string();
+    assert_eq!(distill(&["--distill-model", &small]), None, "shared");
+    assert_eq!(
+        distill(&["--model", "a.gguf", "--distill-model", "a.gguf"]),
+        None
+    );
+    assert!(!grpo(&["--distill-model", &small]).distill_uses_default_model());
+    assert_eq!(
+        distill(&[
+            "--backend",
+            "openai",
+            "--model",
+            "m",
+            "--base-url",
+            "http://x/v1"
+        ]),
+        None
+    );
+    assert_eq!(
+        distill(&[
+            "--distill-backend",
+            "openai",
+            "--distill-model",
+            "strong",
+            "--distill-base-url",
+            "http://x/v1"
+        ]),
+        Some((BackendKind::Openai, Some("strong".into())))
+    );
+    let args = grpo(&["--distill-backend", "openai", "--distill-model", "strong"]);
+    assert!(!args.distill_uses_default_model());
+    assert!(args.check_default_distill_model().is_ok());
+}

@@ -1,0 +1,229 @@
+//! How a step's changes reach the library: near-duplicates dropped, harmful experiences
+//! proposed for deletion, the commit rebased onto whatever another process committed
+//! meanwhile, and the usage counts of what the step showed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::events::RunEvent;
+use super::journal::StepEnd;
+use super::{RunError, Runner};
+use crate::distill;
+use crate::embed::find_near_duplicates;
+use crate::library::{Change, ExperienceId, LibraryError, Op, Provenance, State, Validation};
+
+/// Re-reads the library when another process committed, and says so in the log.
+pub(super) fn refresh_library(
+    runner: &mut Runner,
+    step: u32,
+    when: &str,
+) -> Result<bool, RunError> {
+    let Some(from) = runner.library.refresh()? else {
+        return Ok(false);
+    };
+    runner.events.emit(RunEvent::Log {
+        level: "warn".into(),
+        text: format!(
+            "step {step}: library `{}` moved from v{from} to v{} before {when} \
+             (another process committed); continuing from v{}",
+            runner.library.name(),
+            runner.library.head_version(),
+            runner.library.head_version(),
+        ),
+    });
+    Ok(true)
+}
+
+/// Commits the step's changes onto the newest version: when another process committed while
+/// the step ran, the changes are rebased (adds get the next free ids; updates and deletes
+/// still name their experiences), and when they no longer apply (an experience they change
+/// was deleted meanwhile) the step fails saying so. A writer that slips in between the
+/// re-read and the commit is retried a few times. Returns the committed version's number and
+/// ops, or the reason the step fails.
+pub(super) fn commit_rebased(
+    runner: &mut Runner,
+    step: u32,
+    changes: &[Change],
+    provenance: Provenance,
+) -> Result<(u64, Vec<Op>), String> {
+    const ATTEMPTS: usize = 3;
+    let base = runner.library.head_version();
+    for _ in 0..ATTEMPTS {
+        let moved = refresh_library(runner, step, "its commit")
+            .map_err(|error| format!("the library could not be re-read: {error}"))?;
+        let error = match runner.library.commit(changes, provenance.clone()) {
+            Ok(version) => return Ok((version.version, version.ops.clone())),
+            Err(LibraryError::ConcurrentWrite { .. }) => continue,
+            Err(error) => error,
+        };
+        let head = runner.library.head_version();
+        return Err(if moved || head != base {
+            format!(
+                "another process committed v{head} while the step ran, and the step's changes \
+                 no longer apply to it: {error}"
+            )
+        } else {
+            format!("the library refused the changes: {error}")
+        });
+    }
+    Err(format!(
+        "other processes kept committing to library `{}`; gave up after {ATTEMPTS} attempts",
+        runner.library.name()
+    ))
+}
+
+/// Adds a delete for every active experience that `usage.json` judges harmful
+/// ([`Usage::judged_harmful`](crate::library::Usage::judged_harmful)) and the step's changes do
+/// not already touch, with the counts as its reason. The deletes go through the validation
+/// gate with the rest of the candidate, so usage proposes and the paired test decides.
+pub(super) fn harmful_deletes(
+    usage: &BTreeMap<ExperienceId, crate::library::Usage>,
+    state: &State,
+    changes: &mut Vec<Change>,
+) {
+    let touched: Vec<ExperienceId> = changes.iter().filter_map(Change::target).collect();
+    for experience in state.active() {
+        if touched.contains(&experience.id) {
+            continue;
+        }
+        if let Some(reason) = usage.get(&experience.id).and_then(|u| u.judged_harmful()) {
+            changes.push(Change::Delete {
+                id: experience.id,
+                reason: Some(reason),
+            });
+        }
+    }
+}
+
+/// Adds to the library's usage counts (`usage.json`): `answers` injections of every
+/// experience active in `shown`; and, for a validated commit, the gate's injections of the
+/// current experiences and its paired verdicts on the experiences the commit added or changed
+/// (a query where the candidate scored higher is a helpful use, lower a harmful one).
+pub(super) fn count_usage(
+    runner: &mut Runner,
+    shown: &State,
+    answers: u64,
+    validated: Option<(&Validation, &[ExperienceId])>,
+) -> Result<(), RunError> {
+    let mut deltas: BTreeMap<ExperienceId, crate::library::Usage> = BTreeMap::new();
+    let validation_answers = validated.map_or(0, |(v, _)| (v.queries * v.group_size) as u64);
+    for experience in shown.active() {
+        deltas.entry(experience.id).or_default().injected += answers + validation_answers;
+    }
+    if let Some((validation, touched)) = validated {
+        for id in touched {
+            let usage = deltas.entry(*id).or_default();
+            usage.injected += validation_answers;
+            usage.helpful += validation.better as u64;
+            usage.harmful += validation.worse as u64;
+        }
+    }
+    // Counts go to the newest version's experiences; one deleted by another process since
+    // it was shown has nothing left to count against.
+    refresh_library(runner, 0, "usage is recorded")?;
+    let head = runner.library.head();
+    deltas
+        .retain(|id, usage| *usage != crate::library::Usage::default() && head.get(*id).is_some());
+    if deltas.is_empty() {
+        return Ok(());
+    }
+    let deltas: Vec<_> = deltas.into_iter().collect();
+    runner.library.record_usage(&deltas)?;
+    Ok(())
+}
+
+/// SHA-256 over every prompt template a run uses (solver and stages).
+pub(super) fn prompts_hash() -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(crate::rollout::prompt::templates_hash());
+    hasher.update(distill::prompts_hash());
+    hex::encode(hasher.finalize())
+}
+
+/// How a step that committed `version` with `ops` ended.
+pub(super) fn committed_end(version: u64, ops: &[Op]) -> StepEnd {
+    let count = |kind: &str| ops.iter().filter(|op| op.kind() == kind).count();
+    StepEnd::Committed {
+        version,
+        added: count("add"),
+        updated: count("update"),
+        deleted: count("delete"),
+    }
+}
+
+/// Indices (among the adds, in order) of new experiences too close to an existing one or to an
+/// earlier add.
+pub(super) async fn near_duplicates(
+    embedder: Arc<dyn crate::embed::Embedder>,
+    changes: &[Change],
+    state: &State,
+    threshold: f32,
+) -> Result<Vec<usize>, RunError> {
+    let adds: Vec<String> = changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::Add { text, .. } => Some(text.clone()),
+            _ => None,
+        })
+        .collect();
+    if adds.is_empty() {
+        return Ok(Vec::new());
+    }
+    let existing: Vec<(String, String)> = state
+        .active()
+        .map(|e| (e.id.to_string(), e.text.clone()))
+        .collect();
+    let found = tokio::task::spawn_blocking(move || {
+        find_near_duplicates(embedder.as_ref(), &adds, &existing, threshold)
+    })
+    .await
+    .expect("the embedding task does not panic")?;
+    Ok(found.into_iter().map(|d| d.index).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::library::Usage;
+
+    #[test]
+    fn experiences_judged_harmful_in_use_are_proposed_for_deletion_once() {
+        // E0001 and E0002 active, E0003 deleted.
+        let state = crate::distill::testing::library();
+        let ids: Vec<ExperienceId> = (1..=3).map(crate::distill::testing::id).collect();
+        let harmful = Usage {
+            injected: 64,
+            helpful: 0,
+            harmful: 4,
+            ..Usage::default()
+        };
+        let usage = BTreeMap::from([
+            (ids[0], harmful),
+            (ids[1], harmful),
+            (
+                ids[2],
+                Usage {
+                    helpful: 3,
+                    ..harmful
+                },
+            ),
+        ]);
+        // The step already updates the second one and the third is gone: only the first is
+        // proposed.
+        let mut changes = vec![Change::update_text(ids[1], "When c, do d twice.")];
+        harmful_deletes(&usage, &state, &mut changes);
+        assert_eq!(changes.len(), 2);
+        let Change::Delete { id, reason } = &changes[1] else {
+            panic!("{changes:?}")
+        };
+        assert_eq!(*id, ids[0]);
+        assert!(
+            reason
+                .as_deref()
+                .unwrap()
+                .contains("worse in 4 and better in 0"),
+            "{reason:?}"
+        );
+    }
+}
