@@ -5,18 +5,18 @@
 //! | implementation | feature | where it runs |
 //! |---|---|---|
 //! | [`llama::LlamaBackend`] | `llama` (default) | in process, llama.cpp on an owned thread; one prompt evaluation shared by the whole group |
-//! | `candle::CandleBackend` | `finetune` | in process, candle (f32), base model plus a LoRA adapter or weight delta |
+//! | [`crate::candle::CandleBackend`] | `finetune` | in process, candle (f32), base model plus a LoRA adapter or weight delta (outside `backend/`: it builds on `finetune` and `delta`) |
 //! | [`openai::OpenAiBackend`] | always | any OpenAI-compatible server (vLLM, SGLang, TGI, llama-server, hosted APIs) |
 //!
 //! Both stream: [`Backend::generate_streaming`] sends text as it is sampled (llama.cpp token by
 //! token, OpenAI-compatible servers as their `stream: true` chunks arrive).
 
-#[cfg(feature = "finetune")]
-pub mod candle;
 mod error;
 mod grammar;
 #[cfg(feature = "llama")]
 pub mod llama;
+#[cfg(any(feature = "llama", feature = "finetune"))]
+pub(crate) mod model_thread;
 pub mod openai;
 mod price;
 mod stop;
