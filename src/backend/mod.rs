@@ -421,17 +421,13 @@ pub(crate) fn check_request(request: &GroupRequest) -> Result<(), BackendError> 
     }
     let mut names = std::collections::HashSet::new();
     for (index, tool) in request.tools.iter().enumerate() {
-        if tool.name.is_empty()
-            || !tool
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        {
+        if !openai::wire::valid_tool_name(&tool.name) {
             return Err(bad(
                 "tools",
                 format!(
-                    "tools[{index}].name `{}` must be non-empty letters, digits, `_` or `-`",
-                    tool.name
+                    "tools[{index}].name `{}` must be 1 to {} letters, digits, `_` or `-`",
+                    tool.name,
+                    openai::wire::MAX_TOOL_NAME
                 ),
             ));
         }
