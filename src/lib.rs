@@ -28,7 +28,8 @@
 //! | [`gov`] | here | proposals over library diffs with a reviewer's rendering and provenance, EIP-191 signed votes, 66% tally and quorum, an append-only hash-chained ledger that survives kill -9 with a signed genesis and signed executions that commit the votes they counted, execution to a governed head; the contracts in `contracts/` deployed, voted and read through `alloy` (feature `chain`); `/v1/gov` routes |
 //! | [`pack`] | here | library packs: a version's files, its held-out results (model and data hashes, decoding, Mean@k with intervals and seeds) and an EIP-191 signed receipt in one archive; verification from the bytes alone, bounded for untrusted packs; import with history |
 //! | [`web`] | here | the voters' web app at `/gov` (proposals, reviews with word diffs and provenance, voting through an EIP-1193 wallet or a pasted ballot) and the library browser at `/libraries` (versions, diffs, histories, proof downloads): embedded HTML, CSS and JavaScript under a strict Content-Security-Policy |
-//! | `finetune` | here (feature `finetune`) | LoRA SFT in candle on a run's solved rollouts; the candle backend |
+//! | `finetune` | here (feature `finetune`) | LoRA SFT in candle on a run's solved rollouts |
+//! | `candle` | here (feature `finetune`) | the candle backend: a base model with a fine-tune (LoRA adapter or weight delta) merged, behind the `Backend` seam |
 //! | [`tools`] | here | the `Tool` seam and `Toolbox` (argument checks, timeouts, errors as observations): a calculator, a sandboxed Python, MCP servers (feature `mcp`) |
 //! | [`agent`] | here | agent rollouts: a ReAct loop over the backend seam with a bounded number of tool rounds, trajectories recorded in the journal |
 //! | `mcp` | here (feature `mcp`) | the experience library as Model Context Protocol tools (`gym library mcp-serve`): search, get, show_version, diff, and opt-in propose_change |
@@ -43,6 +44,8 @@
 
 pub mod agent;
 pub mod backend;
+#[cfg(feature = "finetune")]
+pub mod candle;
 pub mod data;
 pub mod delta;
 pub mod distill;

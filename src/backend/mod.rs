@@ -5,18 +5,18 @@
 //! | implementation | feature | where it runs |
 //! |---|---|---|
 //! | [`llama::LlamaBackend`] | `llama` (default) | in process, llama.cpp on an owned thread; one prompt evaluation shared by the whole group |
-//! | `candle::CandleBackend` | `finetune` | in process, candle (f32), base model plus a LoRA adapter or weight delta |
+//! | [`crate::candle::CandleBackend`] | `finetune` | in process, candle (f32), base model plus a LoRA adapter or weight delta (outside `backend/`: it builds on `finetune` and `delta`) |
 //! | [`openai::OpenAiBackend`] | always | any OpenAI-compatible server (vLLM, SGLang, TGI, llama-server, hosted APIs) |
 //!
 //! Both stream: [`Backend::generate_streaming`] sends text as it is sampled (llama.cpp token by
 //! token, OpenAI-compatible servers as their `stream: true` chunks arrive).
 
-#[cfg(feature = "finetune")]
-pub mod candle;
 mod error;
 mod grammar;
 #[cfg(feature = "llama")]
 pub mod llama;
+#[cfg(any(feature = "llama", feature = "finetune"))]
+pub(crate) mod model_thread;
 pub mod openai;
 mod price;
 mod stop;
@@ -421,17 +421,13 @@ pub(crate) fn check_request(request: &GroupRequest) -> Result<(), BackendError> 
     }
     let mut names = std::collections::HashSet::new();
     for (index, tool) in request.tools.iter().enumerate() {
-        if tool.name.is_empty()
-            || !tool
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        {
+        if !openai::wire::valid_tool_name(&tool.name) {
             return Err(bad(
                 "tools",
                 format!(
-                    "tools[{index}].name `{}` must be non-empty letters, digits, `_` or `-`",
-                    tool.name
+                    "tools[{index}].name `{}` must be 1 to {} letters, digits, `_` or `-`",
+                    tool.name,
+                    openai::wire::MAX_TOOL_NAME
                 ),
             ));
         }

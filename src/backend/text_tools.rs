@@ -7,13 +7,17 @@
 //! schema, so a small model cannot emit a malformed call. [`lift`] turns the completion back:
 //! a call becomes [`Completion::tool_calls`] with finish [`FinishReason::ToolCalls`]. Callers
 //! (the agent loop, `gym serve`) see the same shape as from an OpenAI-compatible server.
+//! [`for_model`] and [`Lowering::lift`] are the one wrapper both in-process backends put around
+//! their model thread.
+
+use std::borrow::Cow;
 
 use sha2::{Digest, Sha256};
 
 use super::grammar::tool_call_gbnf;
 use super::{
-    BackendError, ChatMessage, Completion, Constraint, FinishReason, GroupRequest, Role, ToolCall,
-    ToolChoice,
+    BackendError, ChatMessage, Completion, Constraint, FinishReason, Group, GroupRequest, Role,
+    ToolCall, ToolChoice,
 };
 
 pub const CALL_OPEN: &str = "<tool_call>";
@@ -33,6 +37,49 @@ pub fn uses_tools(request: &GroupRequest) -> bool {
 /// Whether completions of the lowered request may contain a call to lift.
 pub fn offers_tools(request: &GroupRequest) -> bool {
     !request.tools.is_empty() && request.tool_choice != ToolChoice::None
+}
+
+/// What [`for_model`] did to a request, to undo on the model's answer.
+#[derive(Debug, Clone, Copy)]
+pub struct Lowering {
+    used: bool,
+    offered: bool,
+}
+
+impl Lowering {
+    /// Whether the request uses tools. Such a turn is not streamed: its text is a call to run,
+    /// not prose for a reader.
+    pub fn uses_tools(self) -> bool {
+        self.used
+    }
+
+    /// The model's group with the calls written in its text lifted into tool calls.
+    pub fn lift(self, mut group: Group) -> Group {
+        if self.offered {
+            group.completions = group.completions.into_iter().map(lift).collect();
+        }
+        group
+    }
+}
+
+/// The request as an in-process model takes it: lowered to the text protocol when it uses
+/// tools (with `grammar`, calls grammar-constrained), otherwise as it came.
+pub fn for_model(
+    request: &GroupRequest,
+    grammar: bool,
+) -> Result<(Cow<'_, GroupRequest>, Lowering), BackendError> {
+    if !uses_tools(request) {
+        let lowering = Lowering {
+            used: false,
+            offered: false,
+        };
+        return Ok((Cow::Borrowed(request), lowering));
+    }
+    let lowering = Lowering {
+        used: true,
+        offered: offers_tools(request),
+    };
+    Ok((Cow::Owned(lower(request, grammar)?), lowering))
 }
 
 /// The request as plain text messages; with `grammar`, calls are grammar-constrained.

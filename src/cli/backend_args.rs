@@ -144,7 +144,7 @@ impl BackendArgs {
 
     #[cfg(feature = "finetune")]
     fn candle(&self) -> anyhow::Result<Arc<dyn Backend>> {
-        use gym::backend::candle::{CandleBackend, CandleConfig};
+        use gym::candle::{CandleBackend, CandleConfig};
         let model_path = self
             .model
             .as_ref()

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
-use gym::backend::candle::{CandleBackend, CandleConfig};
 use gym::backend::{Backend, Sampling};
+use gym::candle::{CandleBackend, CandleConfig};
 use gym::data::Split;
 use gym::rollout::eval::{Condition, EvalSettings, evaluate};
 

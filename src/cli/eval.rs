@@ -419,7 +419,7 @@ impl EvalArgs {
         verifier: &dyn Verifier,
         settings: &EvalSettings,
     ) -> anyhow::Result<EvalReport> {
-        use gym::backend::candle::{CandleBackend, CandleConfig};
+        use gym::candle::{CandleBackend, CandleConfig};
         let model = self
             .backend
             .model

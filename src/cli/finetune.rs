@@ -239,7 +239,7 @@ fn regenerate(
     k: usize,
 ) -> anyhow::Result<sft::SftSet> {
     use gym::backend::Backend;
-    use gym::backend::candle::{CandleBackend, CandleConfig};
+    use gym::candle::{CandleBackend, CandleConfig};
     use gym::rollout::prompt::{Shown, solve_messages};
     anyhow::ensure!(k >= 1, "--regenerate needs at least 1 answer per query");
     let library = gym::library::Library::open(&origin.library_dir, &origin.library)?;

@@ -16,8 +16,9 @@ use super::AppState;
 use super::answer::{self, Shape, Target, injected_headers};
 use super::error::ApiError;
 use super::stream::{Chunks, Encoder, StreamPlan};
-use super::tool_wire::calls_json;
-use super::wire::{ChatRequest, finish_reason, logprobs_json, usage_json};
+use crate::backend::openai::wire::{
+    ChatRequest, calls_json, finish_reason_name, logprobs_json, usage_json,
+};
 use crate::backend::{Group, GroupRequest};
 
 pub async fn completions(
@@ -159,7 +160,7 @@ fn response_json(id: &str, created: u64, model: &str, group: &Group) -> Value {
                 "index": index,
                 "message": message,
                 "logprobs": logprobs_json(completion),
-                "finish_reason": finish_reason(completion.finish),
+                "finish_reason": finish_reason_name(completion.finish),
             })
         })
         .collect();

@@ -23,8 +23,9 @@ use super::AppState;
 use super::answer::{self, Shape, Target};
 use super::error::ApiError;
 use super::stream::{Encoder, StreamPlan};
-use super::wire::{
-    ChatRequest, Content, MAX_N, Stop, StreamOptions, WireMessage, finish_reason, usage_json,
+use super::wire::MAX_N;
+use crate::backend::openai::wire::{
+    ChatRequest, Content, Stop, StreamOptions, WireMessage, finish_reason_name, usage_json,
 };
 use crate::backend::{ChatMessage, Completion, Group, GroupRequest};
 
@@ -144,10 +145,10 @@ impl CompletionRequest {
         }
         // The sampling fields mean what chat's do: one check for both.
         let as_chat = ChatRequest {
-            model: self.model,
+            model: self.model.into(),
             messages: vec![WireMessage {
                 role: "user".into(),
-                content: Some(Content::Text(String::new())),
+                content: Some(Content::Text("".into())),
                 tool_calls: None,
                 tool_call_id: None,
             }],
@@ -155,17 +156,12 @@ impl CompletionRequest {
             temperature: self.temperature,
             top_p: self.top_p,
             max_tokens: self.max_tokens,
-            max_completion_tokens: None,
             stop: self.stop,
             logprobs: Some(self.logprobs.is_some()),
-            top_logprobs: None,
             seed: self.seed,
             stream: self.stream,
             stream_options: self.stream_options,
-            response_format: None,
-            tools: None,
-            tool_choice: None,
-            parallel_tool_calls: None,
+            ..ChatRequest::default()
         };
         let checked = as_chat.check(default_max_tokens, random_seed)?;
         Ok(CheckedCompletion {
@@ -303,7 +299,7 @@ impl TextChunks {
                 (Some(completion), Some(top)) => legacy_logprobs(completion, top),
                 _ => Value::Null,
             },
-            "finish_reason": completion.map(|c| finish_reason(c.finish)),
+            "finish_reason": completion.map(|c| finish_reason_name(c.finish)),
         })
     }
 

@@ -22,7 +22,7 @@ use super::AppState;
 use super::answer::{self, Shape, Target};
 use super::error::ApiError;
 use super::stream::{Encoder, StreamPlan};
-use super::wire::{ChatRequest, Content, WireMessage};
+use crate::backend::openai::wire::{ChatRequest, Content, WireMessage};
 use crate::backend::{ChatMessage, FinishReason, Group, GroupRequest, Role, Usage};
 
 /// The fields of a Responses API request Gym reads; those it cannot honour are read too, to be
@@ -181,30 +181,20 @@ impl ResponseRequest {
             .iter()
             .map(|m| WireMessage {
                 role: m.role.as_str().into(),
-                content: Some(Content::Text(m.content.clone())),
+                content: Some(Content::Text(m.content.as_str().into())),
                 tool_calls: None,
                 tool_call_id: None,
             })
             .collect();
         // The sampling fields mean what chat's do: one check for both.
         let as_chat = ChatRequest {
-            model: self.model,
+            model: self.model.into(),
             messages: echo_messages,
-            n: None,
             temperature: self.temperature,
             top_p: self.top_p,
-            max_tokens: None,
             max_completion_tokens: self.max_output_tokens,
-            stop: None,
-            logprobs: None,
-            top_logprobs: None,
-            seed: None,
             stream: self.stream,
-            stream_options: None,
-            response_format: None,
-            tools: None,
-            tool_choice: None,
-            parallel_tool_calls: None,
+            ..ChatRequest::default()
         };
         let checked =
             as_chat

@@ -24,8 +24,7 @@ use super::error::ApiError;
 use super::hllm;
 use super::metrics::Latency;
 use super::router::{Routed, Streamed};
-use super::tool_wire::call_fragments;
-use super::wire::{finish_reason, logprobs_json, usage_json};
+use crate::backend::openai::wire::{call_fragments, finish_reason_name, logprobs_json, usage_json};
 use crate::backend::{Group, GroupRequest};
 
 /// What an answer needs besides the request itself.
@@ -297,7 +296,7 @@ impl Chunks {
                     index,
                     json!({}),
                     logprobs_json(completion),
-                    Some(finish_reason(completion.finish)),
+                    Some(finish_reason_name(completion.finish)),
                 ),
                 None,
             ));

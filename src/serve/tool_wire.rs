@@ -1,7 +1,7 @@
-//! OpenAI's tool-calling fields as `gym serve` reads and writes them, for clients that run their
-//! own tools: `tools`, `tool_choice`, the `tool_calls` of assistant messages in a request, and
-//! the `tool_calls` of a reply (whole, or as stream fragments). Gym passes them through to the
-//! upstream unchanged; what it checks is what the upstream would refuse anyway, so the client
+//! OpenAI's tool-calling fields as `gym serve` reads them, for clients that run their own
+//! tools: `tools`, `tool_choice` and the `tool_calls` of assistant messages in a request (the
+//! `tool_calls` of a reply, whole or as stream fragments, and the tool-name rule are in the
+//! shared [`crate::backend::openai::wire`]). Gym passes them through to the upstream unchanged; what it checks is what the upstream would refuse anyway, so the client
 //! gets an error naming the field and index instead of an opaque upstream failure.
 
 use std::collections::HashSet;
@@ -10,20 +10,11 @@ use serde_json::{Value, json};
 
 use super::error::ApiError;
 use super::schema_limits;
+use crate::backend::openai::wire::{MAX_TOOL_NAME, valid_tool_name};
 use crate::backend::{ToolCall, ToolChoice, ToolSpec};
 
 /// Most tools one request may list, as OpenAI allows.
 pub const MAX_TOOLS: usize = 128;
-/// Longest function name OpenAI allows.
-const MAX_NAME: usize = 64;
-
-fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_NAME
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-}
 
 /// The request's `tools`: function tools only.
 pub fn tools(list: Vec<Value>) -> Result<Vec<ToolSpec>, ApiError> {
@@ -52,9 +43,9 @@ pub fn tools(list: Vec<Value>) -> Result<Vec<ToolSpec>, ApiError> {
         }
         let name = match function["name"].as_str() {
             None => return Err(bad(format!("tools[{index}].function.name is missing"))),
-            Some(name) if !valid_name(name) => {
+            Some(name) if !valid_tool_name(name) => {
                 return Err(bad(format!(
-                    "tools[{index}].function.name `{name}` must be 1 to {MAX_NAME} letters, digits, `_` or `-`"
+                    "tools[{index}].function.name `{name}` must be 1 to {MAX_TOOL_NAME} letters, digits, `_` or `-`"
                 )));
             }
             Some(name) => name.to_owned(),
@@ -169,38 +160,6 @@ pub fn message_calls(calls: Vec<Value>, index: usize) -> Result<Vec<ToolCall>, A
             })
         })
         .collect()
-}
-
-/// A reply's calls as OpenAI writes them in `message.tool_calls`.
-pub fn calls_json(calls: &[ToolCall]) -> Value {
-    calls
-        .iter()
-        .map(|call| {
-            json!({
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments},
-            })
-        })
-        .collect()
-}
-
-/// A reply's calls as OpenAI streams them in `delta.tool_calls`: per call, a fragment with its
-/// index, id, type and name, then one with its arguments.
-pub fn call_fragments(calls: &[ToolCall]) -> Vec<Value> {
-    let mut fragments = Vec::with_capacity(2 * calls.len());
-    for (index, call) in calls.iter().enumerate() {
-        fragments.push(json!({
-            "index": index,
-            "id": call.id,
-            "type": "function",
-            "function": {"name": call.name, "arguments": ""},
-        }));
-        if !call.arguments.is_empty() {
-            fragments.push(json!({"index": index, "function": {"arguments": call.arguments}}));
-        }
-    }
-    fragments
 }
 
 #[cfg(test)]

@@ -1,93 +1,22 @@
-//! The OpenAI chat-completions wire format: the fields the OpenAI SDKs send, read leniently
-//! (unknown fields are ignored, as OpenAI's server does) but checked strictly where a value is
-//! out of range, and the response and stream-chunk shapes they expect.
+//! A chat-completions request as `gym serve` takes it: the shared wire types
+//! ([`crate::backend::openai::wire`]) read leniently (unknown fields are ignored, as OpenAI's
+//! server does) and checked here strictly where a value is out of range, into what the backend
+//! takes, with a 400 naming the field. The answers' shapes are in the shared module too.
 
 use std::collections::HashSet;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::error::ApiError;
 use super::{schema_limits, tool_wire};
-use crate::backend::{
-    ChatMessage, Completion, Constraint, FinishReason, Role, Sampling, ToolChoice, ToolSpec, Usage,
-};
+use crate::backend::openai::wire::{ChatRequest, Content, Stop, WireMessage};
+use crate::backend::{ChatMessage, Constraint, Role, Sampling, ToolChoice, ToolSpec};
 
 /// Most completions one request may ask for.
 pub const MAX_N: usize = 16;
 /// Most stop sequences, as OpenAI allows.
 pub const MAX_STOP: usize = 4;
-
-#[derive(Debug, Deserialize)]
-pub struct ChatRequest {
-    pub model: String,
-    pub messages: Vec<WireMessage>,
-    #[serde(default)]
-    pub n: Option<usize>,
-    #[serde(default)]
-    pub temperature: Option<f32>,
-    #[serde(default)]
-    pub top_p: Option<f32>,
-    #[serde(default)]
-    pub max_tokens: Option<u32>,
-    #[serde(default)]
-    pub max_completion_tokens: Option<u32>,
-    #[serde(default)]
-    pub stop: Option<Stop>,
-    #[serde(default)]
-    pub logprobs: Option<bool>,
-    #[serde(default)]
-    pub top_logprobs: Option<u32>,
-    #[serde(default)]
-    pub seed: Option<i64>,
-    #[serde(default)]
-    pub stream: Option<bool>,
-    #[serde(default)]
-    pub stream_options: Option<StreamOptions>,
-    #[serde(default)]
-    pub response_format: Option<Value>,
-    #[serde(default)]
-    pub tools: Option<Vec<Value>>,
-    #[serde(default)]
-    pub tool_choice: Option<Value>,
-    /// Accepted for the SDKs that send it; the upstream's default applies (OpenAI's is true).
-    #[serde(default)]
-    pub parallel_tool_calls: Option<bool>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct StreamOptions {
-    #[serde(default)]
-    pub include_usage: bool,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum Stop {
-    One(String),
-    Many(Vec<String>),
-}
-
-#[derive(Debug, Deserialize)]
-pub struct WireMessage {
-    pub role: String,
-    #[serde(default)]
-    pub content: Option<Content>,
-    /// The calls of an assistant message, as OpenAI returned them.
-    #[serde(default)]
-    pub tool_calls: Option<Vec<Value>>,
-    /// For a `tool` message: the call it answers.
-    #[serde(default)]
-    pub tool_call_id: Option<String>,
-}
-
-/// A message's content: a string, or a list of parts of which Gym reads the text ones.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum Content {
-    Text(String),
-    Parts(Vec<Value>),
-}
 
 /// What a request asks of the model, checked.
 #[derive(Debug, Clone)]
@@ -101,7 +30,7 @@ pub struct Checked {
     pub tool_choice: ToolChoice,
 }
 
-impl ChatRequest {
+impl ChatRequest<'_> {
     /// Checks every field and turns the request into what the backend takes. `default_max_tokens`
     /// applies when the request names no limit; `random_seed` when it names no seed.
     pub fn check(self, default_max_tokens: u32, random_seed: u64) -> Result<Checked, ApiError> {
@@ -208,9 +137,9 @@ impl ChatRequest {
     }
 }
 
-impl WireMessage {
+impl WireMessage<'_> {
     fn check(self, index: usize) -> Result<ChatMessage, ApiError> {
-        let role = match self.role.as_str() {
+        let role = match &*self.role {
             "system" | "developer" => Role::System,
             "user" => Role::User,
             "assistant" => Role::Assistant,
@@ -238,7 +167,7 @@ impl WireMessage {
             }
         };
         let tool_call_id = match (role, self.tool_call_id) {
-            (Role::Tool, Some(id)) if !id.is_empty() => Some(id),
+            (Role::Tool, Some(id)) if !id.is_empty() => Some(id.into_owned()),
             (Role::Tool, _) => {
                 return Err(ApiError::bad(
                     "messages",
@@ -258,7 +187,7 @@ impl WireMessage {
                 ));
             }
             None => String::new(),
-            Some(Content::Text(text)) => text,
+            Some(Content::Text(text)) => text.into_owned(),
             Some(Content::Parts(parts)) => {
                 let mut text = String::new();
                 for (part_index, part) in parts.iter().enumerate() {
@@ -314,42 +243,6 @@ fn response_constraint(format: &Value) -> Result<Option<Constraint>, ApiError> {
     }
 }
 
-pub fn finish_reason(finish: FinishReason) -> &'static str {
-    match finish {
-        FinishReason::Stop => "stop",
-        FinishReason::Length => "length",
-        FinishReason::ToolCalls => "tool_calls",
-        FinishReason::Other => "content_filter",
-    }
-}
-
-/// OpenAI's `logprobs` object for a choice (Gym has the chosen token's log-probability only,
-/// so `top_logprobs` lists are empty).
-pub fn logprobs_json(completion: &Completion) -> Value {
-    match &completion.logprobs {
-        None => Value::Null,
-        Some(tokens) => json!({
-            "content": tokens.iter().map(|t| json!({
-                "token": t.token,
-                "logprob": t.logprob,
-                "bytes": t.token.as_bytes(),
-                "top_logprobs": [],
-            })).collect::<Vec<_>>()
-        }),
-    }
-}
-
-/// OpenAI's `usage` of chat and text completions; `cached_tokens` counts the prompt tokens the
-/// model did not evaluate again (0 where the backend cannot tell).
-pub fn usage_json(usage: Usage) -> Value {
-    json!({
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": usage.cached_prompt_tokens},
-    })
-}
-
 /// One model as `GET /v1/models` lists it.
 #[derive(Debug, Serialize)]
 pub struct ModelCard {
@@ -363,7 +256,7 @@ pub struct ModelCard {
 mod tests {
     use super::*;
 
-    fn request(messages: Vec<Value>) -> ChatRequest {
+    fn request(messages: Vec<Value>) -> ChatRequest<'static> {
         serde_json::from_value(json!({"model": "gym", "messages": messages})).unwrap()
     }
 

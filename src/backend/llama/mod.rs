@@ -27,23 +27,19 @@ mod sequence;
 mod worker;
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicUsize;
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::thread;
 
-use futures::future::BoxFuture;
-use llama_cpp_2::llama_backend::LlamaBackend as LlamaRuntime;
-use llama_cpp_2::model::LlamaModel;
-use llama_cpp_2::model::params::LlamaModelParams;
-use tokio::sync::oneshot;
-
-use self::queue::{Job, QueuePlace};
+use self::queue::Job;
 use self::worker::Worker;
+use super::model_thread::ModelThread;
 use super::{
     Backend, BackendError, BackendStats, DeltaSender, Group, GroupRequest, check_request,
     text_tools,
 };
+use futures::future::BoxFuture;
+use llama_cpp_2::llama_backend::LlamaBackend as LlamaRuntime;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::model::params::LlamaModelParams;
 
 /// llama.cpp's limit on sequences in one context.
 const MAX_SEQUENCES: usize = 256;
@@ -89,12 +85,9 @@ pub enum PromptMode {
 /// An async handle to a llama.cpp model running on its own thread.
 pub struct LlamaBackend {
     model: String,
-    jobs: Mutex<Option<mpsc::Sender<Job>>>,
-    worker: Mutex<Option<thread::JoinHandle<()>>>,
+    /// Its queue counts the jobs sent and not yet taken into a round.
+    thread: ModelThread<Job>,
     stats: Arc<Mutex<BackendStats>>,
-    /// Jobs sent and not yet taken into a round.
-    queued: Arc<AtomicUsize>,
-    max_queue: Option<usize>,
 }
 
 fn runtime() -> Result<&'static LlamaRuntime, BackendError> {
@@ -126,8 +119,6 @@ impl LlamaBackend {
         std::fs::File::open(&path).map_err(|e| unreadable(e.to_string()))?;
         let runtime = runtime()?;
 
-        let (jobs, queue) = mpsc::channel::<Job>();
-        let (ready_tx, ready_rx) = mpsc::channel();
         let stats = Arc::new(Mutex::new(BackendStats::default()));
         let model_name = config
             .model_path
@@ -135,37 +126,23 @@ impl LlamaBackend {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "llama".into());
         let worker_stats = Arc::clone(&stats);
-        let max_queue = config.max_queue;
-        let worker = thread::Builder::new()
-            .name("gym-llama".into())
-            .spawn(move || {
-                let model = match load_model(runtime, &config) {
-                    Ok(model) => model,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                        return;
-                    }
-                };
-                match Worker::new(runtime, &model, &config, worker_stats) {
-                    Ok(mut worker) => {
-                        let _ = ready_tx.send(Ok(()));
-                        worker.serve(&queue);
-                    }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                    }
-                }
-            })
-            .map_err(|e| BackendError::Llama(format!("cannot start the model thread: {e}")))?;
-        ready_rx.recv().map_err(|_| BackendError::WorkerGone)??;
+        let thread = ModelThread::spawn(
+            "gym-llama",
+            config.max_queue,
+            BackendError::Llama,
+            move |ready, queue| {
+                let model = load_model(runtime, &config)?;
+                let mut worker = Worker::new(runtime, &model, &config, worker_stats)?;
+                ready.ready();
+                worker.serve(&queue);
+                Ok(())
+            },
+        )?;
 
         Ok(Self {
             model: model_name,
-            jobs: Mutex::new(Some(jobs)),
-            worker: Mutex::new(Some(worker)),
+            thread,
             stats,
-            queued: Arc::new(AtomicUsize::new(0)),
-            max_queue,
         })
     }
 
@@ -185,48 +162,28 @@ impl LlamaBackend {
         deltas: Option<DeltaSender>,
     ) -> Result<Group, BackendError> {
         check_request(request)?;
-        // Tools go through the text protocol, grammar-constrained; a tool turn is not streamed,
-        // since its text is a call to run, not prose for a reader.
-        let (request, deltas, offered) = if text_tools::uses_tools(request) {
-            (
-                std::borrow::Cow::Owned(text_tools::lower(request, true)?),
-                None,
-                text_tools::offers_tools(request),
-            )
-        } else {
-            (std::borrow::Cow::Borrowed(request), deltas, false)
-        };
+        // Tools go through the text protocol, grammar-constrained; a tool turn is not streamed.
+        let (request, lowering) = text_tools::for_model(request, true)?;
+        let deltas = deltas.filter(|_| !lowering.uses_tools());
         if request.n > MAX_SEQUENCES {
             return Err(BackendError::InvalidRequest {
                 field: "n",
                 message: format!("llama.cpp samples at most {MAX_SEQUENCES} completions at once"),
             });
         }
-        let place = QueuePlace::take(&self.queued, self.max_queue)?;
-        let (reply, answer) = oneshot::channel();
-        let job = Job {
-            request: request.into_owned(),
-            mode,
-            reply,
-            deltas,
-            place,
-        };
-        {
-            let jobs = self.jobs.lock().expect("jobs lock");
-            let sender = jobs.as_ref().ok_or(BackendError::WorkerGone)?;
-            sender.send(job).map_err(|_| BackendError::WorkerGone)?;
-        }
-        // Dropping this future (the caller stopped waiting) drops `answer`, which tells the
-        // thread to stop the job's sequences.
-        let mut group = answer.await.map_err(|_| BackendError::WorkerGone)??;
-        if offered {
-            group.completions = group
-                .completions
-                .into_iter()
-                .map(text_tools::lift)
-                .collect();
-        }
-        Ok(group)
+        // Dropping this future (the caller stopped waiting) drops the reply's receiver, which
+        // tells the thread to stop the job's sequences.
+        let group = self
+            .thread
+            .call(|reply, place| Job {
+                request: request.into_owned(),
+                mode,
+                reply,
+                deltas,
+                place,
+            })
+            .await?;
+        Ok(lowering.lift(group))
     }
 }
 
@@ -252,18 +209,8 @@ impl Backend for LlamaBackend {
 
     fn stats(&self) -> BackendStats {
         BackendStats {
-            queued_requests: self.queued.load(std::sync::atomic::Ordering::SeqCst) as u64,
+            queued_requests: self.thread.queued() as u64,
             ..*self.stats.lock().expect("stats lock")
-        }
-    }
-}
-
-impl Drop for LlamaBackend {
-    fn drop(&mut self) {
-        // Closing the queue ends the worker's loop; joining frees the model before we return.
-        self.jobs.lock().expect("jobs lock").take();
-        if let Some(worker) = self.worker.lock().expect("worker lock").take() {
-            let _ = worker.join();
         }
     }
 }

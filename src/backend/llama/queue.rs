@@ -1,8 +1,9 @@
 //! The model thread's queue: the jobs sent to it and not yet taken into a round. It may be
-//! bounded ([`LlamaConfig::max_queue`](super::LlamaConfig::max_queue)): a job takes a
-//! [`QueuePlace`] when it is sent and gives it back when it leaves the queue (admitted to a
-//! round, answered with an error, or dropped because its caller stopped waiting), and a job
-//! that finds every place taken is refused with [`BackendError::QueueFull`].
+//! bounded ([`LlamaConfig::max_queue`](super::LlamaConfig::max_queue)): a job holds the
+//! [`QueuePlace`] the model thread gave it when it was sent and gives it back when it leaves
+//! the queue (admitted to a round, answered with an error, or dropped because its caller
+//! stopped waiting); a job that finds every place taken is refused with
+//! [`BackendError::QueueFull`](crate::backend::BackendError::QueueFull).
 //!
 //! A caller stops waiting by dropping the future that awaits its answer (a client that went
 //! away, a timeout); that drops the job's reply receiver, which the thread sees through
@@ -10,19 +11,17 @@
 //! sequences of those already decoding.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::sync::mpsc::Receiver;
-use std::sync::{Arc, Mutex};
-
-use tokio::sync::oneshot;
 
 use super::PromptMode;
-use crate::backend::{BackendError, BackendStats, DeltaSender, Group, GroupRequest};
+use crate::backend::model_thread::{QueuePlace, Reply};
+use crate::backend::{BackendStats, DeltaSender, Group, GroupRequest};
 
 pub(super) struct Job {
     pub request: GroupRequest,
     pub mode: PromptMode,
-    pub reply: oneshot::Sender<Result<Group, BackendError>>,
+    pub reply: Reply<Group>,
     /// Where the text goes while it is sampled, for streaming requests.
     pub deltas: Option<DeltaSender>,
     /// Held while the job waits; dropping the job gives it back.
@@ -33,29 +32,6 @@ impl Job {
     /// Whether its caller stopped waiting for the answer.
     pub fn abandoned(&self) -> bool {
         self.reply.is_closed()
-    }
-}
-
-/// One of the queue's places.
-pub(super) struct QueuePlace(Arc<AtomicUsize>);
-
-impl QueuePlace {
-    /// Takes a place, unless `capacity` places are taken already.
-    pub fn take(queued: &Arc<AtomicUsize>, capacity: Option<usize>) -> Result<Self, BackendError> {
-        queued
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                capacity.is_none_or(|c| n < c).then_some(n + 1)
-            })
-            .map(|_| Self(Arc::clone(queued)))
-            .map_err(|_| BackendError::QueueFull {
-                capacity: capacity.unwrap_or(usize::MAX),
-            })
-    }
-}
-
-impl Drop for QueuePlace {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -72,32 +48,5 @@ pub(super) fn tidy(
     let dropped = before - waiting.len();
     if dropped > 0 {
         stats.lock().expect("stats lock").abandoned_requests += dropped as u64;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn places_are_bounded_and_given_back_when_dropped() {
-        let queued = Arc::new(AtomicUsize::new(0));
-        let first = QueuePlace::take(&queued, Some(2)).unwrap();
-        let second = QueuePlace::take(&queued, Some(2)).unwrap();
-        assert!(matches!(
-            QueuePlace::take(&queued, Some(2)),
-            Err(BackendError::QueueFull { capacity: 2 })
-        ));
-        drop(first);
-        let third = QueuePlace::take(&queued, Some(2)).unwrap();
-        assert_eq!(queued.load(Ordering::SeqCst), 2);
-        drop((second, third));
-        assert_eq!(queued.load(Ordering::SeqCst), 0);
-        let unbounded: Vec<_> = (0..1000)
-            .map(|_| QueuePlace::take(&queued, None).unwrap())
-            .collect();
-        assert_eq!(queued.load(Ordering::SeqCst), 1000);
-        drop(unbounded);
-        assert_eq!(queued.load(Ordering::SeqCst), 0);
     }
 }

@@ -27,9 +27,11 @@ use super::{
     Backend, BackendError, BackendStats, Completion, Constraint, Delta, DeltaSender, Group,
     GroupRequest, PriceTable, TokenLogprob, Usage, check_request,
 };
-use wire::{CallFragments, ChatChunk, ChatRequest, ChatResponse, Message};
+use response::{CallFragments, ChatChunk, ChatResponse};
+use wire::{ChatRequest, Stop, StreamOptions, WireMessage};
 
-mod wire;
+mod response;
+pub mod wire;
 
 /// Whether to ask the server for a whole group in one request (`n`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -188,8 +190,10 @@ impl OpenAiBackend {
     ) -> Result<(Completion, Usage, u32), BackendError> {
         let seed = request.sampling.seed_for(index);
         let mut body = self.body(request, 1, seed);
-        body.stream = true;
-        body.stream_options = Some(serde_json::json!({"include_usage": true}));
+        body.stream = Some(true);
+        body.stream_options = Some(StreamOptions {
+            include_usage: true,
+        });
         let mut retries = 0;
         let _permit = self
             .permits
@@ -288,7 +292,7 @@ impl OpenAiBackend {
         let tool_calls = calls.finish(index).inspect_err(|_| {
             self.count(|s| s.failed_requests += 1);
         })?;
-        let finish = wire::finish_reason(finish.as_deref(), !tool_calls.is_empty(), index)
+        let finish = response::finish_reason(finish.as_deref(), !tool_calls.is_empty(), index)
             .inspect_err(|_| self.count(|s| s.failed_requests += 1))?;
         Ok((
             Completion {
@@ -364,14 +368,18 @@ impl OpenAiBackend {
     fn body<'r>(&'r self, request: &'r GroupRequest, n: usize, seed: u64) -> ChatRequest<'r> {
         let s = &request.sampling;
         ChatRequest {
-            model: &self.config.model,
-            messages: request.messages.iter().map(Message::from_chat).collect(),
+            model: self.config.model.as_str().into(),
+            messages: request
+                .messages
+                .iter()
+                .map(WireMessage::from_chat)
+                .collect(),
             n: (n > 1).then_some(n),
-            temperature: s.temperature,
-            top_p: s.top_p,
-            max_tokens: s.max_tokens,
-            stop: (!s.stop.is_empty()).then_some(&s.stop),
-            seed: seed as i64,
+            temperature: Some(s.temperature),
+            top_p: Some(s.top_p),
+            max_tokens: Some(s.max_tokens),
+            stop: (!s.stop.is_empty()).then(|| Stop::Many(s.stop.clone())),
+            seed: Some(seed as i64),
             logprobs: s.logprobs.then_some(true),
             response_format: match &s.constraint {
                 Some(Constraint::JsonSchema(schema)) => Some(serde_json::json!({
@@ -382,14 +390,14 @@ impl OpenAiBackend {
             },
             grammar: match &s.constraint {
                 // llama-server and vLLM accept a GBNF grammar as an extension field.
-                Some(Constraint::Grammar(g)) => Some(g),
+                Some(Constraint::Grammar(g)) => Some(g.as_str().into()),
                 _ => None,
             },
-            tools: wire::tools_json(&request.tools),
+            tools: (!request.tools.is_empty()).then(|| wire::tools_json(&request.tools)),
             tool_choice: (!request.tools.is_empty())
                 .then(|| wire::tool_choice_json(&request.tool_choice)),
-            stream: false,
-            stream_options: None,
+            stream: Some(false),
+            ..ChatRequest::default()
         }
     }
 

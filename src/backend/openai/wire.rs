@@ -1,40 +1,136 @@
-//! The chat-completions wire format as the backend sends and reads it: requests (messages,
-//! sampling, tools), whole responses and stream chunks. Responses are read leniently (local
-//! servers omit fields the official schema requires) but a tool call the caller could not run,
-//! one without a function name, is an error naming the field.
+//! The OpenAI chat-completions wire format, written once for both sides of it: the
+//! OpenAI-compatible backend sends requests and reads answers (`backend/openai/`), `gym serve`
+//! reads requests and writes answers (`serve/chat.rs`, `serve/stream.rs`).
+//!
+//! Here are the shapes both sides share: the request with its messages ([`ChatRequest`],
+//! [`WireMessage`]), tool calls and tool lists in OpenAI's shape, `finish_reason`, `usage` and
+//! `logprobs`, and the one rule for tool names ([`valid_tool_name`]). What differs stays with
+//! its side: the backend's lenient reading of servers that omit fields
+//! (`backend/openai/response.rs`), the server's checks of untrusted requests into
+//! [`ApiError`](crate::serve::ApiError)s naming the field (`serve/wire.rs`,
+//! `serve/tool_wire.rs`).
+//!
+//! Requests are read leniently (unknown fields ignored, as OpenAI's server does) and written
+//! with only the fields that have a value, so one type serves both directions; the field order
+//! below is the order a request goes out in.
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::super::{
-    BackendError, ChatMessage, Completion, FinishReason, Role, TokenLogprob, ToolCall, ToolChoice,
-    ToolSpec, Usage,
+use crate::backend::{
+    ChatMessage, Completion, FinishReason, Role, TokenLogprob, ToolCall, ToolChoice, ToolSpec,
+    Usage,
 };
 
-#[derive(Serialize)]
-pub(super) struct Message<'a> {
-    role: &'a str,
-    /// `null` for an assistant turn that only calls tools, as OpenAI sends it.
-    content: Option<&'a str>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tool_calls: Vec<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tool_call_id: Option<&'a str>,
+/// Longest function name OpenAI allows.
+pub const MAX_TOOL_NAME: usize = 64;
+
+/// OpenAI's rule for a function name: 1 to [`MAX_TOOL_NAME`] ASCII letters, digits, `_` or `-`.
+/// Both the server (tools a client sends) and every backend (tools a caller offers) hold names
+/// to it, so a name one side takes the other does too.
+pub fn valid_tool_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_TOOL_NAME
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
-impl<'a> Message<'a> {
-    pub(super) fn from_chat(message: &'a ChatMessage) -> Self {
+/// A `/v1/chat/completions` request body.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct ChatRequest<'a> {
+    pub model: Cow<'a, str>,
+    pub messages: Vec<WireMessage<'a>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_completion_tokens: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<Stop>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_logprobs: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<Value>,
+    /// A GBNF grammar, the extension field llama-server and vLLM accept. Only sent: `gym serve`
+    /// takes structured output as `response_format` and ignores this field, as OpenAI does.
+    #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub grammar: Option<Cow<'a, str>>,
+    /// Sent only when the request has tools: some servers refuse an empty list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<Value>,
+    /// Accepted for the SDKs that send it; the upstream's default applies (OpenAI's is true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_options: Option<StreamOptions>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// `stop`: one string or a list.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// One of a request's `messages`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct WireMessage<'a> {
+    pub role: Cow<'a, str>,
+    /// `null` for an assistant turn that only calls tools, as OpenAI sends it.
+    #[serde(default)]
+    pub content: Option<Content<'a>>,
+    /// The calls of an assistant message, in OpenAI's shape ([`calls_json`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<Value>>,
+    /// For a `tool` message: the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<Cow<'a, str>>,
+}
+
+/// A message's content: a string, or a list of parts of which Gym reads the text ones.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Content<'a> {
+    Text(Cow<'a, str>),
+    Parts(Vec<Value>),
+}
+
+impl<'a> WireMessage<'a> {
+    /// A message as the backend sends it.
+    pub fn from_chat(message: &'a ChatMessage) -> Self {
         let calls_only = message.role == Role::Assistant
             && !message.tool_calls.is_empty()
             && message.content.is_empty();
         Self {
-            role: message.role.as_str(),
-            content: (!calls_only).then_some(message.content.as_str()),
-            tool_calls: message.tool_calls.iter().map(tool_call_json).collect(),
+            role: message.role.as_str().into(),
+            content: (!calls_only).then(|| Content::Text(message.content.as_str().into())),
+            tool_calls: (!message.tool_calls.is_empty())
+                .then(|| message.tool_calls.iter().map(call_json).collect()),
             tool_call_id: match message.role {
-                Role::Tool => message.tool_call_id.as_deref(),
+                Role::Tool => message.tool_call_id.as_deref().map(Cow::Borrowed),
                 _ => None,
             },
         }
@@ -42,7 +138,7 @@ impl<'a> Message<'a> {
 }
 
 /// A call as OpenAI writes it in `message.tool_calls`.
-fn tool_call_json(call: &ToolCall) -> Value {
+pub fn call_json(call: &ToolCall) -> Value {
     json!({
         "id": call.id,
         "type": "function",
@@ -50,8 +146,31 @@ fn tool_call_json(call: &ToolCall) -> Value {
     })
 }
 
+/// Calls as OpenAI writes them in `message.tool_calls`.
+pub fn calls_json(calls: &[ToolCall]) -> Value {
+    calls.iter().map(call_json).collect()
+}
+
+/// Calls as OpenAI streams them in `delta.tool_calls`: per call, a fragment with its index,
+/// id, type and name, then one with its arguments. `backend/openai/response.rs` joins them.
+pub fn call_fragments(calls: &[ToolCall]) -> Vec<Value> {
+    let mut fragments = Vec::with_capacity(2 * calls.len());
+    for (index, call) in calls.iter().enumerate() {
+        fragments.push(json!({
+            "index": index,
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }));
+        if !call.arguments.is_empty() {
+            fragments.push(json!({"index": index, "function": {"arguments": call.arguments}}));
+        }
+    }
+    fragments
+}
+
 /// `tools[]` entries in OpenAI's shape.
-pub(super) fn tools_json(tools: &[ToolSpec]) -> Vec<Value> {
+pub fn tools_json(tools: &[ToolSpec]) -> Vec<Value> {
     tools
         .iter()
         .map(|tool| {
@@ -68,7 +187,7 @@ pub(super) fn tools_json(tools: &[ToolSpec]) -> Vec<Value> {
 }
 
 /// `tool_choice` in OpenAI's shape.
-pub(super) fn tool_choice_json(choice: &ToolChoice) -> Value {
+pub fn tool_choice_json(choice: &ToolChoice) -> Value {
     match choice {
         ToolChoice::Auto => json!("auto"),
         ToolChoice::None => json!("none"),
@@ -77,219 +196,95 @@ pub(super) fn tool_choice_json(choice: &ToolChoice) -> Value {
     }
 }
 
-#[derive(Serialize)]
-pub(super) struct ChatRequest<'a> {
-    pub model: &'a str,
-    pub messages: Vec<Message<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub n: Option<usize>,
-    pub temperature: f32,
-    pub top_p: f32,
-    pub max_tokens: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stop: Option<&'a Vec<String>>,
-    pub seed: i64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub logprobs: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub response_format: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub grammar: Option<&'a String>,
-    /// Sent only when the request has tools: some servers refuse an empty list.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub tools: Vec<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tool_choice: Option<Value>,
-    pub stream: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stream_options: Option<Value>,
-}
-
-/// One `chat.completion.chunk` of a streamed response.
-#[derive(Deserialize)]
-pub(super) struct ChatChunk {
-    #[serde(default)]
-    pub choices: Vec<ChunkChoice>,
-    #[serde(default)]
-    pub usage: Option<ResponseUsage>,
-    /// Some servers report a failure mid-stream as a chunk with an `error` object.
-    #[serde(default)]
-    pub error: Option<Value>,
-}
-
-#[derive(Deserialize)]
-pub(super) struct ChunkChoice {
-    #[serde(default)]
-    pub delta: ChunkDelta,
-    #[serde(default)]
-    pub finish_reason: Option<String>,
-    #[serde(default)]
-    pub logprobs: Option<ChoiceLogprobs>,
-}
-
-#[derive(Deserialize, Default)]
-pub(super) struct ChunkDelta {
-    #[serde(default)]
-    pub content: Option<String>,
-    #[serde(default)]
-    pub tool_calls: Option<Vec<WireCall>>,
-}
-
-/// A tool call, whole (in a response) or a fragment of one (in a stream chunk).
-#[derive(Deserialize)]
-pub(super) struct WireCall {
-    #[serde(default)]
-    index: Option<usize>,
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    function: Option<WireFunction>,
-}
-
-#[derive(Deserialize)]
-struct WireFunction {
-    #[serde(default)]
-    name: Option<String>,
-    /// A string of JSON; a few servers send the object itself.
-    #[serde(default)]
-    arguments: Option<Value>,
-}
-
-fn arguments_text(arguments: Option<Value>) -> String {
-    match arguments {
-        Some(Value::String(text)) => text,
-        // A call of a function without parameters may come without arguments.
-        None | Some(Value::Null) => String::new(),
-        Some(other) => other.to_string(),
+/// A choice's `finish_reason` as the server writes it. The backend reads it back with
+/// `response::finish_reason`, which also takes the spellings other servers use.
+pub fn finish_reason_name(finish: FinishReason) -> &'static str {
+    match finish {
+        FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+        FinishReason::ToolCalls => "tool_calls",
+        FinishReason::Other => "content_filter",
     }
 }
 
-/// An id for a call the server sent without one (older llama-server builds): it only has to
-/// pair the call with its result message, which goes back to the same server.
-fn fallback_id(choice: usize, call: usize) -> String {
-    format!("call_{choice}_{call}")
+/// `usage` of chat and text completions. Read leniently: servers leave out what they do not
+/// count.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct WireUsage {
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+    /// Written, not read: the backend needs only the two counts.
+    #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub total_tokens: Option<u64>,
+    /// `cached_tokens` in it: the prompt tokens taken from a prefix cache, where the server
+    /// says (OpenAI, vLLM with prefix caching, llama-server, `gym serve`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
 }
 
-/// The tool calls of one streamed choice, put together from their fragments: the first
-/// fragment of a call carries its id and name, the rest pieces of its arguments.
-#[derive(Default)]
-pub(super) struct CallFragments {
-    calls: BTreeMap<usize, (Option<String>, String, String)>,
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct PromptTokensDetails {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u64>,
 }
 
-impl CallFragments {
-    pub fn add(&mut self, fragments: Vec<WireCall>) {
-        for fragment in fragments {
-            // Without an index, a fragment with an id starts a new call and one without
-            // continues the last.
-            let index = fragment.index.unwrap_or_else(|| {
-                let last = self.calls.keys().next_back().copied();
-                match (last, &fragment.id) {
-                    (Some(last), None) => last,
-                    (Some(last), Some(_)) => last + 1,
-                    (None, _) => 0,
-                }
-            });
-            let (id, name, arguments) = self.calls.entry(index).or_default();
-            if let Some(new) = fragment.id.filter(|i| !i.is_empty()) {
-                id.get_or_insert(new);
-            }
-            if let Some(function) = fragment.function {
-                match function.name {
-                    // Some servers repeat the whole name in every fragment.
-                    Some(piece) if piece != *name => name.push_str(&piece),
-                    _ => {}
-                }
-                arguments.push_str(&arguments_text(function.arguments));
-            }
+impl From<Usage> for WireUsage {
+    fn from(usage: Usage) -> Self {
+        Self {
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            total_tokens: Some(usage.prompt_tokens + usage.completion_tokens),
+            prompt_tokens_details: Some(PromptTokensDetails {
+                cached_tokens: Some(usage.cached_prompt_tokens),
+            }),
         }
     }
+}
 
-    /// The complete calls of choice `choice`, in index order.
-    pub fn finish(self, choice: usize) -> Result<Vec<ToolCall>, BackendError> {
-        self.calls
-            .into_values()
-            .enumerate()
-            .map(|(i, (id, name, arguments))| {
-                if name.is_empty() {
-                    return Err(BackendError::BadResponse(format!(
-                        "the streamed choices[{choice}].delta.tool_calls[{i}] has no function.name"
-                    )));
-                }
-                Ok(ToolCall {
-                    id: id.unwrap_or_else(|| fallback_id(choice, i)),
-                    name,
-                    arguments: if arguments.is_empty() {
-                        "{}".into()
-                    } else {
-                        arguments
-                    },
-                })
-            })
-            .collect()
+impl From<WireUsage> for Usage {
+    fn from(usage: WireUsage) -> Self {
+        Usage {
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            // A server's figure over its prompt count would be nonsense; bound it.
+            cached_prompt_tokens: usage
+                .prompt_tokens_details
+                .and_then(|d| d.cached_tokens)
+                .unwrap_or(0)
+                .min(usage.prompt_tokens),
+        }
     }
 }
 
-/// What a choice's `finish_reason` means, given whether it calls tools. Some servers (vLLM with
-/// a forced `tool_choice`) report `stop` for a turn that calls tools; the calls decide.
-pub(super) fn finish_reason(
-    reason: Option<&str>,
-    has_calls: bool,
-    choice: usize,
-) -> Result<FinishReason, BackendError> {
-    Ok(match reason {
-        _ if has_calls => FinishReason::ToolCalls,
-        Some("tool_calls" | "function_call") => {
-            return Err(BackendError::BadResponse(format!(
-                "choices[{choice}].finish_reason is `tool_calls` but the choice has no tool_calls"
-            )));
-        }
-        Some("stop") | Some("eos") | None => FinishReason::Stop,
-        Some("length") => FinishReason::Length,
-        Some(_) => FinishReason::Other,
-    })
+/// OpenAI's `usage` as the server writes it; `cached_tokens` counts the prompt tokens the
+/// model did not evaluate again (0 where the backend cannot tell).
+pub fn usage_json(usage: Usage) -> Value {
+    serde_json::to_value(WireUsage::from(usage)).expect("usage is plain numbers")
 }
 
-#[derive(Deserialize)]
-pub(super) struct ChatResponse {
+/// A choice's `logprobs`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ChoiceLogprobs {
     #[serde(default)]
-    choices: Vec<Choice>,
-    #[serde(default)]
-    usage: Option<ResponseUsage>,
+    pub content: Option<Vec<WireLogprob>>,
 }
 
-#[derive(Deserialize)]
-struct Choice {
-    #[serde(default)]
-    index: Option<usize>,
-    message: ResponseMessage,
-    #[serde(default)]
-    finish_reason: Option<String>,
-    #[serde(default)]
-    logprobs: Option<ChoiceLogprobs>,
-}
-
-#[derive(Deserialize)]
-struct ResponseMessage {
-    #[serde(default)]
-    content: Option<String>,
-    #[serde(default)]
-    tool_calls: Option<Vec<WireCall>>,
-}
-
-#[derive(Deserialize)]
-pub(super) struct ChoiceLogprobs {
-    #[serde(default)]
-    pub content: Option<Vec<ResponseLogprob>>,
-}
-
-#[derive(Deserialize)]
-pub(super) struct ResponseLogprob {
-    token: String,
-    logprob: f32,
+/// One token's log-probability. Gym has the chosen token's only, so it writes `top_logprobs`
+/// empty; `bytes` and `top_logprobs` are not read back.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireLogprob {
+    pub token: String,
+    pub logprob: f32,
+    #[serde(default, skip_deserializing)]
+    pub bytes: Vec<u8>,
+    #[serde(default, skip_deserializing)]
+    pub top_logprobs: Vec<Value>,
 }
 
 impl ChoiceLogprobs {
+    /// The tokens, as the backend reads them.
     pub fn tokens(self) -> Option<Vec<TokenLogprob>> {
         self.content.map(|tokens| {
             tokens
@@ -304,107 +299,24 @@ impl ChoiceLogprobs {
     }
 }
 
-#[derive(Deserialize, Default)]
-pub(super) struct ResponseUsage {
-    #[serde(default)]
-    prompt_tokens: u64,
-    #[serde(default)]
-    completion_tokens: u64,
-    /// `cached_tokens` in it: the prompt tokens the server took from its prefix cache, where
-    /// it says (OpenAI, vLLM with prefix caching, llama-server).
-    #[serde(default)]
-    prompt_tokens_details: Option<PromptTokensDetails>,
-}
-
-#[derive(Deserialize, Default)]
-pub(super) struct PromptTokensDetails {
-    #[serde(default)]
-    cached_tokens: Option<u64>,
-}
-
-impl From<ResponseUsage> for Usage {
-    fn from(usage: ResponseUsage) -> Self {
-        Usage {
-            prompt_tokens: usage.prompt_tokens,
-            completion_tokens: usage.completion_tokens,
-            // A server's figure over its prompt count would be nonsense; bound it.
-            cached_prompt_tokens: usage
-                .prompt_tokens_details
-                .and_then(|d| d.cached_tokens)
-                .unwrap_or(0)
-                .min(usage.prompt_tokens),
-        }
-    }
-}
-
-/// The complete calls of a whole (not streamed) choice.
-fn whole_calls(calls: Vec<WireCall>, choice: usize) -> Result<Vec<ToolCall>, BackendError> {
-    calls
-        .into_iter()
-        .enumerate()
-        .map(|(i, call)| {
-            let function = call.function.ok_or_else(|| {
-                BackendError::BadResponse(format!(
-                    "choices[{choice}].message.tool_calls[{i}].function is missing"
-                ))
-            })?;
-            let name = function.name.filter(|n| !n.is_empty()).ok_or_else(|| {
-                BackendError::BadResponse(format!(
-                    "choices[{choice}].message.tool_calls[{i}].function.name is missing"
-                ))
-            })?;
-            let arguments = arguments_text(function.arguments);
-            Ok(ToolCall {
-                id: call
-                    .id
-                    .filter(|id| !id.is_empty())
-                    .unwrap_or_else(|| fallback_id(choice, i)),
-                name,
-                arguments: if arguments.is_empty() {
-                    "{}".into()
-                } else {
-                    arguments
-                },
-            })
+/// A choice's `logprobs` as the server writes it: `null` without log-probabilities.
+pub fn logprobs_json(completion: &Completion) -> Value {
+    match &completion.logprobs {
+        None => Value::Null,
+        Some(tokens) => serde_json::to_value(ChoiceLogprobs {
+            content: Some(
+                tokens
+                    .iter()
+                    .map(|t| WireLogprob {
+                        token: t.token.clone(),
+                        logprob: t.logprob,
+                        bytes: t.token.as_bytes().to_vec(),
+                        top_logprobs: Vec::new(),
+                    })
+                    .collect(),
+            ),
         })
-        .collect()
-}
-
-impl ChatResponse {
-    pub fn into_completions(mut self, seed: u64) -> Result<(Vec<Completion>, Usage), BackendError> {
-        if self.choices.is_empty() {
-            return Err(BackendError::BadResponse(
-                "the response has no choices".into(),
-            ));
-        }
-        self.choices.sort_by_key(|c| c.index.unwrap_or(usize::MAX));
-        let usage = Usage::from(self.usage.unwrap_or_default());
-        let count = self.choices.len() as u64;
-        self.choices
-            .into_iter()
-            .enumerate()
-            .map(|(i, choice)| {
-                let logprobs = choice.logprobs.and_then(ChoiceLogprobs::tokens);
-                let tool_calls = whole_calls(choice.message.tool_calls.unwrap_or_default(), i)?;
-                // The server reports tokens for the whole response; per choice we know them only
-                // from log-probabilities, otherwise we split the total evenly.
-                let share = usage.completion_tokens / count
-                    + u64::from((i as u64) < usage.completion_tokens % count);
-                Ok(Completion {
-                    finish: finish_reason(
-                        choice.finish_reason.as_deref(),
-                        !tool_calls.is_empty(),
-                        i,
-                    )?,
-                    tool_calls,
-                    text: choice.message.content.unwrap_or_default(),
-                    seed,
-                    completion_tokens: logprobs.as_ref().map_or(share, |l| l.len() as u64) as u32,
-                    logprobs,
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(|completions| (completions, usage))
+        .expect("log-probabilities are plain values"),
     }
 }
 
@@ -412,14 +324,9 @@ impl ChatResponse {
 mod tests {
     use super::*;
 
-    fn fragment(value: Value) -> WireCall {
-        serde_json::from_value(value).unwrap()
-    }
-
     #[test]
     fn the_upstreams_cached_prompt_tokens_pass_through_bounded_by_the_prompt() {
-        let usage =
-            |value: Value| Usage::from(serde_json::from_value::<ResponseUsage>(value).unwrap());
+        let usage = |value: Value| Usage::from(serde_json::from_value::<WireUsage>(value).unwrap());
         let cached = usage(json!({"prompt_tokens": 100, "completion_tokens": 5,
             "prompt_tokens_details": {"cached_tokens": 64, "audio_tokens": 0}}));
         assert_eq!(cached.cached_prompt_tokens, 64);
@@ -437,58 +344,37 @@ mod tests {
     }
 
     #[test]
-    fn fragments_join_by_index_into_whole_calls() {
-        let mut calls = CallFragments::default();
-        calls.add(vec![fragment(
-            json!({"index": 0, "id": "a", "type": "function", "function": {"name": "calc", "arguments": ""}}),
-        )]);
-        calls.add(vec![
-            fragment(json!({"index": 1, "id": "b", "function": {"name": "python"}})),
-            fragment(json!({"index": 0, "function": {"arguments": "{\"expr\":"}})),
-        ]);
-        calls.add(vec![fragment(
-            json!({"index": 0, "function": {"arguments": "\"1+1\"}"}}),
-        )]);
-        let whole = calls.finish(0).unwrap();
+    fn usage_as_written_reads_back_the_same() {
+        let usage = Usage {
+            prompt_tokens: 12,
+            completion_tokens: 3,
+            cached_prompt_tokens: 8,
+        };
+        let written = usage_json(usage);
         assert_eq!(
-            whole,
-            vec![
-                ToolCall {
-                    id: "a".into(),
-                    name: "calc".into(),
-                    arguments: "{\"expr\":\"1+1\"}".into()
-                },
-                ToolCall {
-                    id: "b".into(),
-                    name: "python".into(),
-                    arguments: "{}".into()
-                },
-            ]
+            written,
+            json!({"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15,
+                "prompt_tokens_details": {"cached_tokens": 8}})
+        );
+        let read = Usage::from(serde_json::from_value::<WireUsage>(written).unwrap());
+        assert_eq!(
+            (
+                read.prompt_tokens,
+                read.completion_tokens,
+                read.cached_prompt_tokens
+            ),
+            (12, 3, 8)
         );
     }
 
     #[test]
-    fn a_fragment_stream_without_a_name_is_an_error() {
-        let mut calls = CallFragments::default();
-        calls.add(vec![fragment(
-            json!({"id": "a", "function": {"arguments": "{}"}}),
-        )]);
-        let error = calls.finish(2).unwrap_err().to_string();
-        assert!(error.contains("choices[2].delta.tool_calls[0]"), "{error}");
-        assert!(error.contains("function.name"), "{error}");
-    }
-
-    #[test]
-    fn finish_reasons_follow_the_calls() {
-        assert_eq!(
-            finish_reason(Some("stop"), true, 0).unwrap(),
-            FinishReason::ToolCalls
-        );
-        assert_eq!(
-            finish_reason(Some("length"), false, 0).unwrap(),
-            FinishReason::Length
-        );
-        assert!(finish_reason(Some("tool_calls"), false, 1).is_err());
+    fn tool_names_follow_openais_rule() {
+        for good in ["calc", "get_weather-2", &"a".repeat(MAX_TOOL_NAME)] {
+            assert!(valid_tool_name(good), "{good}");
+        }
+        for bad in ["", "a b", "naïve", "a.b", &"a".repeat(MAX_TOOL_NAME + 1)] {
+            assert!(!valid_tool_name(bad), "{bad}");
+        }
     }
 
     #[test]
@@ -499,20 +385,41 @@ mod tests {
             arguments: "{}".into(),
         };
         let assistant = ChatMessage::assistant_calls("", vec![call]);
-        let sent = serde_json::to_value(Message::from_chat(&assistant)).unwrap();
+        let sent = serde_json::to_string(&WireMessage::from_chat(&assistant)).unwrap();
         assert_eq!(
             sent,
-            json!({"role": "assistant", "content": null, "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "calc", "arguments": "{}"}}
-            ]})
+            r#"{"role":"assistant","content":null,"tool_calls":[{"function":{"arguments":"{}","name":"calc"},"id":"c1","type":"function"}]}"#
         );
-        let result =
-            serde_json::to_value(Message::from_chat(&ChatMessage::tool("c1", "2"))).unwrap();
+        let result = serde_json::to_string(&WireMessage::from_chat(&ChatMessage::tool("c1", "2")));
         assert_eq!(
-            result,
-            json!({"role": "tool", "content": "2", "tool_call_id": "c1"})
+            result.unwrap(),
+            r#"{"role":"tool","content":"2","tool_call_id":"c1"}"#
         );
-        let plain = serde_json::to_value(Message::from_chat(&ChatMessage::user("hi"))).unwrap();
-        assert_eq!(plain, json!({"role": "user", "content": "hi"}));
+        let plain =
+            serde_json::to_string(&WireMessage::from_chat(&ChatMessage::user("hi"))).unwrap();
+        assert_eq!(plain, r#"{"role":"user","content":"hi"}"#);
+    }
+
+    #[test]
+    fn a_request_reads_back_what_was_written() {
+        let messages = [ChatMessage::user("hi")];
+        let sent = ChatRequest {
+            model: "m".into(),
+            messages: messages.iter().map(WireMessage::from_chat).collect(),
+            temperature: Some(0.5),
+            stop: Some(Stop::Many(vec!["\n".into()])),
+            grammar: Some("root ::= \"x\"".into()),
+            stream: Some(false),
+            ..ChatRequest::default()
+        };
+        let text = serde_json::to_string(&sent).unwrap();
+        assert_eq!(
+            text,
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":0.5,"stop":["\n"],"grammar":"root ::= \"x\"","stream":false}"#
+        );
+        let read: ChatRequest = serde_json::from_str(&text).unwrap();
+        assert_eq!(read.model, "m");
+        assert!(read.grammar.is_none(), "the server ignores `grammar`");
+        assert!(matches!(read.stop, Some(Stop::Many(list)) if list == ["\n"]));
     }
 }

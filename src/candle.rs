@@ -1,21 +1,27 @@
-//! The in-process candle backend: the base GGUF model dequantized to f32, optionally with a
-//! LoRA adapter or a weight delta (dense or BitDelta) merged into its weights, so `gym eval`
-//! and the router can serve a fine-tuned model through the same seam as llama.cpp.
+//! The in-process candle backend (feature `finetune`): the base GGUF model dequantized to f32,
+//! optionally with a LoRA adapter or a weight delta (dense or BitDelta) merged into its weights,
+//! so `gym eval` and the router can serve a fine-tuned model through the same
+//! [`Backend`] seam as llama.cpp.
 //!
-//! The model lives on one owned thread; [`CandleBackend`] is the async handle that sends it
+//! Why a top-level module and not `backend/candle.rs` or `finetune/candle.rs`: it runs
+//! `finetune`'s model and reads `delta`'s files, and `delta` itself builds on `finetune`
+//! (adapters, the model's shapes). Under `backend/` the seam would depend on the layers that
+//! use it; under `finetune/` finetune and delta would depend on each other. Here it sits above
+//! both, and `backend/` keeps only the seam it implements.
+//!
+//! The model lives on its [`ModelThread`]; [`CandleBackend`] is the async handle that sends it
 //! jobs. A group's prompt is evaluated once into a KV cache that every completion starts from.
 
 use std::path::PathBuf;
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::thread;
 
 use candle_core::Device;
 use futures::future::BoxFuture;
-use tokio::sync::oneshot;
 
-use super::{
+use crate::backend::model_thread::{ModelThread, QueuePlace, Reply};
+use crate::backend::{
     Backend, BackendError, BackendStats, Completion, Group, GroupRequest, Usage, check_request,
+    text_tools,
 };
 use crate::finetune::{BaseModel, FinetuneError, generate, lora, train};
 
@@ -47,14 +53,15 @@ impl CandleConfig {
 
 struct Job {
     request: GroupRequest,
-    reply: oneshot::Sender<Result<Group, BackendError>>,
+    reply: Reply<Group>,
+    /// Held while the job waits in the queue.
+    place: QueuePlace,
 }
 
 /// An async handle to a candle model on its own thread.
 pub struct CandleBackend {
     model: String,
-    jobs: Mutex<Option<mpsc::Sender<Job>>>,
-    worker: Mutex<Option<thread::JoinHandle<()>>>,
+    thread: ModelThread<Job>,
     stats: Arc<Mutex<BackendStats>>,
 }
 
@@ -120,23 +127,23 @@ impl CandleBackend {
         if let Some(delta) = &config.delta {
             name = format!("{name}+{}", stem(delta));
         }
-        let (jobs, queue) = mpsc::channel::<Job>();
-        let (ready_tx, ready_rx) = mpsc::channel();
         let stats = Arc::new(Mutex::new(BackendStats::default()));
         let worker_stats = Arc::clone(&stats);
-        let worker = thread::Builder::new()
-            .name("gym-candle".into())
-            .spawn(move || {
-                let base = match load_merged(&config) {
-                    Ok(base) => base,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                        return;
-                    }
-                };
-                let _ = ready_tx.send(Ok(()));
-                while let Ok(job) = queue.recv() {
-                    let result = sample_group(&base, &job.request);
+        let thread = ModelThread::spawn(
+            "gym-candle",
+            None,
+            BackendError::Candle,
+            move |ready, queue| {
+                let base = load_merged(&config)?;
+                ready.ready();
+                while let Ok(Job {
+                    request,
+                    reply,
+                    place,
+                }) = queue.recv()
+                {
+                    drop(place);
+                    let result = sample_group(&base, &request);
                     {
                         let mut stats = worker_stats.lock().expect("stats lock");
                         stats.requests += 1;
@@ -144,15 +151,14 @@ impl CandleBackend {
                             stats.failed_requests += 1;
                         }
                     }
-                    let _ = job.reply.send(result);
+                    let _ = reply.send(result);
                 }
-            })
-            .map_err(|e| BackendError::Candle(format!("cannot start the model thread: {e}")))?;
-        ready_rx.recv().map_err(|_| BackendError::WorkerGone)??;
+                Ok(())
+            },
+        )?;
         Ok(Self {
             model: name,
-            jobs: Mutex::new(Some(jobs)),
-            worker: Mutex::new(Some(worker)),
+            thread,
             stats,
         })
     }
@@ -203,48 +209,29 @@ impl Backend for CandleBackend {
     ) -> BoxFuture<'a, Result<Group, BackendError>> {
         Box::pin(async move {
             check_request(request)?;
-            let lowered = super::text_tools::lower(request, false)?;
-            let offered = super::text_tools::offers_tools(request);
-            let request = &lowered;
+            let (request, lowering) = text_tools::for_model(request, false)?;
             if request.sampling.constraint.is_some() {
                 return Err(BackendError::InvalidRequest {
                     field: "constraint",
                     message: "the candle backend does not support grammars or JSON schemas".into(),
                 });
             }
-            let (reply, answer) = oneshot::channel();
-            {
-                let jobs = self.jobs.lock().expect("jobs lock");
-                let sender = jobs.as_ref().ok_or(BackendError::WorkerGone)?;
-                sender
-                    .send(Job {
-                        request: request.clone(),
-                        reply,
-                    })
-                    .map_err(|_| BackendError::WorkerGone)?;
-            }
-            let mut group = answer.await.map_err(|_| BackendError::WorkerGone)??;
-            if offered {
-                group.completions = group
-                    .completions
-                    .into_iter()
-                    .map(super::text_tools::lift)
-                    .collect();
-            }
-            Ok(group)
+            let group = self
+                .thread
+                .call(|reply, place| Job {
+                    request: request.into_owned(),
+                    reply,
+                    place,
+                })
+                .await?;
+            Ok(lowering.lift(group))
         })
     }
 
     fn stats(&self) -> BackendStats {
-        *self.stats.lock().expect("stats lock")
-    }
-}
-
-impl Drop for CandleBackend {
-    fn drop(&mut self) {
-        self.jobs.lock().expect("jobs lock").take();
-        if let Some(worker) = self.worker.lock().expect("worker lock").take() {
-            let _ = worker.join();
+        BackendStats {
+            queued_requests: self.thread.queued() as u64,
+            ..*self.stats.lock().expect("stats lock")
         }
     }
 }
