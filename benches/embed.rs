@@ -255,10 +255,10 @@ fn main() {
             let hits = runtime
                 .block_on(retriever.retrieve(&snapshot, question, 8))
                 .unwrap();
-            let shown: Vec<gym::rollout::prompt::Shown> = hits
+            let shown: Vec<gym::rollout::prompt::PromptExperience> = hits
                 .iter()
                 .filter_map(|hit| snapshot.state.get_active(hit.id))
-                .map(gym::rollout::prompt::Shown::from)
+                .map(gym::rollout::prompt::PromptExperience::from)
                 .collect();
             let prompt = gym::rollout::prompt::render_experiences(&shown);
             times[slot].push(started.elapsed().as_secs_f64() * 1000.0);

@@ -211,9 +211,9 @@ fn retrieve_and_inject(bencher: Bencher, questions_asked: &str) {
             .iter()
             .filter_map(|h| snapshot.state.get_active(h.id))
             .collect();
-        let shown: Vec<gym::rollout::prompt::Shown> = shown
+        let shown: Vec<gym::rollout::prompt::PromptExperience> = shown
             .into_iter()
-            .map(gym::rollout::prompt::Shown::from)
+            .map(gym::rollout::prompt::PromptExperience::from)
             .collect();
         gym::rollout::prompt::render_experiences(&shown)
     });

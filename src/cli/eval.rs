@@ -16,7 +16,7 @@ use gym::reward::{self, Verifier, VerifierSpec};
 use gym::rollout::eval::{
     Condition, Control, EvalReport, EvalSettings, evaluate, library_conditions,
 };
-use gym::rollout::prompt::Shown;
+use gym::rollout::prompt::PromptExperience;
 
 use super::backend_args::{BackendArgs, SamplingArgs, runtime};
 use super::library_dir::LibraryDirArgs;
@@ -265,12 +265,18 @@ pub struct EvalArgs {
 }
 
 /// The label and active experiences of a library version.
-fn library_experiences(dir: &Path, reference: &str) -> anyhow::Result<(String, Vec<Shown>)> {
+fn library_experiences(
+    dir: &Path,
+    reference: &str,
+) -> anyhow::Result<(String, Vec<PromptExperience>)> {
     let LibraryRef { name, version } = reference.parse()?;
     let library = Library::open(dir, &name)?;
     let version = version.unwrap_or_else(|| library.head_version());
     let state = library.checkout(version)?;
-    Ok((format!("with {name}@{version}"), Shown::active(&state)))
+    Ok((
+        format!("with {name}@{version}"),
+        PromptExperience::active(&state),
+    ))
 }
 
 impl EvalArgs {

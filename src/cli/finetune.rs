@@ -240,10 +240,10 @@ fn regenerate(
 ) -> anyhow::Result<sft::SftSet> {
     use gym::backend::Backend;
     use gym::candle::{CandleBackend, CandleConfig};
-    use gym::rollout::prompt::{Shown, solve_messages};
+    use gym::rollout::prompt::{PromptExperience, solve_messages};
     anyhow::ensure!(k >= 1, "--regenerate needs at least 1 answer per query");
     let library = gym::library::Library::open(&origin.library_dir, &origin.library)?;
-    let experiences = Shown::active(library.head());
+    let experiences = PromptExperience::active(library.head());
     eprintln!(
         "regenerate: {k} answer(s) per training query with {} experience(s) of {}@{} in the prompt",
         experiences.len(),

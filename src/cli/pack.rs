@@ -16,7 +16,7 @@ use gym::pack::receipt::{DatasetRef, Evaluation, ModelRef};
 use gym::pack::{Limits, Measured, Results, Verified};
 use gym::reward::VerifierSpec;
 use gym::rollout::eval::{Condition, Control, EvalReport, library_conditions};
-use gym::rollout::prompt::Shown;
+use gym::rollout::prompt::PromptExperience;
 use gym::rollout::stats::Estimate;
 
 mod rerun;
@@ -265,7 +265,7 @@ fn from_run(
     );
     let conditions = library_conditions(
         label,
-        Shown::active(state),
+        PromptExperience::active(state),
         origin.control,
         origin.sampling.seed,
     );

@@ -130,7 +130,7 @@ mod tests {
     use super::*;
     use crate::backend::Usage;
     use crate::rollout::ScoredAnswer;
-    use crate::rollout::prompt::Shown;
+    use crate::rollout::prompt::PromptExperience;
 
     fn answer(text: &str, reward: f64, finish: FinishReason) -> ScoredAnswer {
         ScoredAnswer {
@@ -198,7 +198,7 @@ mod tests {
     #[test]
     fn regenerated_answers_are_learnt_without_the_library_they_were_sampled_with() {
         let sample = sample("q");
-        let experiences = [Shown {
+        let experiences = [PromptExperience {
             id: "E0001".into(),
             text: "When counting letters, spell the word out first.".into(),
         }];

@@ -8,7 +8,7 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::group::{RolloutGroup, rollout};
-use super::prompt::{Shown, solve_messages};
+use super::prompt::{PromptExperience, solve_messages};
 use super::stats::Estimate;
 use crate::backend::{Backend, BackendError, Sampling, Usage};
 use crate::data::Sample;
@@ -21,7 +21,7 @@ pub const SOLVED: f64 = 1.0 - 1e-9;
 #[derive(Debug, Clone)]
 pub struct Condition {
     pub label: String,
-    pub experiences: Vec<Shown>,
+    pub experiences: Vec<PromptExperience>,
     /// The control the last condition is compared with (the placebo).
     pub control: bool,
 }
@@ -37,7 +37,7 @@ impl Condition {
     }
 
     /// A library's experiences under `label`.
-    pub fn with(label: impl Into<String>, experiences: Vec<Shown>) -> Self {
+    pub fn with(label: impl Into<String>, experiences: Vec<PromptExperience>) -> Self {
         Condition {
             label: label.into(),
             experiences,
@@ -62,7 +62,7 @@ pub enum Control {
 /// `vs_control_*` library − placebo.
 pub fn library_conditions(
     label: impl Into<String>,
-    experiences: Vec<Shown>,
+    experiences: Vec<PromptExperience>,
     control: Control,
     seed: u64,
 ) -> Vec<Condition> {

@@ -7,7 +7,7 @@
 //! within a word) and in the same "When …, …" form, built from everyday advice that no task
 //! here is about.
 
-use super::prompt::Shown;
+use super::prompt::PromptExperience;
 
 /// Everyday advice in the experiences' own form; none of it is about a task Gym trains on.
 const NEUTRAL: &[&str] = &[
@@ -31,7 +31,7 @@ const NEUTRAL: &[&str] = &[
 
 /// One placebo item per experience: the same ids, neutral texts of the same lengths. The same
 /// `seed` gives the same texts.
-pub fn placebo(experiences: &[Shown], seed: u64) -> Vec<Shown> {
+pub fn placebo(experiences: &[PromptExperience], seed: u64) -> Vec<PromptExperience> {
     let words: Vec<&str> = NEUTRAL.iter().flat_map(|s| s.split_whitespace()).collect();
     let sentence_starts: Vec<usize> = NEUTRAL
         .iter()
@@ -46,7 +46,7 @@ pub fn placebo(experiences: &[Shown], seed: u64) -> Vec<Shown> {
         .enumerate()
         .map(|(i, experience)| {
             let first = (seed as usize).wrapping_add(i) % sentence_starts.len();
-            Shown {
+            PromptExperience {
                 id: experience.id.clone(),
                 text: neutral_text(
                     &words,
@@ -87,11 +87,11 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn shown(texts: &[&str]) -> Vec<Shown> {
+    fn shown(texts: &[&str]) -> Vec<PromptExperience> {
         texts
             .iter()
             .enumerate()
-            .map(|(i, t)| Shown {
+            .map(|(i, t)| PromptExperience {
                 id: format!("E{:04}", i + 1),
                 text: (*t).to_owned(),
             })

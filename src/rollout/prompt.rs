@@ -28,17 +28,17 @@ pub const DEFAULT_INSTRUCTION: &str =
 
 /// An experience as it is shown to the solver.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Shown {
+pub struct PromptExperience {
     pub id: String,
     pub text: String,
 }
 
-impl Shown {
+impl PromptExperience {
     /// The active experiences of a library state, in id order.
-    pub fn active(state: &crate::library::State) -> Vec<Shown> {
+    pub fn active(state: &crate::library::State) -> Vec<PromptExperience> {
         state
             .active()
-            .map(|e| Shown {
+            .map(|e| PromptExperience {
                 id: e.id.to_string(),
                 text: e.text.clone(),
             })
@@ -46,9 +46,9 @@ impl Shown {
     }
 }
 
-impl From<&crate::library::Experience> for Shown {
+impl From<&crate::library::Experience> for PromptExperience {
     fn from(experience: &crate::library::Experience) -> Self {
-        Shown {
+        PromptExperience {
             id: experience.id.to_string(),
             text: experience.text.clone(),
         }
@@ -56,7 +56,7 @@ impl From<&crate::library::Experience> for Shown {
 }
 
 /// The block of experiences as the model sees it (empty for none).
-pub fn render_experiences(experiences: &[Shown]) -> String {
+pub fn render_experiences(experiences: &[PromptExperience]) -> String {
     if experiences.is_empty() {
         return String::new();
     }
@@ -72,7 +72,10 @@ pub fn render_experiences(experiences: &[Shown]) -> String {
 
 /// `messages` with the experiences injected: the block is appended to the first system message,
 /// or becomes one when there is none; unchanged when there are no experiences.
-pub fn inject(mut messages: Vec<ChatMessage>, experiences: &[Shown]) -> Vec<ChatMessage> {
+pub fn inject(
+    mut messages: Vec<ChatMessage>,
+    experiences: &[PromptExperience],
+) -> Vec<ChatMessage> {
     if experiences.is_empty() {
         return messages;
     }
@@ -104,7 +107,7 @@ pub fn question_messages(sample: &Sample, instruction: Option<&str>) -> Vec<Chat
 pub fn solve_messages(
     sample: &Sample,
     instruction: Option<&str>,
-    experiences: &[Shown],
+    experiences: &[PromptExperience],
 ) -> Vec<ChatMessage> {
     inject(question_messages(sample, instruction), experiences)
 }
@@ -136,7 +139,7 @@ mod tests {
 
         Give the final answer on the last line as `Answer: <answer>`.
         ");
-        let shown = [Shown {
+        let shown = [PromptExperience {
             id: "E0001".into(),
             text: "When adding, line up the digits.".into(),
         }];

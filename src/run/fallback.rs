@@ -19,7 +19,7 @@ use crate::durable::{Replace, WriteError, write};
 use crate::library::Library;
 use crate::reward::Verifier;
 use crate::rollout::eval::{Condition, EvalSettings, evaluate};
-use crate::rollout::prompt::Shown;
+use crate::rollout::prompt::PromptExperience;
 
 enum Message {
     /// A step finished: check the library's head.
@@ -110,7 +110,8 @@ pub fn spawn(
     control: RunControl,
 ) -> Result<Watch, RunError> {
     // The baseline is the library as the run starts, read before its first step can commit.
-    let baseline = Shown::active(Library::open(&checker.library_dir, &checker.library)?.head());
+    let baseline =
+        PromptExperience::active(Library::open(&checker.library_dir, &checker.library)?.head());
     let triggered = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&triggered);
     let StepFeed { tx, mut rx } = feed;
@@ -130,7 +131,7 @@ pub fn spawn(
                     None => match rx.recv().await {
                         Some(Message::Step(step)) => {
                             match Library::open(&checker.library_dir, &checker.library) {
-                                Ok(library) => (step, Shown::active(library.head())),
+                                Ok(library) => (step, PromptExperience::active(library.head())),
                                 Err(error) => {
                                     warn(
                                         &events,
@@ -187,7 +188,7 @@ fn warn(events: &Events, text: String) {
 /// skipped (it neither improves nor stalls the score).
 async fn check(
     checker: &Checker,
-    experiences: Vec<Shown>,
+    experiences: Vec<PromptExperience>,
     step: u32,
     events: &Events,
 ) -> Option<f64> {

@@ -22,7 +22,7 @@ use crate::durable::{Replace, write};
 use crate::library::Library;
 use crate::reward::Verifier;
 use crate::rollout::eval::{Control, EvalReport, EvalSettings, library_conditions};
-use crate::rollout::prompt::Shown;
+use crate::rollout::prompt::PromptExperience;
 
 /// The file, in the run's directory, with the run's [`RunSummary`].
 pub const SUMMARY_FILE: &str = "summary.json";
@@ -162,7 +162,7 @@ impl Evaluation {
         let version = library.head_version();
         let conditions = library_conditions(
             format!("with {}@{version}", self.library),
-            Shown::active(library.head()),
+            PromptExperience::active(library.head()),
             self.control,
             self.seed,
         );

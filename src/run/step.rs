@@ -18,7 +18,7 @@ use super::{RunControl, RunError, Runner};
 use crate::data::Sample;
 use crate::distill::{self, Proposal, ProposedOp, StageOutcome};
 use crate::library::{Change, Evidence, ExperienceId, Op, Provenance, State};
-use crate::rollout::prompt::{Shown, solve_messages};
+use crate::rollout::prompt::{PromptExperience, solve_messages};
 use crate::rollout::{RolloutGroup, rollout};
 
 /// How a step ended for the run loop.
@@ -127,7 +127,7 @@ pub(super) async fn run_step(
     let library_version = runner.library.head_version();
     let state: State = runner.library.head().clone();
     let head_version = runner.library.head_version();
-    let shown = Shown::active(&state);
+    let shown = PromptExperience::active(&state);
     runner.events.emit(RunEvent::StepStarted {
         epoch,
         step,

@@ -16,7 +16,7 @@ use super::step::Step;
 use super::{RunError, Runner};
 use crate::data::Sample;
 use crate::library::{Change, Limits, Provenance, State, Validation};
-use crate::rollout::prompt::{Shown, solve_messages};
+use crate::rollout::prompt::{PromptExperience, solve_messages};
 use crate::rollout::rollout;
 use crate::rollout::stats::Estimate;
 
@@ -88,8 +88,8 @@ pub(super) async fn gate(
             let validation = validate(
                 runner,
                 &held_apart,
-                &Shown::active(state),
-                &Shown::active(&candidate),
+                &PromptExperience::active(state),
+                &PromptExperience::active(&candidate),
                 runner.config.validate_threshold,
             )
             .await?;
@@ -144,8 +144,8 @@ pub(super) fn validation_queries(
 pub(super) async fn validate(
     runner: &Runner,
     queries: &[Sample],
-    current: &[Shown],
-    candidate: &[Shown],
+    current: &[PromptExperience],
+    candidate: &[PromptExperience],
     threshold: f64,
 ) -> Result<Validation, RunError> {
     let config = &runner.config;

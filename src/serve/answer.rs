@@ -26,11 +26,11 @@ use serde_json::Value;
 use super::AppState;
 use super::catalog::Snapshot;
 use super::error::ApiError;
-use super::hllm;
 use super::inject::{inject, query_text};
 use super::metrics::Latency;
 use super::router::Routed;
 use super::stream::{self, Encoder, StreamPlan};
+use super::uncertainty;
 use crate::backend::{ChatMessage, Group, GroupRequest};
 use crate::library::{Experience, ExperienceId, LibraryRef, ParseLibraryRefError};
 
@@ -199,7 +199,7 @@ impl Target {
         for messages in prompts.iter_mut() {
             *messages = inject(std::mem::take(messages), &shown);
         }
-        let psi = hllm::psi(&shown);
+        let psi = uncertainty::psi(&shown);
         app.metrics.injected(
             &snapshot.library,
             snapshot.version,
@@ -355,7 +355,7 @@ pub async fn reply(
     let routed = generate_all(app, model, &requests).await?;
     let mut group = routed.group;
     let mut upstream = routed.upstream;
-    let mut figures = hllm::figures(&group.completions, plan.psi);
+    let mut figures = uncertainty::figures(&group.completions, plan.psi);
     let mut escalated = None;
     if let (Some(threshold), Some(stronger), Some(measured)) = (
         app.config.escalate_theta,
@@ -369,7 +369,7 @@ pub async fn reply(
         app.metrics.tokens(group.usage);
         group = retried.group;
         upstream = retried.upstream;
-        figures = hllm::figures(&group.completions, plan.psi);
+        figures = uncertainty::figures(&group.completions, plan.psi);
         escalated = Some(stronger.to_owned());
     }
     if let Some(figures) = figures {

@@ -4,11 +4,14 @@
 
 use crate::backend::{ChatMessage, Role};
 use crate::library::Experience;
-use crate::rollout::prompt::{self, Shown};
+use crate::rollout::prompt::{self, PromptExperience};
 
 /// `messages` with the experiences injected; unchanged when there are none.
 pub fn inject(messages: Vec<ChatMessage>, experiences: &[&Experience]) -> Vec<ChatMessage> {
-    let shown: Vec<Shown> = experiences.iter().map(|e| Shown::from(*e)).collect();
+    let shown: Vec<PromptExperience> = experiences
+        .iter()
+        .map(|e| PromptExperience::from(*e))
+        .collect();
     prompt::inject(messages, &shown)
 }
 
@@ -84,7 +87,7 @@ mod tests {
         let trained = crate::rollout::prompt::solve_messages(
             &sample,
             instruction,
-            &crate::rollout::prompt::Shown::active(&state),
+            &crate::rollout::prompt::PromptExperience::active(&state),
         );
         let client = crate::rollout::prompt::question_messages(&sample, instruction);
         let served = inject(client, &state.active().collect::<Vec<_>>());

@@ -128,7 +128,7 @@ impl Metrics {
         });
     }
 
-    pub fn hllm(&self, library: &str, version: &str, figures: super::hllm::Figures) {
+    pub fn hllm(&self, library: &str, version: &str, figures: super::uncertainty::Figures) {
         self.with(|m| {
             let sums = m
                 .hllm

@@ -20,9 +20,9 @@
 //! | [`wire`] | OpenAI's request, response and chunk shapes |
 //! | [`schema_limits`] | bounds on the JSON schemas of `response_format` and `tools` |
 //! | [`router`] | upstreams by model name, concurrency limits, failover and cooldown |
-//! | [`hllm`] | Θ (uncertainty), Ψ (library mass), κ, and escalation to a stronger model |
 //! | `runs` | the runs under `--runs-dir`, and a run's journal as server-sent events for remote dashboards |
 //! | `tail` | following a file a run appends to, asynchronously, until it goes quiet |
+//! | [`uncertainty`] | the HLLM figures Θ (uncertainty), Ψ (library mass) and κ of an answer, and when to escalate to a stronger model |
 //! | [`metrics`] | Prometheus counters |
 //! | [`usage`] | injections of experiences in served answers, written to each library's `usage.json` |
 //! | [`request_id`] | the `x-request-id` of every response |
@@ -42,7 +42,6 @@ pub mod deadline;
 pub mod error;
 mod feedback;
 pub mod governance;
-pub mod hllm;
 pub mod inject;
 pub mod ivf;
 pub mod keys;
@@ -60,6 +59,7 @@ mod stream;
 mod tail;
 mod tool_wire;
 pub mod traffic;
+pub mod uncertainty;
 pub mod usage;
 pub mod wire;
 

@@ -21,9 +21,9 @@ use tokio::sync::{mpsc, oneshot};
 use super::AppState;
 use super::answer;
 use super::error::ApiError;
-use super::hllm;
 use super::metrics::Latency;
 use super::router::{Routed, Streamed};
+use super::uncertainty;
 use crate::backend::openai::wire::{call_fragments, finish_reason_name, logprobs_json, usage_json};
 use crate::backend::{Group, GroupRequest};
 
@@ -170,7 +170,7 @@ async fn generate(
             {
                 return;
             }
-            let figures = hllm::figures(&group.completions, plan.psi);
+            let figures = uncertainty::figures(&group.completions, plan.psi);
             if let Some(figures) = figures {
                 let (library, version) = plan.library.clone().unwrap_or_default();
                 app.metrics.hllm(&library, &version, figures);

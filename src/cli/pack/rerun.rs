@@ -12,7 +12,7 @@ use gym::pack::receipt::Evaluation;
 use gym::pack::{Results, Verified};
 use gym::reward::VerifierSpec;
 use gym::rollout::eval::{EvalSettings, evaluate, library_conditions};
-use gym::rollout::prompt::Shown;
+use gym::rollout::prompt::PromptExperience;
 
 use super::super::backend_args::{BackendArgs, BackendKind, runtime};
 use super::super::eval::{DatasetArgs, RewardArgs};
@@ -96,7 +96,7 @@ pub(super) fn rerun(
     let label = gym::pack::library_label(&receipt.library.name, receipt.library.version);
     let conditions = library_conditions(
         label,
-        Shown::active(&verified.state),
+        PromptExperience::active(&verified.state),
         evaluation.control,
         evaluation.decoding.seed,
     );
