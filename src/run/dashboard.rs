@@ -389,6 +389,7 @@ mod tests {
             tokens: Usage::default(),
             cost_usd: 0.0,
             elapsed_s: 10.0,
+            final_evaluation: true,
         });
         assert_eq!(fold.snapshot().header.state, RunState::Finished);
         fold.apply(&RunEvent::EvaluationStarted {

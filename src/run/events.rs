@@ -208,11 +208,15 @@ pub enum RunEvent {
         tokens: u64,
         cost_usd: f64,
     },
+    /// Every step ran. `final_evaluation`: the final held-out evaluation follows, so its events
+    /// come next (a follower of `events.jsonl` waits for them before it stops following).
     RunFinished {
         steps: u32,
         tokens: Usage,
         cost_usd: f64,
         elapsed_s: f64,
+        #[serde(default)]
+        final_evaluation: bool,
     },
 }
 

@@ -291,12 +291,7 @@ impl Runner {
                 at: chrono::Utc::now().to_rfc3339(),
             })?;
         }
-        self.events.emit(RunEvent::RunFinished {
-            steps: summary.steps.len() as u32,
-            tokens: summary.total_usage(),
-            cost_usd: summary.cost_usd,
-            elapsed_s: summary.elapsed_s,
-        });
+        // `RunFinished` is the session's to emit: it knows whether the final evaluation follows.
         Ok(summary)
     }
 

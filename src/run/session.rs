@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::evaluation::{FinalEval, Heldout, final_evaluation};
-use super::events::Events;
+use super::events::{Events, RunEvent};
 use super::fallback::{Trigger, Watch};
 use super::summary::RunSummary;
 use super::{RunControl, RunError, Runner};
@@ -131,6 +131,17 @@ impl Session {
                 .then(|| watch.finish())
                 .flatten()
         });
+        if summary.stopped_at.is_none() {
+            let final_evaluation =
+                trigger.is_none() && !summary.budget_exhausted && evaluation.is_some();
+            events.emit(RunEvent::RunFinished {
+                steps: summary.steps.len() as u32,
+                tokens: summary.total_usage(),
+                cost_usd: summary.cost_usd,
+                elapsed_s: summary.elapsed_s,
+                final_evaluation,
+            });
+        }
         let ending = if let Some(trigger) = trigger {
             Ending::Plateau(trigger)
         } else if let Some(step) = summary.stopped_at {

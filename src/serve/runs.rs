@@ -162,8 +162,9 @@ fn event_stream(events: impl futures::Stream<Item = Event> + Send + 'static) -> 
 /// `GET /v1/runs/{id}/dashboard`: the run's events (`events.jsonl`) folded into dashboard
 /// snapshots, as server-sent events (`event: snapshot`, `id:` the events line folded up to,
 /// `data:` one whole [`gym_snapshot::Snapshot`] as JSON). The first event is the run as it stands;
-/// then one follows each batch of new events, until the run finishes or stops (or goes stale,
-/// like the journal stream). `gym watch` draws it.
+/// then one follows each batch of new events, until the run stops, or finishes and its final
+/// evaluation (when one follows) ends; or until it goes stale, like the journal stream.
+/// `gym watch` draws it.
 pub async fn dashboard(
     State(app): State<AppState>,
     Path(id): Path<String>,
@@ -196,7 +197,7 @@ struct Dashboard {
     /// The last events line folded, and the last one a snapshot was sent for.
     folded: u64,
     sent: Option<u64>,
-    /// Whether the run's last event (finished or stopped) was folded.
+    /// Whether the run's last event (stopped, finished, or its final evaluation ended) was folded.
     ended: bool,
 }
 
@@ -209,9 +210,17 @@ impl Dashboard {
                     self.folded = number;
                     match serde_json::from_str::<RunEvent>(&text) {
                         Ok(event) => {
+                            // The run's last event: its stop, its end without a final
+                            // evaluation, or the end of that evaluation.
                             self.ended = matches!(
                                 event,
-                                RunEvent::RunFinished { .. } | RunEvent::RunStopped { .. }
+                                RunEvent::RunStopped { .. }
+                                    | RunEvent::RunFinished {
+                                        final_evaluation: false,
+                                        ..
+                                    }
+                                    | RunEvent::Evaluated { .. }
+                                    | RunEvent::EvaluationCancelled { .. }
                             );
                             self.fold.apply(&event);
                         }

@@ -149,6 +149,7 @@ fn events() -> (Vec<RunEvent>, Vec<RunEvent>) {
             tokens: usage(600, 150),
             cost_usd: 0.0,
             elapsed_s: 20.0,
+            final_evaluation: false,
         },
     ];
     (first, rest)
@@ -267,6 +268,76 @@ async fn the_dashboard_stream_folds_events_into_snapshots_until_the_run_ends() {
     let (status, _, body) = call(&f.state, get("/v1/runs/r1/dashboard")).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(String::from_utf8_lossy(&body).contains("events.jsonl"));
+}
+
+/// A run whose steps are done and whose final evaluation follows: the stream goes on past
+/// `RunFinished`, shows the evaluation's progress, and ends with its result.
+#[tokio::test]
+async fn the_dashboard_stream_follows_the_final_evaluation_to_its_end() {
+    let runs = tempfile::tempdir().unwrap();
+    let f = fixture(ServeConfig {
+        runs_dir: runs.path().to_owned(),
+        ..ServeConfig::default()
+    })
+    .await;
+    let dir = run_dir(runs.path());
+    let events_file = dir.join("events.jsonl");
+    let mut steps = events().1;
+    let Some(RunEvent::RunFinished {
+        final_evaluation, ..
+    }) = steps.last_mut()
+    else {
+        panic!("the events end with RunFinished");
+    };
+    *final_evaluation = true;
+    append(&events_file, &steps);
+    let writer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        append(
+            &events_file,
+            &[
+                RunEvent::EvaluationStarted {
+                    library_version: 1,
+                    queries: 4,
+                    k: 2,
+                    groups: 8,
+                },
+                RunEvent::EvaluationProgress { done: 4, total: 8 },
+            ],
+        );
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        append(
+            &events_file,
+            &[
+                RunEvent::EvaluationProgress { done: 8, total: 8 },
+                RunEvent::Evaluated {
+                    library_version: 1,
+                    queries: 4,
+                    k: 2,
+                    without_library: 0.25,
+                    with_library: 0.75,
+                },
+            ],
+        );
+    });
+    let request = Request::get("/v1/runs/r1/dashboard")
+        .body(Body::empty())
+        .unwrap();
+    let (status, _, body) = call(&f.state, request).await;
+    writer.await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    let text = String::from_utf8(body).unwrap();
+    let all = snapshots(&text);
+    assert_eq!(all[0].header.state, RunState::Finished, "{text}");
+    assert!(
+        all.iter().any(|s| s.header.state == RunState::Evaluating
+            && s.progress.evaluation.as_ref().is_some_and(|e| e.total == 8)),
+        "the evaluation's progress is streamed: {text}"
+    );
+    let last = all.last().unwrap();
+    assert_eq!(last.header.state, RunState::Finished);
+    assert_eq!(last.progress.evaluation, None);
+    assert_eq!(last.held_out.last(), Some(&(2, 0.75)), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
