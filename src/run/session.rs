@@ -131,28 +131,29 @@ impl Session {
                 .then(|| watch.finish())
                 .flatten()
         });
+        // How the run ends, unless the final evaluation follows (it decides then).
+        let next = if let Some(trigger) = trigger {
+            Err(Ending::Plateau(trigger))
+        } else if let Some(step) = summary.stopped_at {
+            Err(Ending::Stopped { step })
+        } else if summary.budget_exhausted {
+            Err(Ending::BudgetExhausted)
+        } else {
+            Ok(evaluation)
+        };
         if summary.stopped_at.is_none() {
-            let final_evaluation =
-                trigger.is_none() && !summary.budget_exhausted && evaluation.is_some();
             events.emit(RunEvent::RunFinished {
                 steps: summary.steps.len() as u32,
                 tokens: summary.total_usage(),
                 cost_usd: summary.cost_usd,
                 elapsed_s: summary.elapsed_s,
-                final_evaluation,
+                final_evaluation: matches!(next, Ok(Some(_))),
             });
         }
-        let ending = if let Some(trigger) = trigger {
-            Ending::Plateau(trigger)
-        } else if let Some(step) = summary.stopped_at {
-            Ending::Stopped { step }
-        } else if summary.budget_exhausted {
-            Ending::BudgetExhausted
-        } else {
-            match evaluation {
-                None => Ending::Finished(None),
-                Some(evaluation) => evaluation.run(&dir, &events, &control, interrupts).await?,
-            }
+        let ending = match next {
+            Err(ending) => ending,
+            Ok(None) => Ending::Finished(None),
+            Ok(Some(evaluation)) => evaluation.run(&dir, &events, &control, interrupts).await?,
         };
         Ok(Some(Closing { summary, ending }))
     }

@@ -122,17 +122,29 @@ impl CallFragments {
                         "the streamed choices[{choice}].delta.tool_calls[{i}] has no function.name"
                     )));
                 }
-                Ok(ToolCall {
-                    id: id.unwrap_or_else(|| fallback_id(choice, i)),
-                    name,
-                    arguments: if arguments.is_empty() {
-                        "{}".into()
-                    } else {
-                        arguments
-                    },
-                })
+                Ok(tool_call(id, name, arguments, choice, i))
             })
             .collect()
+    }
+}
+
+/// Call `i` of choice `choice`, whole or gathered from a stream: an id made up when the
+/// server sent none, and `{}` for empty arguments (a call without arguments).
+fn tool_call(
+    id: Option<String>,
+    name: String,
+    arguments: String,
+    choice: usize,
+    i: usize,
+) -> ToolCall {
+    ToolCall {
+        id: id.unwrap_or_else(|| fallback_id(choice, i)),
+        name,
+        arguments: if arguments.is_empty() {
+            "{}".into()
+        } else {
+            arguments
+        },
     }
 }
 
@@ -200,18 +212,13 @@ fn whole_calls(calls: Vec<WireCall>, choice: usize) -> Result<Vec<ToolCall>, Bac
                 ))
             })?;
             let arguments = arguments_text(function.arguments);
-            Ok(ToolCall {
-                id: call
-                    .id
-                    .filter(|id| !id.is_empty())
-                    .unwrap_or_else(|| fallback_id(choice, i)),
+            Ok(tool_call(
+                call.id.filter(|id| !id.is_empty()),
                 name,
-                arguments: if arguments.is_empty() {
-                    "{}".into()
-                } else {
-                    arguments
-                },
-            })
+                arguments,
+                choice,
+                i,
+            ))
         })
         .collect()
 }
