@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -147,18 +146,41 @@ fn wait_for_lines(
     run: &str,
     lines: usize,
     child: &mut std::process::Child,
+    output: &Path,
 ) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(300);
+    // A deadline from the last new journal line, not from the start: on a busy machine (CI
+    // runs this beside the fine-tune and browser tests) a run can be many times slower than
+    // alone, but a run that is alive writes a line well within five minutes.
+    let mut seen = 0;
+    let mut deadline = Instant::now() + Duration::from_secs(300);
     while Instant::now() < deadline {
-        if scratch.journal(run).len() >= lines {
+        let now = scratch.journal(run).len();
+        if now >= lines {
             return true;
+        }
+        if now > seen {
+            seen = now;
+            deadline = Instant::now() + Duration::from_secs(300);
         }
         if child.try_wait().unwrap().is_some() {
             return false;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    panic!("the run never reached {lines} journal lines");
+    let _ = child.kill();
+    let journal = std::fs::read_to_string(
+        scratch
+            .dir
+            .path()
+            .join("runs")
+            .join(run)
+            .join("journal.jsonl"),
+    )
+    .unwrap_or_default();
+    let output = std::fs::read_to_string(output).unwrap_or_default();
+    panic!(
+        "the run wrote no journal line for 300 s and never reached {lines}\n--- journal ---\n{journal}\n--- output ---\n{output}"
+    );
 }
 
 #[test]
@@ -172,22 +194,19 @@ fn a_run_killed_at_any_point_resumes_without_redoing_or_double_committing() {
     let mut finished = false;
     // Kill after the first rollout, in the middle of the stages, and a step later.
     for threshold in [2, 6, 12] {
+        // What the run prints, shown if it stalls.
+        let output = scratch.dir.path().join(format!("output-{threshold}.txt"));
+        let log = std::fs::File::create(&output).unwrap();
         let mut child = if kills == 0 {
-            scratch
-                .model_command(&args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap()
+            scratch.model_command(&args)
         } else {
-            scratch
-                .model_command(&["grpo", "--resume", "killed"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap()
-        };
-        if wait_for_lines(&scratch, "killed", threshold, &mut child) {
+            scratch.model_command(&["grpo", "--resume", "killed"])
+        }
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+        if wait_for_lines(&scratch, "killed", threshold, &mut child, &output) {
             child.kill().unwrap(); // SIGKILL
             kills += 1;
         }
