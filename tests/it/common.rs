@@ -132,6 +132,7 @@ impl Scratch {
 
 /// POSTs the JSON `body` to `path` on `address` (`127.0.0.1:PORT`) over a fresh connection and
 /// returns the whole raw response (status line, headers and body), waiting up to 300 s.
+#[cfg(feature = "llama")]
 pub fn post_raw(address: &str, path: &str, body: &[u8]) -> String {
     use std::io::{Read, Write};
 
@@ -197,6 +198,7 @@ pub fn python() -> PathBuf {
 }
 
 /// The Python with the official MCP client (`mcp`, from the venv `make setup` creates).
+#[cfg(feature = "mcp")]
 pub fn mcp_python() -> PathBuf {
     let cache = std::env::var_os("GYM_CACHE_DIR").map_or_else(
         || PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/gym"),

@@ -3,7 +3,7 @@
 //! `--rerun` on the local model; and packs made by an attacker (links, `../` and absolute
 //! paths, too many or too large entries) refused before anything is written.
 
-use crate::common::{Scratch, model_path, redacted};
+use crate::common::{Scratch, redacted};
 use crate::fake_openai::FakeOpenAi;
 
 /// A fixed signer, so snapshots show one address.
@@ -276,7 +276,7 @@ fn rerun_measures_the_packed_results_again_on_the_local_model() {
         "When comparing two numbers, compare their digits from the left.",
     ]);
     let key = key_file(&scratch);
-    let model = model_path().display().to_string();
+    let model = crate::common::model_path().display().to_string();
     let eval = [
         "eval",
         "--dataset",
