@@ -25,6 +25,10 @@ setup:
 build: setup
 	$(CARGO) build --locked
 
+# llama.cpp's threads wait for each other in OpenMP barriers, spinning 300,000 rounds by default.
+# The tests run several model processes at once on few cores, where that spinning starves the
+# threads being waited for (docs/benchmarks.md, "Several model processes on one machine").
+test: export GOMP_SPINCOUNT ?= 1000
 test: setup
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
