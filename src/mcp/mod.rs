@@ -28,7 +28,6 @@ mod propose;
 mod search;
 mod tools;
 
-use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -39,11 +38,12 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
-use serde_json::Value;
 
 pub use args::ArgumentError;
 pub use search::Searcher;
 use tools::Tools;
+
+use crate::tools::mcp::listed_tool;
 pub use tools::{
     CallError, MAX_CHANGE_BYTES, MAX_CHANGES, MAX_HISTORY, MAX_K, MAX_LIMIT, MAX_QUERY_CHARS,
     Writing,
@@ -144,20 +144,11 @@ impl ServerHandler for LibraryServer {
             .specs()
             .into_iter()
             .map(|spec| {
-                let schema = match spec.schema {
-                    Value::Object(map) => map,
-                    _ => Default::default(),
-                };
                 let annotations = ToolAnnotations::new()
                     .read_only(spec.read_only)
                     .destructive(false)
                     .open_world(false);
-                rmcp::model::Tool::new(
-                    Cow::Borrowed(spec.name),
-                    Cow::Owned(spec.description),
-                    Arc::new(schema),
-                )
-                .with_annotations(annotations)
+                listed_tool(spec.name, spec.description, spec.schema).with_annotations(annotations)
             })
             .collect();
         Ok(ListToolsResult::with_all_items(tools))

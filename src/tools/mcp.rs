@@ -182,6 +182,20 @@ impl Tool for McpTool {
     }
 }
 
+/// A tool as Gym's MCP servers list it (`gym tools mcp-serve` and the library server): a
+/// parameters schema that is not a JSON object is listed as `{}`.
+pub fn listed_tool(
+    name: impl Into<Cow<'static, str>>,
+    description: String,
+    parameters: Value,
+) -> rmcp::model::Tool {
+    let schema = match parameters {
+        Value::Object(map) => map,
+        _ => Default::default(),
+    };
+    rmcp::model::Tool::new(name, Cow::Owned(description), Arc::new(schema))
+}
+
 /// The text of a `tools/call` result, as the module documentation describes.
 pub fn result_text(result: &CallToolResult) -> String {
     let parts: Vec<String> = result
@@ -250,17 +264,7 @@ impl ServerHandler for ToolboxServer {
             .toolbox
             .specs()
             .into_iter()
-            .map(|spec| {
-                let schema = match spec.parameters {
-                    Value::Object(map) => map,
-                    _ => Default::default(),
-                };
-                rmcp::model::Tool::new(
-                    Cow::Owned(spec.name),
-                    Cow::Owned(spec.description),
-                    Arc::new(schema),
-                )
-            })
+            .map(|spec| listed_tool(spec.name, spec.description, spec.parameters))
             .collect();
         Ok(ListToolsResult::with_all_items(tools))
     }
