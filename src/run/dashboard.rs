@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use gym_snapshot::{
-    Answer, EvalProgress, ExperienceUsage, Group, LogLevel, LogLine, OpKind, OpLine,
-    ProposedOp as OpProposal, RunState, SharedSnapshot, Snapshot, StagePanel, StageProgress,
+    Answer, EvalProgress, Group, LogLevel, LogLine, OpKind, OpLine, ProposedOp as OpProposal,
+    RunState, SharedSnapshot, Snapshot, StagePanel, StageProgress,
 };
 
 use super::events::{EventSink, RunEvent};
@@ -198,17 +198,7 @@ impl DashboardFold {
                 s.progress.stage = None;
                 s.usage.cost_usd += cost_usd;
                 s.library.experiences = *experiences;
-                s.library.usage = usage
-                    .iter()
-                    .map(|u| ExperienceUsage {
-                        id: u.id.clone(),
-                        injected: u.injected,
-                        helpful: u.helpful,
-                        harmful: u.harmful,
-                        served_good: u.served_good,
-                        served_bad: u.served_bad,
-                    })
-                    .collect();
+                s.library.usage = usage.clone();
                 if let StepEnd::Committed { version, .. } = end {
                     s.library.version = *version;
                     s.header.library_version = *version;

@@ -7,6 +7,8 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+use gym_snapshot::ExperienceUsage;
+
 use super::journal::{Stage, StepEnd};
 use crate::backend::Usage;
 use crate::distill::ProposedOp;
@@ -22,28 +24,6 @@ pub struct AnswerView {
     /// An agent answer's tool calls, one line each (`calc({…}) → 42`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<String>,
-}
-
-/// An active experience's usage counts (`usage.json`) after a step, as the dashboard shows them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UsageView {
-    pub id: String,
-    /// Answers sampled with it in the prompt.
-    pub injected: u64,
-    /// Paired comparisons where it helped.
-    pub helpful: u64,
-    /// Paired comparisons where it hurt.
-    pub harmful: u64,
-    /// Served answers with it that got good feedback (`POST /v1/feedback` on `gym serve`).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub served_good: u64,
-    /// Served answers with it that got bad feedback.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub served_bad: u64,
-}
-
-fn is_zero(count: &u64) -> bool {
-    *count == 0
 }
 
 /// One op of a committed version, as the dashboard shows it.
@@ -142,7 +122,7 @@ pub enum RunEvent {
         experiences: usize,
         /// The usage counts of the active experiences after the step, in id order.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        usage: Vec<UsageView>,
+        usage: Vec<ExperienceUsage>,
     },
     /// The user paused (`true`) or resumed (`false`) the run.
     Paused { paused: bool },

@@ -36,7 +36,8 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 pub use self::control::RunControl;
-pub use self::events::{AnswerView, EventSink, Events, JsonlSink, OpView, RunEvent, UsageView};
+pub use self::events::{AnswerView, EventSink, Events, JsonlSink, OpView, RunEvent};
+pub use gym_snapshot::ExperienceUsage;
 
 /// Whether `id` can name a run: letters, digits, `-`, `_` and `.`, not starting with `.` (so
 /// it is one plain directory under the runs directory, never `..`).
@@ -331,14 +332,14 @@ fn committed_ops(library: &Library, end: &StepEnd) -> Vec<OpView> {
 }
 
 /// The usage counts of the head version's active experiences (none for an unused one).
-fn active_usage(library: &Library) -> Vec<UsageView> {
+fn active_usage(library: &Library) -> Vec<ExperienceUsage> {
     let usage = library.usage();
     library
         .head()
         .active()
         .map(|experience| {
             let counts = usage.get(&experience.id).copied().unwrap_or_default();
-            UsageView {
+            ExperienceUsage {
                 id: experience.id.to_string(),
                 injected: counts.injected,
                 helpful: counts.helpful,

@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use gym::backend::Usage;
 use gym::distill::ProposedOp;
-use gym::run::{AnswerView, OpView, RunEvent, Stage, StepEnd, UsageView};
+use gym::run::{AnswerView, ExperienceUsage, OpView, RunEvent, Stage, StepEnd};
 use gym::serve::ServeConfig;
 use gym_tui::{OpKind, RunState, Snapshot};
 
@@ -110,7 +110,7 @@ fn events() -> (Vec<RunEvent>, Vec<RunEvent>) {
                 text: "When counting letters, spell the word out.".into(),
             }],
             experiences: 1,
-            usage: vec![UsageView {
+            usage: vec![ExperienceUsage {
                 id: "E0001".into(),
                 injected: 64,
                 helpful: 3,
