@@ -356,18 +356,12 @@ impl Encoder for TextChunks {
 mod tests {
     use super::*;
     use crate::backend::{FinishReason, TokenLogprob, Usage};
+    use crate::serve::error::param;
 
     fn request(body: Value) -> Result<CheckedCompletion, ApiError> {
         serde_json::from_value::<CompletionRequest>(body)
             .unwrap()
             .check(16, 7)
-    }
-
-    fn param(error: ApiError) -> String {
-        error.body()["param"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned()
     }
 
     #[test]

@@ -191,3 +191,10 @@ impl IntoResponse for ApiError {
         response
     }
 }
+
+/// The field a refused request's error names (`param` in its body; empty when none), for the
+/// request checks' tests.
+#[cfg(test)]
+pub(super) fn param(error: ApiError) -> String {
+    error.param().unwrap_or_default()
+}

@@ -2,18 +2,12 @@
 
 use super::*;
 use crate::backend::Completion;
+use crate::serve::error::param;
 
 fn request(body: Value) -> Result<CheckedResponse, ApiError> {
     serde_json::from_value::<ResponseRequest>(body)
         .unwrap()
         .check(16, 7)
-}
-
-fn param(error: ApiError) -> String {
-    error.body()["param"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
 }
 
 #[test]

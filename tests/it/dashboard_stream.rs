@@ -13,7 +13,7 @@ use gym::run::{AnswerView, ExperienceUsage, OpView, RunEvent, Stage, StepEnd};
 use gym::serve::ServeConfig;
 use gym_tui::{OpKind, RunState, Snapshot};
 
-use crate::serve_api::{call, fixture, header};
+use crate::serve_api::{Fixture, call, fixture, header};
 
 fn usage(prompt: u64, completion: u64) -> Usage {
     Usage {
@@ -166,6 +166,19 @@ fn append(path: &Path, events: &[RunEvent]) {
     }
 }
 
+/// A server whose runs folder (the returned temporary directory, kept alive by the caller)
+/// holds run `r1`, made by [`run_dir`].
+async fn served_run() -> (tempfile::TempDir, Fixture, std::path::PathBuf) {
+    let runs = tempfile::tempdir().unwrap();
+    let f = fixture(ServeConfig {
+        runs_dir: runs.path().to_owned(),
+        ..ServeConfig::default()
+    })
+    .await;
+    let dir = run_dir(runs.path());
+    (runs, f, dir)
+}
+
 /// A run directory with a journal and the first part of its events.
 fn run_dir(root: &Path) -> std::path::PathBuf {
     let dir = root.join("r1");
@@ -188,13 +201,7 @@ fn snapshots(text: &str) -> Vec<Snapshot> {
 
 #[tokio::test]
 async fn the_dashboard_stream_folds_events_into_snapshots_until_the_run_ends() {
-    let runs = tempfile::tempdir().unwrap();
-    let f = fixture(ServeConfig {
-        runs_dir: runs.path().to_owned(),
-        ..ServeConfig::default()
-    })
-    .await;
-    let dir = run_dir(runs.path());
+    let (_runs, f, dir) = served_run().await;
     let writer = tokio::spawn({
         let events_file = dir.join("events.jsonl");
         async move {
@@ -274,13 +281,7 @@ async fn the_dashboard_stream_folds_events_into_snapshots_until_the_run_ends() {
 /// `RunFinished`, shows the evaluation's progress, and ends with its result.
 #[tokio::test]
 async fn the_dashboard_stream_follows_the_final_evaluation_to_its_end() {
-    let runs = tempfile::tempdir().unwrap();
-    let f = fixture(ServeConfig {
-        runs_dir: runs.path().to_owned(),
-        ..ServeConfig::default()
-    })
-    .await;
-    let dir = run_dir(runs.path());
+    let (_runs, f, dir) = served_run().await;
     let events_file = dir.join("events.jsonl");
     let mut steps = events().1;
     let Some(RunEvent::RunFinished {
@@ -342,13 +343,7 @@ async fn the_dashboard_stream_follows_the_final_evaluation_to_its_end() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gym_watch_follows_a_served_run_over_a_socket() {
-    let runs = tempfile::tempdir().unwrap();
-    let f = fixture(ServeConfig {
-        runs_dir: runs.path().to_owned(),
-        ..ServeConfig::default()
-    })
-    .await;
-    let dir = run_dir(runs.path());
+    let (_runs, f, dir) = served_run().await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(axum::serve(listener, gym::serve::app(f.state.clone())).into_future());
