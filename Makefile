@@ -17,13 +17,29 @@ endif
 
 .DEFAULT_GOAL := build
 
-.PHONY: setup build test contracts deny deny-advisories features fmt clippy bench demo clean-cache
+.PHONY: setup build release test contracts deny deny-advisories features fmt clippy bench demo clean-cache
 
 setup:
 	bash scripts/setup
 
+# A debug build has the portable set (.cargo/config.toml), like plain `cargo build`; the sync
+# has llama.cpp configured afresh if its build folder was configured with other options.
+SYNC_DEBUG = bash scripts/cpu-options --portable --sync $(CARGO_TARGET_DIR)/debug > /dev/null
+
 build: setup
+	$(SYNC_DEBUG)
 	$(CARGO) build --locked
+
+# The release binary with every feature (`make demo` builds only the demo's: DEMO_FEATURES),
+# built where it runs: llama.cpp also gets the AVX-512 family where this CPU has it
+# (scripts/cpu-options; GYM_PORTABLE=1 for the portable set alone).
+release: setup
+	env $$(bash scripts/cpu-options --sync $(CARGO_TARGET_DIR)/release) $(CARGO) build --release --locked
+
+# What `make demo` and the README's quick start need: the llama.cpp backend and the MiniLM
+# embedder. The other features (chain, finetune, qdrant, mcp) would add about a third to the
+# first build (docs/setup.md, "The first build"); `make release` adds them.
+export DEMO_FEATURES ?= llama,embed
 
 # llama.cpp's threads wait for each other in OpenMP barriers, spinning 300,000 rounds by default.
 # The tests run several model processes at once on few cores, where that spinning starves the
@@ -31,6 +47,7 @@ build: setup
 test: export GOMP_SPINCOUNT ?= 1000
 test: setup
 	$(CARGO) fmt --all --check
+	$(SYNC_DEBUG)
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	bash scripts/setup-evm > /dev/null  # anvil for the governance end-to-end test
 	$(CARGO) test --workspace --locked
@@ -72,10 +89,11 @@ fmt:
 	$(CARGO) fmt --all
 
 clippy: setup
+	$(SYNC_DEBUG)
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
 bench: setup
-	$(CARGO) bench
+	env $$(bash scripts/cpu-options --sync $(CARGO_TARGET_DIR)/release) $(CARGO) bench
 
 demo: setup
 	bash scripts/demo

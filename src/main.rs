@@ -5,6 +5,13 @@ mod cli;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // Before anything else: llama.cpp compiled for an instruction set this CPU lacks would die
+    // with SIGILL and no word of why (gym::backend::llama::cpu).
+    #[cfg(feature = "llama")]
+    if let Err(error) = gym::backend::llama::cpu::check() {
+        eprintln!("error: {error}");
+        return ExitCode::FAILURE;
+    }
     let cli = match cli::Cli::parse_with_config() {
         Ok(cli) => cli,
         Err(error) => {

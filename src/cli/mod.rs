@@ -33,7 +33,7 @@ use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 /// Gym: Training-Free GRPO with a versioned, Merkle-committed experience library.
 #[derive(Debug, Parser)]
-#[command(name = "gym", version, about, long_about = None, args_override_self = true)]
+#[command(name = "gym", version, long_version = long_version(), about, long_about = None, args_override_self = true)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -80,7 +80,9 @@ impl Cli {
     pub fn parse_with_config() -> anyhow::Result<Self> {
         let raw: Vec<String> = std::env::args().collect();
         let (argv, config) = config::with_config_file(raw.clone())?;
-        let matches = Self::command().get_matches_from(argv);
+        let matches = Self::command()
+            .try_get_matches_from(argv)
+            .unwrap_or_else(|error| exit_naming_missing_features(error));
         let mut cli = Self::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
         if let Command::Grpo(args) = &mut cli.command {
             let command = Self::command();
@@ -122,6 +124,73 @@ impl Cli {
             Command::Embed(args) => args.run(),
         }
     }
+}
+
+/// `gym --version`: the version, the features built and what llama.cpp was compiled for.
+fn long_version() -> &'static str {
+    static TEXT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let features: Vec<&str> = FEATURES
+            .into_iter()
+            .filter(|(_, built)| *built)
+            .map(|(name, _)| name)
+            .collect();
+        #[cfg(feature = "llama")]
+        let built_for = format!(
+            "\nllama.cpp built for: {}",
+            gym::backend::llama::cpu::built_for().join(" ")
+        );
+        #[cfg(not(feature = "llama"))]
+        let built_for = String::new();
+        format!(
+            "{}\nfeatures: {}{built_for}",
+            env!("CARGO_PKG_VERSION"),
+            features.join(" ")
+        )
+    });
+    &TEXT
+}
+
+/// The default features, and whether this binary was built with each (`make demo` builds only
+/// the demo's).
+const FEATURES: [(&str, bool); 6] = [
+    ("chain", cfg!(feature = "chain")),
+    ("embed", cfg!(feature = "embed")),
+    ("finetune", cfg!(feature = "finetune")),
+    ("llama", cfg!(feature = "llama")),
+    ("mcp", cfg!(feature = "mcp")),
+    ("qdrant", cfg!(feature = "qdrant")),
+];
+
+/// The default features this binary was built without.
+fn missing_features() -> Vec<&'static str> {
+    FEATURES
+        .into_iter()
+        .filter(|(_, built)| !built)
+        .map(|(name, _)| name)
+        .collect()
+}
+
+/// Exits with clap's error; an unknown subcommand or flag in a binary built without some
+/// features may be one of theirs (`gym finetune`, `gym serve --qdrant-url`), so say which are
+/// missing and how to build them.
+fn exit_naming_missing_features(error: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    let missing = missing_features();
+    if missing.is_empty()
+        || !matches!(
+            error.kind(),
+            ErrorKind::InvalidSubcommand | ErrorKind::UnknownArgument
+        )
+    {
+        error.exit()
+    }
+    let _ = error.print();
+    eprintln!(
+        "\nnote: this gym was built without the features {} (`make demo` builds only what the \
+         demo needs); `make release` builds every feature",
+        missing.join(", ")
+    );
+    std::process::exit(error.exit_code())
 }
 
 #[cfg(test)]

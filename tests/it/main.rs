@@ -6,6 +6,8 @@ mod agent_llama;
 mod bench_cli;
 mod common;
 mod config_trust;
+#[cfg(all(feature = "llama", target_arch = "x86_64"))]
+mod cpu_portability;
 mod dashboard_stream;
 #[cfg(feature = "llama")]
 mod dashboard_tmux;

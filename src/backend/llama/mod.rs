@@ -22,6 +22,7 @@
 //! and frees their KV cells, or drops the job if it had not started (see `queue`). The queue of
 //! jobs not yet started may be bounded ([`LlamaConfig::max_queue`]).
 
+pub mod cpu;
 mod queue;
 mod sequence;
 mod worker;
