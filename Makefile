@@ -37,8 +37,8 @@ release: setup
 	env $$(bash scripts/cpu-options --sync $(CARGO_TARGET_DIR)/release) $(CARGO) build --release --locked
 
 # What `make demo` and the README's quick start need: the llama.cpp backend and the MiniLM
-# embedder. The other features (chain, finetune, qdrant, mcp) would add about a third to the
-# first build (docs/setup.md, "The first build"); `make release` adds them.
+# embedder. Every feature makes the first build about 45 % longer (docs/setup.md, "The first
+# build"); `make release` builds them all, and `make demo` then keeps them.
 export DEMO_FEATURES ?= llama,embed
 
 # llama.cpp's threads wait for each other in OpenMP barriers, spinning 300,000 rounds by default.
