@@ -166,21 +166,15 @@ fn llama_cpp_holds_no_amx_or_avx512_kernel_unless_built_for_them() {
             .collect::<Vec<_>>()
     };
     // AMX tile registers (%tmm0-7) and AVX-512 registers (%zmm0-31).
-    if !built.iter().any(|set| set.starts_with("AMX")) {
-        assert_eq!(
-            registers("%tmm"),
-            Vec::<&str>::new(),
-            "{}",
-            library.display()
-        );
-    }
-    if !built.iter().any(|set| set.starts_with("AVX-512")) {
-        assert_eq!(
-            registers("%zmm"),
-            Vec::<&str>::new(),
-            "{}",
-            library.display()
-        );
+    for (sets, register) in [("AMX", "%tmm"), ("AVX-512", "%zmm")] {
+        if !built.iter().any(|set| set.starts_with(sets)) {
+            assert_eq!(
+                registers(register),
+                Vec::<&str>::new(),
+                "{}",
+                library.display()
+            );
+        }
     }
     // The declared set is really used: AVX2 integer instructions on %ymm registers.
     if built.contains(&"AVX2") {

@@ -151,16 +151,26 @@ mod x86 {
         leaf0.eax >= 7 && std::arch::x86_64::__cpuid_count(7, 0).edx & (1 << bit) != 0
     }
 
+    /// One row of the table below: the option's name written once, its variable and target
+    /// feature (both need the name as a literal) derived from it.
+    macro_rules! set {
+        ($name:literal, $option:tt, $target_feature:tt, $present:expr) => {
+            InstructionSet {
+                name: $name,
+                ggml_option: $option,
+                built: built(
+                    $option,
+                    option_env!($option),
+                    cfg!(target_feature = $target_feature),
+                ),
+                present: $present,
+            }
+        };
+    }
+
     /// Every x86 option of ggml's CPU backend (ggml/src/ggml-cpu/CMakeLists.txt), in order
     /// of its levels, with the variable and the Rust target feature that stand in for it.
     pub(super) fn instruction_sets() -> Vec<InstructionSet> {
-        let set =
-            |name, ggml_option, from_env: Option<&str>, target_feature, present| InstructionSet {
-                name,
-                ggml_option,
-                built: built(ggml_option, from_env, target_feature),
-                present,
-            };
         // GGML_AVX512 compiles with -mavx512f -mavx512cd -mavx512vl -mavx512dq -mavx512bw.
         let avx512 = has!("avx512f")
             && has!("avx512cd")
@@ -168,105 +178,37 @@ mod x86 {
             && has!("avx512dq")
             && has!("avx512bw");
         vec![
-            set(
-                "SSE4.2",
-                "GGML_SSE42",
-                option_env!("GGML_SSE42"),
-                cfg!(target_feature = "sse4.2"),
-                has!("sse4.2"),
-            ),
-            set(
-                "AVX",
-                "GGML_AVX",
-                option_env!("GGML_AVX"),
-                cfg!(target_feature = "avx"),
-                has!("avx"),
-            ),
-            set(
-                "AVX2",
-                "GGML_AVX2",
-                option_env!("GGML_AVX2"),
-                cfg!(target_feature = "avx2"),
-                has!("avx2"),
-            ),
-            set(
-                "FMA",
-                "GGML_FMA",
-                option_env!("GGML_FMA"),
-                cfg!(target_feature = "fma"),
-                has!("fma"),
-            ),
-            set(
-                "F16C",
-                "GGML_F16C",
-                option_env!("GGML_F16C"),
-                cfg!(target_feature = "f16c"),
-                has!("f16c"),
-            ),
-            set(
-                "BMI2",
-                "GGML_BMI2",
-                option_env!("GGML_BMI2"),
-                cfg!(target_feature = "bmi2"),
-                has!("bmi2"),
-            ),
-            set(
-                "AVX-VNNI",
-                "GGML_AVX_VNNI",
-                option_env!("GGML_AVX_VNNI"),
-                cfg!(target_feature = "avxvnni"),
-                has!("avxvnni"),
-            ),
-            set(
-                "AVX-512",
-                "GGML_AVX512",
-                option_env!("GGML_AVX512"),
-                cfg!(target_feature = "avx512f"),
-                avx512,
-            ),
-            set(
+            set!("SSE4.2", "GGML_SSE42", "sse4.2", has!("sse4.2")),
+            set!("AVX", "GGML_AVX", "avx", has!("avx")),
+            set!("AVX2", "GGML_AVX2", "avx2", has!("avx2")),
+            set!("FMA", "GGML_FMA", "fma", has!("fma")),
+            set!("F16C", "GGML_F16C", "f16c", has!("f16c")),
+            set!("BMI2", "GGML_BMI2", "bmi2", has!("bmi2")),
+            set!("AVX-VNNI", "GGML_AVX_VNNI", "avxvnni", has!("avxvnni")),
+            set!("AVX-512", "GGML_AVX512", "avx512f", avx512),
+            set!(
                 "AVX-512 VBMI",
                 "GGML_AVX512_VBMI",
-                option_env!("GGML_AVX512_VBMI"),
-                cfg!(target_feature = "avx512vbmi"),
-                has!("avx512vbmi"),
+                "avx512vbmi",
+                has!("avx512vbmi")
             ),
-            set(
+            set!(
                 "AVX-512 VNNI",
                 "GGML_AVX512_VNNI",
-                option_env!("GGML_AVX512_VNNI"),
-                cfg!(target_feature = "avx512vnni"),
-                has!("avx512vnni"),
+                "avx512vnni",
+                has!("avx512vnni")
             ),
-            set(
+            set!(
                 "AVX-512 BF16",
                 "GGML_AVX512_BF16",
-                option_env!("GGML_AVX512_BF16"),
-                cfg!(target_feature = "avx512bf16"),
-                has!("avx512bf16"),
+                "avx512bf16",
+                has!("avx512bf16")
             ),
-            // Rust has no stable target feature for AMX, so only the option can turn it on.
-            set(
-                "AMX-TILE",
-                "GGML_AMX_TILE",
-                option_env!("GGML_AMX_TILE"),
-                false,
-                amx_present(24),
-            ),
-            set(
-                "AMX-INT8",
-                "GGML_AMX_INT8",
-                option_env!("GGML_AMX_INT8"),
-                false,
-                amx_present(25),
-            ),
-            set(
-                "AMX-BF16",
-                "GGML_AMX_BF16",
-                option_env!("GGML_AMX_BF16"),
-                false,
-                amx_present(22),
-            ),
+            // Rust has no stable target feature for AMX ("amx-tile" is never enabled, so only
+            // the option can turn these on).
+            set!("AMX-TILE", "GGML_AMX_TILE", "amx-tile", amx_present(24)),
+            set!("AMX-INT8", "GGML_AMX_INT8", "amx-int8", amx_present(25)),
+            set!("AMX-BF16", "GGML_AMX_BF16", "amx-bf16", amx_present(22)),
         ]
     }
 }
