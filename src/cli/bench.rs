@@ -237,7 +237,6 @@ impl StagesBench {
         use gym::backend::{Backend, FinishReason, Sampling, Usage};
         use gym::data::Sample;
         use gym::distill::{self, DistillConfig, StageOutcome};
-        use gym::library::State;
         use gym::rollout::{RolloutGroup, ScoredAnswer};
 
         anyhow::ensure!(
@@ -352,7 +351,6 @@ impl StagesBench {
                 }
             })
             .collect();
-        let library = State::default();
 
         fn text<T>(outcome: &StageOutcome<T>) -> String {
             outcome.raw_outputs.join("\u{1f}")
@@ -375,9 +373,9 @@ impl StagesBench {
                 summarize.map(|call| rt.block_on(call)).collect()
             };
             figures.summarize_seconds = started.elapsed().as_secs_f64();
-            let extract = steps.iter().map(|(sample, group)| {
-                distill::extract(backend, sample, group, &summaries, &library, cfg)
-            });
+            let extract = steps
+                .iter()
+                .map(|(sample, group)| distill::extract(backend, sample, group, &summaries, cfg));
             let extracted: Vec<StageOutcome<_>> = if batched {
                 rt.block_on(join_all(extract))
             } else {

@@ -1,6 +1,11 @@
-//! Stage 3: all ops proposed in a batch and the current library → one final, deduplicated list.
+//! Stage 3: all lessons proposed in a batch → the distinct ones worth keeping, duplicates merged.
 //!
-//! The model chooses rather than rewrites: it keeps at most [`MOST_KEPT`] proposals by number,
+//! The stage does not see the library (stage 4, [`integrate`](super::integrate), compares each
+//! kept lesson with it). It is asked to keep lessons that cover *different* situations, at most
+//! [`DistillConfig::max_kept`] (`gym grpo --max-kept`), and may keep none: an explicit empty
+//! list is a decision, not a failure.
+//!
+//! The model chooses rather than rewrites: it keeps proposals by number,
 //! each with the numbers of the proposals that say the same thing (`{"keep": [{"covers": [2,
 //! 5]}]}`). A 1.5B model asked to rewrite a batch into new ops wrote a thousand tokens of
 //! conditions equal to their strategies; asked to choose, it answers in a few tokens and
@@ -10,7 +15,7 @@
 //!
 //! Every final op keeps the evidence behind it: the proposals it covers, or, when the model
 //! names none, an op identical to a proposal takes that proposal's evidence, and any other op
-//! the evidence of the whole batch. A reply that keeps nothing is a failure (`value: None`):
+//! the evidence of the whole batch. A reply that cannot be read is a failure (`value: None`):
 //! the caller then falls back to [`super::resolve`] alone and reports it.
 
 use serde_json::{Value, json};
@@ -21,15 +26,11 @@ use super::error::ParseError;
 use super::json::extract_json;
 use super::ops::{Rules, read_ops};
 use super::outcome::StageOutcome;
-use super::prompt::{CONSOLIDATE, library_lines, render};
+use super::prompt::{CONSOLIDATE, render};
 use super::proposal::{Proposal, ProposedOp, union_evidence};
 use super::resolve::normalize;
 use crate::backend::Backend;
 use crate::library::{Evidence, State};
-
-/// Most proposals one batch keeps: a library grows by a few tested lessons per step rather
-/// than by every group's proposal.
-pub const MOST_KEPT: usize = 3;
 
 /// Merges a batch's proposals into the final ops. An empty batch gives `Some(vec![])` without
 /// asking the model.
@@ -48,8 +49,8 @@ pub async fn consolidate(
     let count = proposals.len();
     let call = Call {
         backend,
-        prompt: consolidate_prompt(proposals, library, cfg),
-        schema: consolidate_schema(proposals, library, cfg),
+        prompt: consolidate_prompt(proposals, cfg),
+        schema: consolidate_schema(proposals, cfg),
         sampling: cfg.sampling.clone(),
         attempts: cfg.attempts,
         salt: format!("consolidate/{count}/{}", proposals[0].op.describe()),
@@ -58,9 +59,11 @@ pub async fn consolidate(
         library,
         max_words: cfg.max_words,
         template: CONSOLIDATE,
+        problem: None,
     };
+    let most = cfg.max_kept;
     call.run(|output, dropped| {
-        if let Some(kept) = read_kept(output, count, dropped) {
+        if let Some(kept) = read_kept(output, count, most, dropped) {
             return kept.map(|kept| {
                 kept.into_iter()
                     .map(|covers| {
@@ -74,7 +77,7 @@ pub async fn consolidate(
             });
         }
         let read = read_ops(output, &rules, true, dropped)?;
-        if read.items.is_empty() {
+        if read.items.is_empty() && read.declined == 0 && read.total > 0 {
             return Err(ParseError::NothingKept { proposals: count });
         }
         Ok(read
@@ -96,10 +99,11 @@ pub async fn consolidate(
 fn read_kept(
     output: &str,
     count: usize,
+    most: usize,
     dropped: &mut Vec<String>,
 ) -> Option<Result<Vec<Vec<usize>>, ParseError>> {
-    let value = extract_json(output).ok()?.value;
-    let items = value.get("keep")?.as_array()?.clone();
+    let extracted = extract_json(output).ok()?;
+    let items = extracted.value.get("keep")?.as_array()?.clone();
     let number = |v: &Value| {
         v.as_u64().or_else(|| {
             v.as_str()
@@ -107,7 +111,18 @@ fn read_kept(
         })
     };
     let mut kept: Vec<Vec<usize>> = Vec::new();
-    for item in items.iter().take(MOST_KEPT.max(1) * 2) {
+    if items.is_empty() {
+        // An empty list the model closed is a decision; one cut off before its first item is
+        // not.
+        return Some(if extracted.truncated {
+            Err(ParseError::NoOps {
+                found: "a keep list cut off before its first item".into(),
+            })
+        } else {
+            Ok(Vec::new())
+        });
+    }
+    for item in items.iter().take(most.max(1) * 2) {
         let listed: Vec<u64> = match item {
             Value::Object(map) => ["covers", "from", "proposals", "numbers"]
                 .iter()
@@ -136,8 +151,8 @@ fn read_kept(
             Some(first) if kept.iter().any(|k| k[0] == *first) => {
                 dropped.push(format!("proposal {first} kept twice"));
             }
-            Some(_) if kept.len() >= MOST_KEPT => {
-                dropped.push(format!("over the limit of {MOST_KEPT} kept: {item}"));
+            Some(_) if kept.len() >= most => {
+                dropped.push(format!("over the limit of {most} kept: {item}"));
             }
             Some(_) => kept.push(covers),
         }
@@ -179,8 +194,8 @@ fn evidence_for(op: &ProposedOp, from: &[usize], proposals: &[Proposal]) -> Evid
     evidence
 }
 
-/// The stage 3 prompt: the library, then the proposals numbered from 1.
-pub fn consolidate_prompt(proposals: &[Proposal], library: &State, _cfg: &DistillConfig) -> String {
+/// The stage 3 prompt: the proposals numbered from 1.
+pub fn consolidate_prompt(proposals: &[Proposal], cfg: &DistillConfig) -> String {
     let listed: Vec<String> = proposals
         .iter()
         .enumerate()
@@ -191,16 +206,15 @@ pub fn consolidate_prompt(proposals: &[Proposal], library: &State, _cfg: &Distil
         &[
             (
                 "max_kept",
-                &MOST_KEPT.min(proposals.len().max(1)).to_string(),
+                &cfg.max_kept.min(proposals.len()).max(1).to_string(),
             ),
-            ("library", &library_lines(library)),
             ("proposals", &listed.join("\n")),
         ],
     )
 }
 
-/// `{"keep": [1..=MOST_KEPT items {"covers": [proposal numbers, the kept one first]}]}`.
-pub fn consolidate_schema(proposals: &[Proposal], _library: &State, _cfg: &DistillConfig) -> Value {
+/// `{"keep": [0..=max_kept items {"covers": [proposal numbers, the kept one first]}]}`.
+pub fn consolidate_schema(proposals: &[Proposal], cfg: &DistillConfig) -> Value {
     let count = proposals.len().max(1);
     let numbers: Vec<usize> = (1..=count).collect();
     json!({
@@ -208,8 +222,8 @@ pub fn consolidate_schema(proposals: &[Proposal], _library: &State, _cfg: &Disti
         "properties": {
             "keep": {
                 "type": "array",
-                "minItems": 1,
-                "maxItems": MOST_KEPT.min(count),
+                "minItems": 0,
+                "maxItems": cfg.max_kept.min(count).max(1),
                 "items": {
                     "type": "object",
                     "properties": {
@@ -249,16 +263,12 @@ mod tests {
     fn batch() -> Vec<Proposal> {
         vec![
             proposal(
-                ProposedOp::Add {
-                    text: "When items come in groups, multiply.".into(),
-                },
+                ProposedOp::add("When items come in groups, multiply."),
                 "q1",
                 &[1.0, 0.0],
             ),
             proposal(
-                ProposedOp::Add {
-                    text: "When there are groups, multiply them.".into(),
-                },
+                ProposedOp::add("When there are groups, multiply them."),
                 "q2",
                 &[0.0, 1.0],
             ),
@@ -273,12 +283,26 @@ mod tests {
 
     #[test]
     fn the_prompt_numbers_the_proposals() {
-        let prompt = consolidate_prompt(&batch(), &library(), &DistillConfig::default());
+        let prompt = consolidate_prompt(&batch(), &DistillConfig::default());
         assert!(prompt.contains("1. add: When items come in groups, multiply.\n2. add: When there are groups, multiply them.\n3. delete E0001"), "{prompt}");
-        assert!(prompt.contains("[E0001] When stuck, guess."), "{prompt}");
+        assert!(
+            !prompt.contains("When stuck, guess."),
+            "no library: {prompt}"
+        );
+        assert!(prompt.contains("You may keep none."), "{prompt}");
         assert!(prompt.contains("at most 3."), "{prompt}");
-        let schema = consolidate_schema(&batch(), &library(), &DistillConfig::default());
+        let schema = consolidate_schema(&batch(), &DistillConfig::default());
         assert_eq!(schema["properties"]["keep"]["maxItems"], 3);
+        assert_eq!(schema["properties"]["keep"]["minItems"], 0);
+        let two = DistillConfig {
+            max_kept: 2,
+            ..DistillConfig::default()
+        };
+        assert_eq!(
+            consolidate_schema(&batch(), &two)["properties"]["keep"]["maxItems"],
+            2
+        );
+        assert!(consolidate_prompt(&batch(), &two).contains("at most 2."));
         let grammar = json_schema_to_gbnf(&schema).unwrap();
         assert!(grammar.contains("3"), "{grammar}");
     }
@@ -307,15 +331,18 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn keeping_nothing_fails_so_the_caller_falls_back() {
+    async fn keeping_none_is_a_decision_and_unreadable_replies_fail() {
+        let none = run(&[Ok(r#"{"keep": []}"#)]).await;
+        assert_eq!(none.value, Some(Vec::new()));
+        assert_eq!((none.attempts, none.rejections), (1, 0));
         let outcome = run(&[
-            Ok(r#"{"ops": []}"#),
-            Ok(r#"{"ops": [{"op": "none"}]}"#),
-            Ok("```json\n{\"ops\": ["),
+            Ok(r#"{"keep": [{"covers": [7]}]}"#),
+            Ok(r#"{"ops": [{"op": "add", "text": "When ..., ..."}]}"#),
+            Ok("```json\n{\"keep\": ["),
         ])
         .await;
         assert_eq!(outcome.value, None);
-        assert_eq!((outcome.rejections, outcome.parse_failures), (3, 0));
+        assert_eq!(outcome.rejections, 2);
         assert_eq!(
             outcome.errors[0],
             "attempt 1: the model kept none of the 3 proposals"
@@ -340,9 +367,7 @@ mod tests {
         assert_eq!(ops.len(), 2);
         assert_eq!(
             ops[0].op,
-            ProposedOp::Add {
-                text: "When there are groups, multiply them.".into()
-            }
+            ProposedOp::add("When there are groups, multiply them.")
         );
         assert_eq!(ops[0].evidence.query_ids, vec!["q2", "q1"]);
         assert_eq!(ops[1].op, ProposedOp::Delete { id: id(1) });
@@ -355,6 +380,9 @@ mod tests {
             ]
         );
         let nothing = run(&[Ok(r#"{"keep": [{"covers": [7]}]}"#)]).await;
-        assert_eq!(nothing.value, None);
+        assert_eq!(
+            nothing.value, None,
+            "a keep list naming no proposal is not a decision"
+        );
     }
 }

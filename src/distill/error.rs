@@ -51,6 +51,13 @@ pub enum ParseError {
         proposals: usize,
     },
 
+    /// No decision (add, update or same) where stage 4 asks for one.
+    #[error("no decision (add, update or same) in the output (found {found})")]
+    NoDecision {
+        /// What was there instead.
+        found: String,
+    },
+
     /// No summary text in the output.
     #[error("no summary in the output")]
     NoSummary,

@@ -1,5 +1,12 @@
-//! Stage 2: one group (question, reference, each answer's summary and reward) and the current
-//! library → at most K general experiences, as ops on the library.
+//! Stage 2: one group (question, reference, each answer with its grade and summary) → at most
+//! K lessons, each with a topic, or none.
+//!
+//! The stage does not see the library. Shown the library, a model re-words the lessons it
+//! already has (every step of the letter-counting demo re-proposed its one lesson); whether a
+//! lesson is new, refines one the library has, or repeats it is decided afterwards, lesson by
+//! lesson, by [`integrate`](super::integrate). The model writes its comparison of the attempts
+//! first, with room for it in the token budget, then the lessons; "nothing to learn here"
+//! (an empty list) is a valid answer, since a group whose answers differ by luck has none.
 
 use serde_json::{Value, json};
 
@@ -8,7 +15,7 @@ use super::attempt::Call;
 use super::error::ParseError;
 use super::ops::{Rules, read_ops};
 use super::outcome::StageOutcome;
-use super::prompt::{EXTRACT, EXTRACT_TOOLS, clip, grade, library_lines, render};
+use super::prompt::{EXTRACT, EXTRACT_TOOLS, clip, grade, render};
 use super::proposal::ProposedOp;
 use crate::backend::Backend;
 use crate::data::Sample;
@@ -21,36 +28,42 @@ const SUMMARY_MAX_CHARS: usize = 300;
 /// Answers up to this long are shown whole, so stage 1 skips them (see
 /// [`worth_summarizing`](super::summarize::worth_summarizing)).
 pub(crate) const ANSWER_MAX_CHARS: usize = 300;
-const MISTAKE_MAX_CHARS: usize = 240;
+/// Room for the comparison the model writes before its lessons: enough for a few sentences
+/// naming the step where the attempts part.
+const COMPARISON_MAX_CHARS: usize = 700;
+/// Most characters of a topic in the schema.
+const TOPIC_MAX_CHARS: usize = 40;
 
 /// Characters a text may have in the schema per allowed word: generous, since the word limit
 /// itself is checked when reading and a text over it is dropped, not cut.
 pub(crate) const CHARS_PER_WORD: usize = 10;
 
-/// Proposes at most `cfg.max_experiences` ops from one group.
+/// Proposes at most `cfg.max_experiences` lessons (adds with a topic) from one group.
 ///
-/// An explicit "no change" (`none`, an empty list) is a valid answer and gives `Some(vec![])`;
-/// a reply whose every item is unusable is a failed attempt and is retried.
+/// An explicit "nothing to learn" (an empty list, `none`) is a valid answer and gives
+/// `Some(vec![])`; a reply whose every item is unusable is a failed attempt and is retried.
 pub async fn extract(
     backend: &dyn Backend,
     sample: &Sample,
     group: &RolloutGroup,
     summaries: &[String],
-    library: &State,
     cfg: &DistillConfig,
 ) -> StageOutcome<Vec<ProposedOp>> {
     let call = Call {
         backend,
-        prompt: extract_prompt(sample, group, summaries, library, cfg),
-        schema: extract_schema(library, cfg),
-        sampling: cfg.sampling.clone(),
+        prompt: extract_prompt(sample, group, summaries, cfg),
+        schema: extract_schema(cfg),
+        sampling: cfg.extract_sampling(),
         attempts: cfg.attempts,
         salt: format!("extract/{}", sample.id),
     };
+    // No library: an update or delete names nothing the model was shown, so it is dropped.
+    let library = State::new();
     let rules = Rules {
-        library,
+        library: &library,
         max_words: cfg.max_words,
         template: EXTRACT,
+        problem: Some(&sample.question),
     };
     let max = cfg.max_experiences;
     call.run(|output, dropped| {
@@ -77,7 +90,6 @@ pub fn extract_prompt(
     sample: &Sample,
     group: &RolloutGroup,
     summaries: &[String],
-    library: &State,
     cfg: &DistillConfig,
 ) -> String {
     let attempts: Vec<String> = group
@@ -114,7 +126,6 @@ pub fn extract_prompt(
             ("question", &clip(&sample.question, QUESTION_MAX_CHARS)),
             ("reference", &clip(&sample.answer, REFERENCE_MAX_CHARS)),
             ("attempts", &attempts.join("\n")),
-            ("library", &library_lines(library)),
             ("max_words", &cfg.max_words.to_string()),
         ],
     );
@@ -124,84 +135,55 @@ pub fn extract_prompt(
     format!("{prompt}\n\n{}", EXTRACT_TOOLS.trim_end())
 }
 
-/// `{"ops": [1..=K ops]}`, where updates and deletes may only name active experiences.
+/// `{"comparison": "…", "lessons": [0..=K {"topic", "when", "do"}]}`.
 ///
-/// `none` is left out on purpose: a group reaches this stage only when its answers differ, so
-/// there is something to learn, and a small model offered "none" takes it every time. Readers
-/// still accept `none` from servers that ignore the schema.
+/// The comparison comes first: a model that names where the right and wrong attempts part
+/// before it writes lessons writes lessons about that step, rather than describing the
+/// attempts. It is read by nobody but the model itself.
 ///
-/// A `mistake` sentence comes first: a small model that names what the wrong attempts did
-/// before it writes lessons writes lessons about that, rather than describing the attempts.
-/// It is read by nobody but the model itself.
-pub fn extract_schema(library: &State, cfg: &DistillConfig) -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "mistake": {"type": "string", "minLength": 5, "maxLength": MISTAKE_MAX_CHARS},
-            "ops": {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": cfg.max_experiences.max(1),
-                "items": {"anyOf": op_variants(library, cfg.max_words)}
-            }
-        },
-        "required": ["mistake", "ops"],
-        "additionalProperties": false
-    })
-}
-
-/// The schema of each op kind.
-///
-/// A text is asked for as `when` and `do` (read back as "When <when>, <do>."): a small model
+/// A lesson is asked for as `when` and `do` (read back as "When <when>, <do>."): a small model
 /// given one free `text` field fills it with anything, and one given `condition` and `strategy`
 /// describes the attempts ("The attempt correctly identified …") instead of advising.
-fn op_variants(library: &State, max_words: usize) -> Vec<Value> {
+pub fn extract_schema(cfg: &DistillConfig) -> Value {
     // Bounds generous enough that a string the grammar cuts off is over the word limit, so it
     // is dropped rather than kept half-written.
     let part = |share: usize| {
         json!({
             "type": "string",
             "minLength": 5,
-            "maxLength": max_words.max(1) * CHARS_PER_WORD * share / 4
+            "maxLength": cfg.max_words.max(1) * CHARS_PER_WORD * share / 4
         })
     };
-    let ids: Vec<String> = library.active().map(|e| e.id.to_string()).collect();
-    let variant = |op: &str, with_id: bool, with_text: bool| {
-        let mut properties = serde_json::Map::new();
-        // The grammar writes required keys in this order: the target, then the condition
-        // before the strategy, then the kind of op.
-        let mut required = vec![];
-        if with_id {
-            properties.insert("id".into(), json!({"enum": ids}));
-            required.push("id");
-        }
-        if with_text {
-            properties.insert("when".into(), part(2));
-            properties.insert("do".into(), part(3));
-            required.extend(["when", "do"]);
-        }
-        properties.insert("op".into(), json!({"const": op}));
-        required.push("op");
-        json!({
-            "type": "object",
-            "properties": properties,
-            "required": required,
-            "additionalProperties": false
-        })
-    };
-    let mut variants = vec![variant("add", false, true)];
-    if !ids.is_empty() {
-        variants.push(variant("update", true, true));
-        variants.push(variant("delete", true, false));
-    }
-    variants
+    json!({
+        "type": "object",
+        "properties": {
+            "comparison": {"type": "string", "minLength": 5, "maxLength": COMPARISON_MAX_CHARS},
+            "lessons": {
+                "type": "array",
+                "minItems": 0,
+                "maxItems": cfg.max_experiences,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "topic": {"type": "string", "minLength": 3, "maxLength": TOPIC_MAX_CHARS},
+                        "when": part(2),
+                        "do": part(3)
+                    },
+                    "required": ["topic", "when", "do"],
+                    "additionalProperties": false
+                }
+            }
+        },
+        "required": ["comparison", "lessons"],
+        "additionalProperties": false
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::backend::json_schema_to_gbnf;
-    use crate::distill::testing::{Replay, group, id, library, sample};
+    use crate::distill::testing::{Replay, group, sample};
 
     fn summaries() -> Vec<String> {
         vec!["It multiplied 3 by 4.".into(), String::new()]
@@ -214,135 +196,113 @@ mod tests {
             &sample(),
             &group(),
             &summaries(),
-            &library(),
             &DistillConfig::default(),
         )
         .await;
         (outcome, backend)
     }
 
+    fn add(text: &str, topic: &str) -> ProposedOp {
+        ProposedOp::Add {
+            text: text.into(),
+            topic: Some(topic.into()),
+        }
+    }
+
     #[test]
-    fn the_prompt_lists_attempts_and_the_library() {
-        let prompt = extract_prompt(
-            &sample(),
-            &group(),
-            &summaries(),
-            &library(),
-            &DistillConfig::default(),
-        );
+    fn the_prompt_lists_attempts_but_not_the_library() {
+        let prompt = extract_prompt(&sample(), &group(), &summaries(), &DistillConfig::default());
         assert!(prompt.contains("write up to 2 lessons"), "{prompt}");
         assert!(
             prompt.contains("1. CORRECT (reward 1.0)\n   Answer: 3 bags times 4 apples is 12. Answer: 12\n   Summary: It multiplied 3 by 4."),
             "{prompt}"
         );
         assert!(
-            prompt
-                .contains("2. WRONG (reward 0.0)\n   Answer: 3 plus 4 is 7. Answer: 7\n\nLessons"),
+            prompt.contains("2. WRONG (reward 0.0)\n   Answer: 3 plus 4 is 7. Answer: 7\n\nFirst"),
             "{prompt}"
-        );
-        assert!(
-            prompt.contains("[E0001] When stuck, guess.\n[E0002] When counting, count twice."),
-            "{prompt}"
-        );
-        assert!(
-            !prompt.contains("E0003"),
-            "deleted experiences are not shown"
         );
         assert!(prompt.contains("at most 32 words"), "{prompt}");
-        let empty = extract_prompt(
-            &sample(),
-            &group(),
-            &[],
-            &State::new(),
-            &DistillConfig::default(),
-        );
-        assert!(
-            empty.contains("Lessons the student already has:\n(none yet)"),
-            "{empty}"
-        );
+        assert!(prompt.contains("Write none when"), "{prompt}");
+        assert!(!prompt.contains("E0001") && !prompt.contains("(none yet)"));
     }
 
     #[test]
-    fn the_schema_offers_only_active_ids_and_compiles() {
-        let schema = extract_schema(&library(), &DistillConfig::default());
-        let variants = schema["properties"]["ops"]["items"]["anyOf"]
-            .as_array()
-            .unwrap();
-        assert_eq!(variants.len(), 3);
+    fn the_schema_asks_for_a_comparison_first_and_allows_no_lesson() {
+        let schema = extract_schema(&DistillConfig::default());
+        let keys: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["comparison", "lessons"]);
+        assert_eq!(schema["properties"]["lessons"]["minItems"], 0);
+        assert_eq!(schema["properties"]["lessons"]["maxItems"], 2);
         assert_eq!(
-            variants[1]["properties"]["id"]["enum"],
-            json!(["E0001", "E0002"])
+            schema["properties"]["lessons"]["items"]["required"],
+            json!(["topic", "when", "do"])
         );
-        let grammar = json_schema_to_gbnf(&schema).unwrap();
-        assert!(grammar.contains("E0002") && !grammar.contains("E0003"));
-        let empty = extract_schema(&State::new(), &DistillConfig::default());
-        assert_eq!(
-            empty["properties"]["ops"]["items"]["anyOf"]
-                .as_array()
-                .unwrap()
-                .len(),
-            1
-        );
-        assert!(json_schema_to_gbnf(&empty).is_ok());
+        assert!(json_schema_to_gbnf(&schema).is_ok());
     }
 
     #[tokio::test]
-    async fn ops_are_read_and_capped_at_k() {
+    async fn lessons_are_read_with_their_topic_and_capped_at_k() {
         let (outcome, _) = run(&[Ok(
-            r#"{"ops": [{"op": "add", "text": "When items come in groups, multiply."}, {"op": "update", "id": "E0002", "text": "When counting groups, multiply."}, {"op": "add", "text": "When unsure, check the units."}]}"#,
+            r#"{"comparison": "The right one multiplied.", "lessons": [{"topic": "Equal Groups", "when": "items come in equal groups", "do": "multiply the count by the size"}, {"topic": "units", "when": "amounts have units", "do": "check the units"}, {"topic": "x", "when": "unsure of a sum", "do": "add again"}]}"#,
         )])
         .await;
         let ops = outcome.value.unwrap();
-        assert_eq!(ops.len(), 2);
         assert_eq!(
-            ops[1],
-            ProposedOp::Update {
-                id: id(2),
-                text: "When counting groups, multiply.".into()
-            }
+            ops,
+            vec![
+                add(
+                    "When items come in equal groups, multiply the count by the size.",
+                    "equal groups"
+                ),
+                add("When amounts have units, check the units.", "units"),
+            ]
         );
         assert_eq!(
             outcome.dropped,
-            vec!["attempt 1: over the limit of 2 per group: add: When unsure, check the units."]
+            vec!["attempt 1: over the limit of 2 per group: add: When unsure of a sum, add again."]
         );
     }
 
     #[tokio::test]
-    async fn all_dropped_is_retried_and_a_plain_list_accepted() {
+    async fn nothing_to_learn_is_an_empty_success() {
+        let (outcome, backend) = run(&[Ok(
+            r#"{"comparison": "Both did the same steps; one slipped.", "lessons": []}"#,
+        )])
+        .await;
+        assert_eq!(outcome.value, Some(Vec::new()));
+        assert_eq!((outcome.attempts, outcome.parse_failures), (1, 0));
+        assert_eq!(backend.requests().len(), 1);
+        let (none, _) = run(&[Ok(r#"{"ops": [{"op": "none"}]}"#)]).await;
+        assert_eq!(none.value, Some(Vec::new()));
+    }
+
+    #[tokio::test]
+    async fn a_lesson_quoting_the_problem_is_dropped_and_the_stage_retried() {
+        // The sample: "Tom has 3 bags of 4 apples. How many apples?"
         let (outcome, backend) = run(&[
-            Ok(r#"{"ops": [{"op": "delete", "id": "E0009"}]}"#),
+            Ok(
+                r#"{"comparison": "x", "lessons": [{"topic": "groups", "when": "Tom has bags of apples", "do": "multiply bags by apples"}]}"#,
+            ),
             Err("timed out"),
             Ok("Lessons:\n1. When items come in groups, multiply the count by the size."),
         ])
         .await;
         assert_eq!(
             outcome.value,
-            Some(vec![ProposedOp::Add {
-                text: "When items come in groups, multiply the count by the size.".into()
-            }])
+            Some(vec![ProposedOp::add(
+                "When items come in groups, multiply the count by the size."
+            )])
         );
         assert_eq!(
-            (
-                outcome.attempts,
-                outcome.parse_failures,
-                outcome.backend_errors
-            ),
-            (3, 0, 1)
+            (outcome.attempts, outcome.rejections, outcome.backend_errors),
+            (3, 1, 1)
         );
-        assert_eq!(outcome.rejections, 1);
-        assert_eq!(outcome.errors[0], "attempt 1: all 1 items were dropped");
-        assert_eq!(
-            outcome.dropped,
-            vec!["attempt 1: delete names E0009, which is not an active experience"]
+        assert!(
+            outcome.dropped[0].contains("quotes the problem (its name Tom)"),
+            "{:?}",
+            outcome.dropped
         );
         assert_eq!(backend.requests().len(), 3);
-    }
-
-    #[tokio::test]
-    async fn an_explicit_none_is_an_empty_success() {
-        let (outcome, _) = run(&[Ok(r#"{"ops": [{"op": "none"}]}"#)]).await;
-        assert_eq!(outcome.value, Some(Vec::new()));
-        assert_eq!(outcome.parse_failures, 0);
     }
 
     #[tokio::test]

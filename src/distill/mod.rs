@@ -1,10 +1,11 @@
-//! The three LLM stages of Training-Free GRPO, robust to what small models write.
+//! The LLM stages of Training-Free GRPO, robust to what small models write.
 //!
 //! | stage | function | input → output |
 //! |---|---|---|
 //! | 1 | [`summarize`] | one scored answer too long to show whole → a short summary of what it did |
-//! | 2 | [`extract`] | one group's summaries and rewards + the library → at most K [`ProposedOp`]s |
-//! | 3 | [`consolidate`] | a batch's [`Proposal`]s + the library → the final proposals |
+//! | 2 | [`extract`] | one group's answers, grades and summaries → a comparison, then 0..=K lessons with a topic |
+//! | 3 | [`consolidate`] | a batch's [`Proposal`]s → the distinct ones worth keeping (0..=`max_kept`), duplicates merged |
+//! | 4 | [`integrate`] | one kept lesson + the library's related lessons → add it, update one, or it is the same as one |
 //! | — | [`resolve()`] | proposals → library [`Change`](crate::library::Change)s, deterministically |
 //!
 //! Model output is untrusted. Every stage asks for JSON under a schema constraint, reads the
@@ -22,6 +23,7 @@ mod attempt;
 mod consolidate;
 mod error;
 mod extract;
+mod integrate;
 pub mod json;
 mod lint;
 mod ops;
@@ -41,6 +43,9 @@ use crate::library::DEFAULT_MAX_WORDS;
 pub use consolidate::{consolidate, consolidate_prompt, consolidate_schema};
 pub use error::ParseError;
 pub use extract::{extract, extract_prompt, extract_schema};
+pub use integrate::{
+    Decision, Neighbour, integrate, integrate_prompt, integrate_schema, neighbours, word_similarity,
+};
 pub use json::{Extracted, extract_json, parse_json};
 pub use outcome::{Stage, StageOutcome, StageStats};
 pub use prompt::prompts_hash;
@@ -82,6 +87,39 @@ pub struct DistillConfig {
     pub delete_min_steps: u64,
     /// Sampling of the first attempt; retries vary the seed and sample a little warmer.
     pub sampling: Sampling,
+    /// Token budget of an extract call, which writes its comparison of the attempts before
+    /// its lessons; the other stages use `sampling.max_tokens`.
+    #[serde(default = "default_extract_max_tokens")]
+    pub extract_max_tokens: u32,
+    /// Most lessons the consolidate stage keeps from one step's proposals.
+    #[serde(default = "default_max_kept")]
+    pub max_kept: usize,
+}
+
+/// An extract reply's budget: a comparison of up to ~700 characters (~175 tokens), then K
+/// lessons of up to ~80 tokens each in JSON, with room to spare.
+pub const DEFAULT_EXTRACT_MAX_TOKENS: u32 = 512;
+
+fn default_extract_max_tokens() -> u32 {
+    DEFAULT_EXTRACT_MAX_TOKENS
+}
+
+/// Lessons one step keeps by default: enough for the distinct traps a batch of problems
+/// shows, few enough that the validation gate can judge them.
+pub const DEFAULT_MAX_KEPT: usize = 4;
+
+fn default_max_kept() -> usize {
+    DEFAULT_MAX_KEPT
+}
+
+impl DistillConfig {
+    /// The sampling of an extract call: [`Self::sampling`] with [`Self::extract_max_tokens`].
+    pub fn extract_sampling(&self) -> Sampling {
+        Sampling {
+            max_tokens: self.extract_max_tokens.max(self.sampling.max_tokens),
+            ..self.sampling.clone()
+        }
+    }
 }
 
 impl Default for DistillConfig {
@@ -97,6 +135,8 @@ impl Default for DistillConfig {
                 max_tokens: 256,
                 ..Sampling::default()
             },
+            extract_max_tokens: DEFAULT_EXTRACT_MAX_TOKENS,
+            max_kept: DEFAULT_MAX_KEPT,
         }
     }
 }

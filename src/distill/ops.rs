@@ -23,8 +23,11 @@ pub(crate) struct Rules<'a> {
     pub library: &'a State,
     /// Most words in a text.
     pub max_words: usize,
-    /// The prompt template: a text copied from it (its example) is dropped.
+    /// The prompt template: a text copied from its examples is dropped.
     pub template: &'a str,
+    /// The problem the lesson was drawn from, when there is one: a lesson quoting it (a long
+    /// run of its words, one of its names or numbers) is dropped.
+    pub problem: Option<&'a str>,
 }
 
 /// One usable op, with the proposal numbers it names (stage 3's `from`; empty otherwise).
@@ -167,6 +170,7 @@ const TEXT_KEYS: &[&str] = &[
 const CONDITION_KEYS: &[&str] = &["condition", "when", "if"];
 const STRATEGY_KEYS: &[&str] = &["strategy", "then", "do"];
 const ID_KEYS: &[&str] = &["id", "experienceid", "target", "targetid", "ref"];
+const TOPIC_KEYS: &[&str] = &["topic", "category", "skill", "situation", "domain"];
 const FROM_KEYS: &[&str] = &["from", "sources", "source", "proposals", "refs", "basedon"];
 
 fn norm_key(key: &str) -> String {
@@ -278,6 +282,7 @@ fn parse_object(map: &Map<String, Value>, rules: &Rules<'_>) -> Parsed {
         .and_then(as_text)
         .or_else(|| compose(map));
     let id = field(map, ID_KEYS).and_then(as_text);
+    let topic = field(map, TOPIC_KEYS).and_then(as_text);
     let from = field(map, FROM_KEYS).map(numbers).unwrap_or_default();
     let kind = match (&op, &id, &text) {
         (Some(word), _, _) => match op_kind(word) {
@@ -295,7 +300,12 @@ fn parse_object(map: &Map<String, Value>, rules: &Rules<'_>) -> Parsed {
         }
     };
     match build(kind, id.as_deref(), text.as_deref(), rules) {
-        Parsed::Op(item) => Parsed::Op(Item { from, ..item }),
+        Parsed::Op(mut item) => {
+            if let (ProposedOp::Add { topic: slot, .. }, Some(topic)) = (&mut item.op, topic) {
+                *slot = topic_tag(&topic);
+            }
+            Parsed::Op(Item { from, ..item })
+        }
         other => other,
     }
 }
@@ -445,7 +455,7 @@ fn build(kind: Kind, id: Option<&str>, text: Option<&str>, rules: &Rules<'_>) ->
     let (tagged, body) = split_tag(&cleaned);
     let op = match kind {
         Kind::None => return Parsed::Declined,
-        Kind::Add => check_text("add", body, rules).map(|text| ProposedOp::Add { text }),
+        Kind::Add => check_text("add", body, rules).map(ProposedOp::add),
         Kind::Update => check_id("update", id, tagged, rules).and_then(|id| {
             let text = check_text("update", body, rules)?;
             Ok(ProposedOp::Update { id, text })
@@ -470,6 +480,13 @@ fn check_text(name: &str, text: &str, rules: &Rules<'_>) -> Result<String, Strin
         Err(format!("{name} with a placeholder for a text: \"{text}\""))
     } else if copied_from(rules.template, text) || shares_a_run(rules.template, text) {
         Err(format!("{name} copies the prompt: \"{text}\""))
+    } else if let Some(quoted) = rules
+        .problem
+        .and_then(|problem| quotes_problem(problem, text))
+    {
+        Err(format!(
+            "{name} quotes the problem ({quoted}) instead of naming its kind: \"{text}\""
+        ))
     } else if !has_form(text) {
         Err(format!(
             "{name} is not of the form \"When <condition>, <strategy>.\": \"{text}\""
@@ -523,22 +540,186 @@ pub(crate) fn copied_from(template: &str, text: &str) -> bool {
 /// from an example is a copy, "a problem asks for the" is not.
 const COPIED_RUN: usize = 5;
 
-/// Whether some [`COPIED_RUN`] words in a row of `lesson` appear in `template`: a copied
-/// example with a word changed ("When a problem asks for the number of days lie between two
-/// dates, …") is still a copy.
+/// Of those, how many must be [content words](is_content_word): a run of common words ("a
+/// problem asks how many", "the number of times a") is how any lesson of the kind opens, not a
+/// copy.
+const COPIED_CONTENT: usize = 2;
+
+/// Words every lesson about a problem uses, whatever it copies: articles, prepositions, the
+/// words questions are asked with. A shared run made of these says nothing about copying.
+const COMMON_WORDS: &[&str] = &[
+    "a", "an", "the", "of", "to", "in", "on", "at", "for", "from", "by", "with", "into", "and",
+    "or", "but", "is", "are", "be", "it", "its", "that", "this", "these", "those", "as", "than",
+    "then", "when", "if", "whenever", "do", "does", "what", "which", "how", "many", "much",
+    "problem", "problems", "question", "asks", "ask", "asked", "number", "times", "each", "every",
+    "one", "some", "any", "there", "their", "they", "you", "your", "given", "find", "all", "not",
+    "no", "get", "has", "have", "between", "after", "before", "per",
+];
+
+/// Whether `word` (normalized) carries meaning of its own rather than being a
+/// [common word](COMMON_WORDS).
+fn is_content_word(word: &str) -> bool {
+    !COMMON_WORDS.contains(&word)
+}
+
+/// Whether some [`COPIED_RUN`] words in a row of `lesson`, [`COPIED_CONTENT`] of them content
+/// words, appear in `template`: a copied example with a word changed ("When a problem asks
+/// for the number of days lie between two dates, …") is still a copy, while a lesson that
+/// merely opens the way the examples do ("When a problem asks how many times …") is not.
 ///
 /// The lesson's opening "When" is left out of the runs: the template's examples are JSON whose
-/// key `"when"` stands right before a condition ("when a problem asks for a percentage…"), so
-/// with it every lesson that opens the usual way ("When a problem asks for the number of…")
-/// would count as a copy, and only the odd, off-task lessons would get through.
-fn shares_a_run(template: &str, lesson: &str) -> bool {
+/// key `"when"` stands right before a condition.
+pub(crate) fn shares_a_run(template: &str, lesson: &str) -> bool {
     let template = format!(" {} ", normalize(template));
     let lesson = normalize(lesson);
     let lesson = lesson.strip_prefix("when ").unwrap_or(&lesson);
     let words: Vec<&str> = lesson.split(' ').filter(|w| !w.is_empty()).collect();
-    words
-        .windows(COPIED_RUN)
-        .any(|run| template.contains(&format!(" {} ", run.join(" "))))
+    words.windows(COPIED_RUN).any(|run| {
+        run.iter().filter(|w| is_content_word(w)).count() >= COPIED_CONTENT
+            && template.contains(&format!(" {} ", run.join(" ")))
+    })
+}
+
+/// Words in a row a lesson may share with the problem it came from, and how many of them
+/// content words, before it counts as quoting it.
+const QUOTED_RUN: usize = 6;
+const QUOTED_CONTENT: usize = 3;
+
+/// What of `problem` the lesson quotes: a run of [`QUOTED_RUN`] of its words, one of its
+/// numbers of two digits or more, or one of its names (a capitalized word inside a
+/// sentence). Such a lesson is about one problem, not its kind; small numbers ("divide by 2")
+/// and the problem's common wording ("how many full boxes") are fine.
+pub(crate) fn quotes_problem(problem: &str, lesson: &str) -> Option<String> {
+    let problem_words = normalize(problem);
+    let padded = format!(" {problem_words} ");
+    let normalized = normalize(lesson);
+    let words: Vec<&str> = normalized.split(' ').filter(|w| !w.is_empty()).collect();
+    if let Some(run) = words.windows(QUOTED_RUN).find(|run| {
+        run.iter().filter(|w| is_content_word(w)).count() >= QUOTED_CONTENT
+            && padded.contains(&format!(" {} ", run.join(" ")))
+    }) {
+        return Some(format!("\"{}\"", run.join(" ")));
+    }
+    let problem_set: std::collections::HashSet<&str> = problem_words.split(' ').collect();
+    if let Some(number) = words
+        .iter()
+        .find(|w| w.len() >= 2 && w.bytes().all(|b| b.is_ascii_digit()) && problem_set.contains(*w))
+    {
+        return Some(format!("its number {number}"));
+    }
+    let names = names_in(problem);
+    lesson
+        .split(|c: char| !c.is_alphanumeric())
+        .find_map(|word| names.iter().find(|name| name.eq_ignore_ascii_case(word)))
+        .map(|name| format!("its name {name}"))
+}
+
+/// Capitalized words that name the people, places and things a word problem is about ("Maria",
+/// "Denver"), which no lesson about its kind should repeat. A capitalized word that opens a
+/// sentence is a name unless it is a common word ("Each", "How") or appears in lower case
+/// elsewhere in the problem ("Boxes hold … the boxes").
+fn names_in(text: &str) -> std::collections::HashSet<&str> {
+    const OPENERS: &[&str] = &[
+        "she",
+        "he",
+        "they",
+        "we",
+        "i",
+        "her",
+        "his",
+        "our",
+        "after",
+        "during",
+        "while",
+        "since",
+        "last",
+        "next",
+        "today",
+        "yesterday",
+        "tomorrow",
+        "who",
+        "where",
+        "why",
+        "calculate",
+        "write",
+        "count",
+        "answer",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "half",
+        "both",
+        "only",
+        "also",
+        "later",
+        "now",
+        "first",
+        "second",
+        "third",
+        "finally",
+        "meanwhile",
+        "suppose",
+        "assume",
+        "if",
+        "then",
+        "so",
+    ];
+    let lower_words: std::collections::HashSet<&str> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.chars().next().is_some_and(char::is_lowercase))
+        .collect();
+    let mut names = std::collections::HashSet::new();
+    let mut sentence_start = true;
+    for word in text.split_whitespace() {
+        let bare = word.trim_matches(|c: char| !c.is_alphanumeric());
+        let capitalized = bare.chars().next().is_some_and(char::is_uppercase)
+            && bare.chars().skip(1).all(char::is_lowercase)
+            && bare.chars().count() >= 3;
+        if capitalized {
+            let folded = bare.to_lowercase();
+            let common = !is_content_word(&folded)
+                || OPENERS.contains(&folded.as_str())
+                || lower_words.contains(folded.as_str());
+            if !sentence_start || !common {
+                names.insert(bare);
+            }
+        }
+        sentence_start = word.ends_with(['.', '?', '!', ':']);
+    }
+    names
+}
+
+/// Longest topic, in words: a topic names a kind of situation, not a lesson.
+const TOPIC_MAX_WORDS: usize = 4;
+
+/// A model's topic as a domain tag: lower-case words of letters and digits, at most
+/// [`TOPIC_MAX_WORDS`] of them, joined by spaces; `None` when nothing is left or it is a
+/// placeholder ("topic", "general", "none").
+pub(crate) fn topic_tag(raw: &str) -> Option<String> {
+    let normalized = normalize(raw);
+    let words: Vec<&str> = normalized.split(' ').filter(|w| !w.is_empty()).collect();
+    if words.is_empty() || words.len() > TOPIC_MAX_WORDS * 2 {
+        return None;
+    }
+    // A long topic loses its common words first ("percent of a changed amount" → "percent
+    // changed amount"), then its tail.
+    let words: Vec<&str> = if words.len() > TOPIC_MAX_WORDS {
+        words.into_iter().filter(|w| is_content_word(w)).collect()
+    } else {
+        words
+    };
+    let tag = words[..words.len().min(TOPIC_MAX_WORDS)].join(" ");
+    let placeholder = matches!(
+        tag.as_str(),
+        "topic" | "general" | "none" | "other" | "misc" | "n a" | "unknown" | "lesson"
+    );
+    (!placeholder).then_some(tag)
 }
 
 /// The id an update or delete names (given, or tagged at the start of its text), which must be

@@ -12,7 +12,7 @@ fn id(n: u32) -> ExperienceId {
 }
 
 fn add(text: &str) -> ProposedOp {
-    ProposedOp::Add { text: text.into() }
+    ProposedOp::add(text)
 }
 
 /// Reads `output` against a library with E0001 and E0002 active and E0003 deleted.
@@ -22,6 +22,7 @@ fn read(output: &str) -> (Result<Vec<ProposedOp>, ParseError>, Vec<String>) {
         library: &state,
         max_words: 12,
         template: TEMPLATE,
+        problem: None,
     };
     let mut dropped = Vec::new();
     let result = read_ops(output, &rules, true, &mut dropped)
@@ -101,6 +102,7 @@ fn none_and_keep_are_decisions_not_failures() {
         library: &state,
         max_words: 12,
         template: TEMPLATE,
+        problem: None,
     };
     for output in [
         r#"{"ops": [{"op": "none"}]}"#,
@@ -193,6 +195,7 @@ fn proposal_numbers_are_read_in_any_spelling() {
         library: &state,
         max_words: 12,
         template: TEMPLATE,
+        problem: None,
     };
     let output = r##"[{"from": [1, 3], "op": "add", "text": "When a, do b."}, {"sources": "2, 4", "op": "add", "text": "When c, do d."}, {"from": ["#5", "P6"], "op": "add", "text": "When e, do f."}, {"op": "add", "text": "When g, do h."}]"##;
     let read = read_ops(output, &rules, false, &mut Vec::new()).unwrap();
@@ -207,6 +210,7 @@ fn plain_text_needs_permission() {
         library: &state,
         max_words: 12,
         template: TEMPLATE,
+        problem: None,
     };
     let output = "1. When a, do b.";
     assert!(read_ops(output, &rules, false, &mut Vec::new()).is_err());
@@ -292,13 +296,74 @@ fn when_and_do_read_as_one_sentence_and_a_copied_example_condition_is_dropped() 
 
 #[test]
 fn a_lesson_that_opens_like_the_examples_is_not_a_copy_of_them() {
-    // The extract template's examples are `{"when": "a problem asks for a percentage…"}`:
-    // "when a problem asks for" is five words of it, and the usual opening of any lesson.
+    // "a problem asks how many times" shares common words with the template's instructions
+    // and is the usual opening of any lesson: not a copy.
     let template = crate::distill::prompt::EXTRACT;
     let lesson = "When a problem asks for the number of times a letter appears in a word, \
                   spell the word out and count the matches.";
     assert!(!shares_a_run(template, lesson));
     // The example itself, with its strategy changed, still is.
-    let copied = "When a problem asks how many days lie between two dates, count on a calendar.";
+    let copied = "When counting the days from one date to the next, count on a calendar.";
     assert!(shares_a_run(template, copied));
+}
+
+#[test]
+fn natural_openings_pass_and_quoted_problem_text_does_not() {
+    let template = crate::distill::prompt::EXTRACT;
+    for lesson in [
+        "When a problem asks how many times a letter appears in a word, count each match.",
+        "When a problem asks how many full boxes can be filled, divide and round down.",
+        "When the answer is asked in a different unit than the data, convert at the end.",
+    ] {
+        assert!(!shares_a_run(template, lesson), "{lesson}");
+    }
+    let problem = "Maria packs 250 apples into boxes of 12. How many boxes does she fill \
+                   completely, and how many apples are left over?";
+    // The problem's common wording is fine, as are small numbers.
+    assert_eq!(
+        quotes_problem(
+            problem,
+            "When asked how many boxes are filled completely, divide by 2 sizes and round down."
+        ),
+        None
+    );
+    assert_eq!(
+        quotes_problem(problem, "When maria packs apples, divide.").as_deref(),
+        Some("its name Maria")
+    );
+    assert_eq!(
+        quotes_problem(problem, "When packing 250 items, divide.").as_deref(),
+        Some("its number 250")
+    );
+    assert_eq!(
+        quotes_problem(
+            problem,
+            "When a problem says how many boxes does she fill completely, round down."
+        )
+        .as_deref(),
+        Some("\"how many boxes does she fill\"")
+    );
+    // A common word opening a sentence is no name; one found in lower case elsewhere neither.
+    assert_eq!(
+        quotes_problem(
+            "Each box holds 12. Boxes are full when the boxes hold 12. Tom packs.",
+            "When each box holds items and boxes are full, divide."
+        ),
+        None
+    );
+}
+
+#[test]
+fn topics_become_short_tags() {
+    assert_eq!(topic_tag("Remainders!").as_deref(), Some("remainders"));
+    assert_eq!(
+        topic_tag("percent of a changed amount").as_deref(),
+        Some("percent changed amount")
+    );
+    assert_eq!(topic_tag("General"), None);
+    assert_eq!(topic_tag("  "), None);
+    assert_eq!(
+        topic_tag("a whole sentence that goes on and on about many things at once"),
+        None
+    );
 }

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::Usage;
 
-/// The three LLM stages.
+/// The LLM stages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Stage {
@@ -12,8 +12,10 @@ pub enum Stage {
     Summarize,
     /// Stage 2: one group → proposed ops.
     Extract,
-    /// Stage 3: a batch of proposals → the final ops.
+    /// Stage 3: a batch of proposals → the distinct ones kept.
     Consolidate,
+    /// Stage 4: one kept lesson and its related library lessons → add, update or same.
+    Integrate,
 }
 
 impl Stage {
@@ -23,6 +25,7 @@ impl Stage {
             Self::Summarize => "summarize",
             Self::Extract => "extract",
             Self::Consolidate => "consolidate",
+            Self::Integrate => "integrate",
         }
     }
 }

@@ -15,19 +15,22 @@ pub const SUMMARIZE_TOOLS: &str = include_str!("../../prompts/summarize_tools.tx
 pub const EXTRACT: &str = include_str!("../../prompts/extract.txt");
 /// Stage 2, added when the group's answers called tools.
 pub const EXTRACT_TOOLS: &str = include_str!("../../prompts/extract_tools.txt");
-/// Stage 3: `{max_kept}`, `{library}`, `{proposals}`.
+/// Stage 3: `{max_kept}`, `{proposals}`.
 pub const CONSOLIDATE: &str = include_str!("../../prompts/consolidate.txt");
+/// Stage 4: `{candidate}`, `{neighbours}`, `{max_words}`.
+pub const INTEGRATE: &str = include_str!("../../prompts/integrate.txt");
 
 /// Shown instead of an empty library, so the model does not invent one.
 pub const EMPTY_LIBRARY: &str = "(none yet)";
 
 /// Every stage template.
-const TEMPLATES: [&str; 5] = [
+const TEMPLATES: [&str; 6] = [
     SUMMARIZE,
     SUMMARIZE_TOOLS,
     EXTRACT,
     EXTRACT_TOOLS,
     CONSOLIDATE,
+    INTEGRATE,
 ];
 
 /// SHA-256 (hex) over the stage templates, recorded in each version's provenance.
@@ -129,20 +132,14 @@ mod tests {
 
     #[test]
     fn every_placeholder_is_in_its_template() {
-        let expected: [(&str, &[&str]); 3] = [
+        let expected: [(&str, &[&str]); 4] = [
             (SUMMARIZE, &["question", "reference", "answer", "grade"]),
             (
                 EXTRACT,
-                &[
-                    "max_ops",
-                    "question",
-                    "reference",
-                    "attempts",
-                    "library",
-                    "max_words",
-                ],
+                &["max_ops", "question", "reference", "attempts", "max_words"],
             ),
-            (CONSOLIDATE, &["max_kept", "library", "proposals"]),
+            (CONSOLIDATE, &["max_kept", "proposals"]),
+            (INTEGRATE, &["candidate", "neighbours", "max_words"]),
         ];
         for (template, names) in expected {
             for name in names {

@@ -14,6 +14,11 @@ pub enum ProposedOp {
     Add {
         /// `When <condition>, <strategy>.`
         text: String,
+        /// The kind of situation it covers, in a few words ("remainders", "percent change"):
+        /// it becomes the experience's domain, and near-duplicates are looked for among
+        /// lessons of the same topic first. Absent in journals written before topics.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        topic: Option<String>,
     },
     /// A new text for an active experience.
     Update {
@@ -30,6 +35,22 @@ pub enum ProposedOp {
 }
 
 impl ProposedOp {
+    /// A new experience without a topic.
+    pub fn add(text: impl Into<String>) -> Self {
+        Self::Add {
+            text: text.into(),
+            topic: None,
+        }
+    }
+
+    /// The topic of an add.
+    pub fn topic(&self) -> Option<&str> {
+        match self {
+            Self::Add { topic, .. } => topic.as_deref(),
+            _ => None,
+        }
+    }
+
     /// `add`, `update` or `delete`.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -50,7 +71,7 @@ impl ProposedOp {
     /// The text the op writes; deletes write none.
     pub fn text(&self) -> Option<&str> {
         match self {
-            Self::Add { text } | Self::Update { text, .. } => Some(text),
+            Self::Add { text, .. } | Self::Update { text, .. } => Some(text),
             Self::Delete { .. } => None,
         }
     }
@@ -58,7 +79,7 @@ impl ProposedOp {
     /// One line for prompts and logs: `add: When …`, `update E0003: When …`, `delete E0003`.
     pub fn describe(&self) -> String {
         match self {
-            Self::Add { text } => format!("add: {text}"),
+            Self::Add { text, .. } => format!("add: {text}"),
             Self::Update { id, text } => format!("update {id}: {text}"),
             Self::Delete { id } => format!("delete {id}"),
         }
@@ -127,6 +148,7 @@ mod tests {
         let ops = [
             ProposedOp::Add {
                 text: "When a, b.".into(),
+                topic: None,
             },
             ProposedOp::Update {
                 id,

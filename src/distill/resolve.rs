@@ -47,6 +47,7 @@ pub fn normalize(text: &str) -> String {
 enum Slot {
     Add {
         text: String,
+        topic: Option<String>,
         evidence: Evidence,
     },
     Update {
@@ -137,7 +138,7 @@ pub fn resolve(
                     }));
                 }
             },
-            ProposedOp::Add { text } => {
+            ProposedOp::Add { text, topic } => {
                 let key = normalize(text);
                 if let Some(existing) = library.active().find(|e| normalize(&e.text) == key) {
                     let reason = format!("repeats {}: \"{}\"", existing.id, existing.text);
@@ -148,6 +149,7 @@ pub fn resolve(
                     adds.insert(key, slots.len());
                     slots.push(Some(Slot::Add {
                         text: text.clone(),
+                        topic: topic.clone(),
                         evidence: proposal.evidence.clone(),
                     }));
                 }
@@ -222,7 +224,7 @@ fn check(
     max_words: usize,
 ) -> Result<Proposal, (Proposal, String)> {
     let kind = proposal.op.kind();
-    if let ProposedOp::Add { text } | ProposedOp::Update { text, .. } = &mut proposal.op {
+    if let ProposedOp::Add { text, .. } | ProposedOp::Update { text, .. } = &mut proposal.op {
         *text = clean_text(text);
         let words = text.split_whitespace().count();
         let reason = if normalize(text).is_empty() {
@@ -305,12 +307,16 @@ fn drop_repeating_updates(
             continue;
         }
         if let Some(&add) = adds.get(&key)
-            && let Some(Slot::Add { text, evidence }) = slots[add].take()
+            && let Some(Slot::Add {
+                text,
+                topic,
+                evidence,
+            }) = slots[add].take()
         {
             let reason = format!("repeats the update of {id}");
             dropped.push((
                 Proposal {
-                    op: ProposedOp::Add { text },
+                    op: ProposedOp::Add { text, topic },
                     evidence,
                 },
                 reason,
@@ -321,9 +327,13 @@ fn drop_repeating_updates(
 
 fn into_change(slot: Slot) -> Change {
     match slot {
-        Slot::Add { text, evidence } => Change::Add {
+        Slot::Add {
             text,
-            domain: None,
+            topic,
+            evidence,
+        } => Change::Add {
+            text,
+            domain: topic,
             confidence: None,
             evidence,
         },

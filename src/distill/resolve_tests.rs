@@ -15,7 +15,7 @@ fn evidence(query: &str) -> Evidence {
 
 fn add(text: &str, query: &str) -> Proposal {
     Proposal {
-        op: ProposedOp::Add { text: text.into() },
+        op: ProposedOp::add(text),
         evidence: evidence(query),
     }
 }

@@ -3,13 +3,11 @@
 //! meanwhile, and the usage counts of what the step showed.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use super::events::RunEvent;
 use super::journal::StepEnd;
 use super::{RunError, Runner};
 use crate::distill;
-use crate::embed::find_near_duplicates;
 use crate::library::{Change, ExperienceId, LibraryError, Op, Provenance, State, Validation};
 
 /// Re-reads the library when another process committed, and says so in the log.
@@ -150,36 +148,6 @@ pub(super) fn committed_end(version: u64, ops: &[Op]) -> StepEnd {
         updated: count("update"),
         deleted: count("delete"),
     }
-}
-
-/// Indices (among the adds, in order) of new experiences too close to an existing one or to an
-/// earlier add.
-pub(super) async fn near_duplicates(
-    embedder: Arc<dyn crate::embed::Embedder>,
-    changes: &[Change],
-    state: &State,
-    threshold: f32,
-) -> Result<Vec<usize>, RunError> {
-    let adds: Vec<String> = changes
-        .iter()
-        .filter_map(|c| match c {
-            Change::Add { text, .. } => Some(text.clone()),
-            _ => None,
-        })
-        .collect();
-    if adds.is_empty() {
-        return Ok(Vec::new());
-    }
-    let existing: Vec<(String, String)> = state
-        .active()
-        .map(|e| (e.id.to_string(), e.text.clone()))
-        .collect();
-    let found = tokio::task::spawn_blocking(move || {
-        find_near_duplicates(embedder.as_ref(), &adds, &existing, threshold)
-    })
-    .await
-    .expect("the embedding task does not panic")?;
-    Ok(found.into_iter().map(|d| d.index).collect())
 }
 
 #[cfg(test)]

@@ -298,7 +298,7 @@ fn op_kind(kind: &str) -> OpKind {
 
 fn proposal(op: &ProposedOp) -> OpProposal {
     match op {
-        ProposedOp::Add { text } => OpProposal {
+        ProposedOp::Add { text, .. } => OpProposal {
             kind: OpKind::Add,
             id: None,
             text: text.clone(),

@@ -19,7 +19,9 @@ pub mod dashboard;
 pub mod evaluation;
 pub mod events;
 pub mod fallback;
+mod integrate;
 pub mod journal;
+pub mod lessons;
 pub mod plateau;
 pub mod report;
 mod session;
@@ -63,6 +65,12 @@ use crate::reward::Verifier;
 /// Stage calls in flight at once unless set (runs from before the setting used `parallel`).
 pub const DEFAULT_STAGE_PARALLEL: usize = 16;
 
+fn default_related_threshold() -> f32 {
+    integrate::DEFAULT_RELATED_THRESHOLD
+}
+
+pub use integrate::DEFAULT_RELATED_THRESHOLD;
+
 fn default_stage_parallel() -> usize {
     DEFAULT_STAGE_PARALLEL
 }
@@ -84,8 +92,13 @@ pub struct RunConfig {
     #[serde(default = "default_stage_parallel")]
     pub stage_parallel: usize,
     pub distill: DistillConfig,
-    /// Cosine similarity at or above which a new experience is a near-duplicate.
+    /// Cosine similarity at or above which a new experience is a near-duplicate of a lesson of
+    /// its topic (of another topic: halfway from it to 1).
     pub duplicate_threshold: f32,
+    /// Cosine similarity at or above which a library lesson of another topic is shown to stage
+    /// 4 beside a new one.
+    #[serde(default = "default_related_threshold")]
+    pub related_threshold: f32,
     pub budget_tokens: Option<u64>,
     pub budget_usd: Option<f64>,
     /// Names of the tools of agent rollouts (empty: plain answers), for provenance.

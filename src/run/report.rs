@@ -129,9 +129,12 @@ pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) 
         );
         let _ = writeln!(
             out,
-            "\nOps dropped by resolution: {}; near-duplicates dropped: {}; verifier failures: {}.",
+            "\nOps dropped by resolution: {}; lessons near-duplicating one the library has (refined or confirmed, never dropped): {}; verifier failures: {}.",
             summary.dropped_ops, summary.near_duplicates, summary.verifier_failures
         );
+        if !summary.lessons.is_empty() {
+            out.push_str(&lessons_markdown(&summary.lessons));
+        }
     }
     if let Some(source) = &summary.source {
         out.push_str(&source_markdown(source));
@@ -361,6 +364,33 @@ pub fn plot(summary: &RunSummary) -> std::io::Result<String> {
     Ok(svg)
 }
 
+/// The stage outcome table: where the run's lessons went.
+fn lessons_markdown(lessons: &super::lessons::LessonCounts) -> String {
+    let mut out = String::from(
+        "\n| lessons proposed | nothing new | merged | left out | added | refined | confirmed |\n|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let _ = writeln!(
+        out,
+        "| {} | {} | {} | {} | {} | {} | {} |",
+        lessons.proposed,
+        lessons.nothing_new,
+        lessons.merged,
+        lessons.left_out,
+        lessons.added,
+        lessons.updated,
+        lessons.confirmed
+    );
+    if !lessons.dropped.is_empty() {
+        let dropped: Vec<String> = lessons
+            .dropped
+            .iter()
+            .map(|(kind, count)| format!("{kind}: {count}"))
+            .collect();
+        let _ = writeln!(out, "\nDropped by the checks: {}.", dropped.join("; "));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -387,6 +417,7 @@ mod tests {
             validation: None,
             stage_seconds: if n == 1 { 12.5 } else { 0.0 },
             stage_tokens: if n == 1 { 1000 } else { 0 },
+            lessons: Default::default(),
         }
     }
 

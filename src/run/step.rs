@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::commit::{
-    commit_rebased, committed_end, count_usage, harmful_deletes, near_duplicates, prompts_hash,
-    refresh_library,
+    commit_rebased, committed_end, count_usage, harmful_deletes, prompts_hash, refresh_library,
 };
 use super::events::{Events, RunEvent};
+use super::integrate;
 use super::journal::{Entry, Journal, Replay, Stage, StepEnd};
 use super::stage::{Calls, Rollouts};
 use super::summary::StepReport;
@@ -17,7 +17,7 @@ use super::validate::{Gate, gate};
 use super::{RunControl, RunError, Runner};
 use crate::data::Sample;
 use crate::distill::{self, Proposal, ProposedOp, StageOutcome};
-use crate::library::{Change, Evidence, ExperienceId, Op, Provenance, State};
+use crate::library::{Evidence, ExperienceId, Op, Provenance, State};
 use crate::rollout::prompt::{PromptExperience, solve_messages};
 use crate::rollout::{RolloutGroup, rollout};
 
@@ -251,7 +251,7 @@ pub(super) async fn run_step(
                 .collect();
             async move {
                 Ok::<_, RunError>(
-                    distill::extract(backend.as_ref(), sample, group, &texts, state_ref, cfg).await,
+                    distill::extract(backend.as_ref(), sample, group, &texts, cfg).await,
                 )
             }
         })
@@ -260,6 +260,9 @@ pub(super) async fn run_step(
         return Ok(StepOutcome::Stopped);
     }
     let extract_ok = extracted.all().filter(|(_, o)| o.value.is_some()).count();
+    for (_, outcome) in extracted.all() {
+        at.report.lessons.count_extract(outcome);
+    }
     let proposals: Vec<Proposal> = extracted
         .into_all()
         .flat_map(|((sample, group), outcome)| {
@@ -305,47 +308,98 @@ pub(super) async fn run_step(
         return Ok(StepOutcome::Stopped);
     };
     let final_proposals = match consolidated.value {
-        Some(value) => value,
+        Some(value) => {
+            at.report
+                .lessons
+                .count_consolidated(proposals.len(), &value);
+            value
+        }
         None => {
             at.report.consolidate_fallback = true;
             proposals
         }
     };
+
+    // Stage 4: each kept lesson meets the library's related lessons.
+    let candidates: Vec<String> = final_proposals
+        .iter()
+        .filter(|p| matches!(p.op, ProposedOp::Add { .. }))
+        .filter_map(|p| p.op.text().map(str::to_owned))
+        .collect();
+    let measured = integrate::similarities(
+        runner.embedder.clone(),
+        &candidates,
+        &state,
+        runner.config.related_threshold,
+        runner.config.duplicate_threshold,
+    )
+    .await?;
+    let (final_proposals, measured, twins) = integrate::merge_twins(final_proposals, measured);
+    at.report.lessons.merged += twins;
+    let shown = integrate::neighbours_of(&final_proposals, &state, &measured);
+    at.report.near_duplicates += shown
+        .iter()
+        .filter(|n| n.iter().any(|n| n.near_duplicate))
+        .count() as u64;
+    let integrate_stage = Calls::<distill::Decision> {
+        stage: Stage::Integrate,
+        proposed: |_| Vec::new(),
+    };
+    let items = final_proposals
+        .iter()
+        .zip(&shown)
+        .enumerate()
+        .filter(|(_, (p, n))| matches!(p.op, ProposedOp::Add { .. }) && !n.is_empty())
+        .map(|(index, (p, n))| (format!("{index}"), (index, p, n.as_slice())))
+        .collect();
+    let mut decisions: Vec<Option<distill::Decision>> = final_proposals
+        .iter()
+        .map(|p| matches!(p.op, ProposedOp::Add { .. }).then_some(distill::Decision::Add))
+        .collect();
+    let decided = at
+        .stage(
+            &integrate_stage,
+            items,
+            limit,
+            |(_, proposal, neighbours)| async move {
+                Ok::<_, RunError>(
+                    distill::integrate(backend.as_ref(), &proposal.op, neighbours, state_ref, cfg)
+                        .await,
+                )
+            },
+        )
+        .await?;
+    for ((index, _, _), outcome) in decided.into_all() {
+        decisions[index] = outcome.value;
+    }
+    if runner.control.stop_requested() {
+        return Ok(StepOutcome::Stopped);
+    }
+    let integrated = integrate::apply(final_proposals, decisions, &shown);
+    at.report.lessons.added += integrated.added;
+    at.report.lessons.updated += integrated.updated;
+    at.report.lessons.decided_by_rule += integrated.by_rule;
     let deletes = distill::DeleteRules {
         quorum: cfg.delete_quorum,
         min_steps: cfg.delete_min_steps,
         head_version,
     };
-    let resolution = distill::resolve(final_proposals, &state, cfg.max_words, deletes);
+    let resolution = distill::resolve(integrated.proposals, &state, cfg.max_words, deletes);
     at.report.dropped_ops += resolution.dropped.len() as u64;
-    let mut changes = resolution.changes;
-
-    if let Some(embedder) = runner.embedder.clone() {
-        let near = near_duplicates(
-            embedder,
-            &changes,
-            &state,
-            runner.config.duplicate_threshold,
-        )
-        .await?;
-        at.report.near_duplicates += near.len() as u64;
-        let mut index = 0;
-        changes.retain(|change| {
-            let keep = !(matches!(change, Change::Add { .. }) && near.contains(&index));
-            if matches!(change, Change::Add { .. }) {
-                index += 1;
-            }
-            keep
-        });
+    for (_, reason) in &resolution.dropped {
+        at.report.lessons.count_drop(reason);
     }
+    let mut changes = resolution.changes;
+    at.report.lessons.confirmed +=
+        integrate::add_confirmations(&mut changes, integrated.confirmed, &state);
 
     harmful_deletes(runner.library.usage(), &state, &mut changes);
 
     let end = if changes.is_empty() {
         StepEnd::Skipped {
             reason: format!(
-                "all proposed changes were dropped ({} invalid or contradicted, {} near-duplicates)",
-                at.report.dropped_ops, at.report.near_duplicates
+                "all proposed changes were dropped ({} invalid or contradicted)",
+                at.report.dropped_ops
             ),
         }
     } else {
@@ -357,7 +411,12 @@ pub(super) async fn run_step(
             prompts_hash: prompts_hash(),
             validation: None,
         };
-        let gate = gate(runner, &mut at, queries, &state, &changes, &provenance).await?;
+        // Confirmations alone (evidence-only updates) change no prompt: nothing to judge.
+        let gate = if integrate::changes_prompts(&changes) {
+            gate(runner, &mut at, queries, &state, &changes, &provenance).await?
+        } else {
+            Gate::Pass(None)
+        };
         match gate {
             Gate::Stopped => return Ok(StepOutcome::Stopped),
             Gate::Refused(end) => return at.end(end),

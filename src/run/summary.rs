@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::journal::{Stage, StepEnd};
+use super::lessons::LessonCounts;
 use crate::backend::Usage;
 use crate::distill::{StageOutcome, StageStats};
 
@@ -42,6 +43,9 @@ pub struct StepReport {
     /// Prompt and generated tokens of those calls.
     #[serde(default)]
     pub stage_tokens: u64,
+    /// What became of the step's lessons.
+    #[serde(default, skip_serializing_if = "LessonCounts::is_empty")]
+    pub lessons: LessonCounts,
 }
 
 impl StepReport {
@@ -69,6 +73,7 @@ impl StepReport {
             validation: None,
             stage_seconds: 0.0,
             stage_tokens: 0,
+            lessons: LessonCounts::default(),
         }
     }
 
@@ -103,6 +108,9 @@ pub struct RunSummary {
     pub dropped_ops: u64,
     pub near_duplicates: u64,
     pub verifier_failures: u64,
+    /// What became of the run's lessons, summed over its steps.
+    #[serde(default, skip_serializing_if = "LessonCounts::is_empty")]
+    pub lessons: LessonCounts,
     pub added: usize,
     pub updated: usize,
     pub deleted: usize,
@@ -201,6 +209,9 @@ impl RunSummary {
                 stats.dropped_items
             );
         }
+        if !self.lessons.is_empty() {
+            let _ = writeln!(out, "lessons {}", self.lessons.line());
+        }
         let _ = writeln!(
             out,
             "ops dropped {}, near-duplicates {}, verifier failures {}, failed steps {}, candidates rejected by validation {}",
@@ -234,6 +245,7 @@ impl RunSummary {
             dropped_ops: 0,
             near_duplicates: 0,
             verifier_failures: 0,
+            lessons: LessonCounts::default(),
             added: 0,
             updated: 0,
             deleted: 0,
@@ -256,6 +268,7 @@ impl RunSummary {
         self.dropped_ops += step.dropped_ops;
         self.near_duplicates += step.near_duplicates;
         self.verifier_failures += step.verifier_failures;
+        self.lessons.merge(&step.lessons);
         for (stage, stats) in &step.stages {
             self.stages.entry(*stage).or_default().merge(stats);
         }

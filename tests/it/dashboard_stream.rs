@@ -85,9 +85,9 @@ fn events() -> (Vec<RunEvent>, Vec<RunEvent>) {
             reused: false,
             backend_errors: 0,
             usage: usage(300, 60),
-            proposals: vec![ProposedOp::Add {
-                text: "When counting letters, spell the word out.".into(),
-            }],
+            proposals: vec![ProposedOp::add(
+                "When counting letters, spell the word out.",
+            )],
         },
         RunEvent::StepEnded {
             epoch: 1,

@@ -105,9 +105,24 @@ pub struct GrpoArgs {
     #[arg(long, default_value_t = 0.0)]
     min_reward_std: f64,
 
-    /// Cosine similarity at or above which a new experience counts as a near-duplicate.
+    /// Cosine similarity at or above which a new lesson is a near-duplicate of a lesson of its
+    /// topic; it then refines or confirms that lesson instead of being added.
     #[arg(long, default_value_t = gym::embed::DEFAULT_DUPLICATE_THRESHOLD)]
     duplicate_threshold: f32,
+
+    /// Cosine similarity at or above which a library lesson of another topic is shown beside
+    /// a new lesson when deciding add / update / same (lessons of its topic always are).
+    #[arg(long, default_value_t = gym::run::DEFAULT_RELATED_THRESHOLD)]
+    related_threshold: f32,
+
+    /// Most lessons one step keeps from all its groups' proposals (consolidation).
+    #[arg(long, default_value_t = gym::distill::DEFAULT_MAX_KEPT)]
+    max_kept: usize,
+
+    /// Token budget of each extract call, which compares the answers before it proposes
+    /// lessons.
+    #[arg(long, default_value_t = gym::distill::DEFAULT_EXTRACT_MAX_TOKENS)]
+    extract_max_tokens: u32,
 
     /// Validation gate: before a step commits, A/B test its candidate library against the
     /// current one on this many training queries outside the step's batch (same seeds,
@@ -279,6 +294,8 @@ impl GrpoArgs {
             max_words: library.settings().max_words,
             delete_quorum: self.delete_quorum,
             delete_min_steps: self.delete_min_steps,
+            max_kept: self.max_kept,
+            extract_max_tokens: self.extract_max_tokens,
             ..DistillConfig::default()
         };
         distill.sampling.temperature = self.distill_temperature;
@@ -297,6 +314,7 @@ impl GrpoArgs {
             stage_parallel: self.stage_parallel,
             distill,
             duplicate_threshold: self.duplicate_threshold,
+            related_threshold: self.related_threshold,
             budget_tokens: self.budget_tokens,
             budget_usd: self.budget_usd,
             tools: agent
