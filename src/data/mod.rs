@@ -226,6 +226,6 @@ mod tests {
 
     #[test]
     fn lists_the_builtin_suites() {
-        assert_eq!(builtin_suites(), ["arith", "compare", "letters"]);
+        assert_eq!(builtin_suites(), ["arith", "compare", "gsm", "letters"]);
     }
 }
