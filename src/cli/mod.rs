@@ -152,12 +152,13 @@ fn long_version() -> &'static str {
 
 /// The default features, and whether this binary was built with each (`make demo` builds only
 /// the demo's).
-const FEATURES: [(&str, bool); 6] = [
+const FEATURES: [(&str, bool); 7] = [
     ("chain", cfg!(feature = "chain")),
     ("embed", cfg!(feature = "embed")),
     ("finetune", cfg!(feature = "finetune")),
     ("llama", cfg!(feature = "llama")),
     ("mcp", cfg!(feature = "mcp")),
+    ("parquet", cfg!(feature = "parquet")),
     ("qdrant", cfg!(feature = "qdrant")),
 ];
 

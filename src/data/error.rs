@@ -86,12 +86,14 @@ pub enum RecordError {
         message: String,
     },
     /// A second record with an id already taken.
-    #[error("duplicate id {} (first used on line {first_line})", quoted(id))]
+    #[error("duplicate id {} (first used on {numbering} {first_line})", quoted(id))]
     DuplicateId {
         /// The id.
         id: String,
-        /// The line of the record that has it first.
+        /// The line (or Parquet row) of the record that has it first.
         first_line: usize,
+        /// Whether `first_line` counts lines or rows.
+        numbering: Numbering,
     },
 }
 
@@ -107,18 +109,40 @@ fn tried_list(tried: &[String]) -> String {
     }
 }
 
+/// How a file's records are numbered in messages: text formats by the line where a record
+/// starts, Parquet by its row (both 1-based), since a Parquet file has no lines.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Numbering {
+    /// JSONL, JSON and CSV.
+    #[default]
+    Line,
+    /// Parquet: rows counted across all row groups.
+    Row,
+}
+
+impl fmt::Display for Numbering {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Line => "line",
+            Self::Row => "row",
+        })
+    }
+}
+
 /// A bad record left out because the spec asked for `skip_bad_lines`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SkippedRecord {
-    /// 1-based line where the record starts.
+    /// 1-based line where the record starts; in a Parquet file, its 1-based row.
     pub line: usize,
+    /// Whether `line` counts lines or rows.
+    pub numbering: Numbering,
     /// Why it was left out.
     pub reason: RecordError,
 }
 
 impl fmt::Display for SkippedRecord {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "line {}: {}", self.line, self.reason)
+        write!(f, "{} {}: {}", self.numbering, self.line, self.reason)
     }
 }
 
@@ -135,7 +159,8 @@ pub enum DataError {
     },
     /// The extension does not say which format the file is in.
     #[error(
-        "{}: cannot tell the format from the file name; name it .jsonl, .ndjson, .json or .csv",
+        "{}: cannot tell the format from the file name; name it .jsonl, .ndjson, .json, .csv or \
+         .parquet",
         path.display()
     )]
     UnknownFormat {
@@ -183,6 +208,67 @@ pub enum DataError {
         line: usize,
         /// What is wrong with it.
         reason: RecordError,
+    },
+    /// One bad row of a Parquet file, when bad records are not skipped.
+    #[error("{}: row {row}: {reason}", path.display())]
+    Row {
+        /// The file.
+        path: PathBuf,
+        /// 1-based row, counted across all row groups.
+        row: usize,
+        /// What is wrong with it.
+        reason: RecordError,
+    },
+    /// A Parquet file without any column the question, answer or a named id could come from.
+    #[error(
+        "{}: no column {}{}; the file's columns are: {}",
+        path.display(),
+        quoted(&tried[0]),
+        tried_list(tried),
+        columns.join(", ")
+    )]
+    MissingColumn {
+        /// The file.
+        path: PathBuf,
+        /// The column names tried, in order; never empty.
+        tried: Vec<String>,
+        /// The top-level columns the file has.
+        columns: Vec<String>,
+    },
+    /// A file that the Parquet reader cannot read: not Parquet, truncated, corrupt.
+    #[error("{}: cannot read it as Parquet: {message}", path.display())]
+    Parquet {
+        /// The file.
+        path: PathBuf,
+        /// The reader's message.
+        message: String,
+    },
+    /// A Parquet column compressed with a codec this build does not decode.
+    #[error(
+        "{}: column {} is compressed with {codec}, which Gym does not read; it reads \
+         uncompressed, Snappy, gzip and zstd Parquet files (rewrite it with one of those, e.g. \
+         pandas' to_parquet(compression=\"zstd\"))",
+        path.display(),
+        quoted(column)
+    )]
+    ParquetCodec {
+        /// The file.
+        path: PathBuf,
+        /// The column.
+        column: String,
+        /// `LZ4`, `Brotli`, `LZO`.
+        codec: &'static str,
+    },
+    /// A `.parquet` file given to a build without the `parquet` feature.
+    #[error(
+        "{}: this gym was built without the `parquet` feature, so it cannot read Parquet files \
+         (`make demo` builds only what the demo needs); `make release` builds every feature, or \
+         convert the file to JSONL",
+        path.display()
+    )]
+    ParquetDisabled {
+        /// The file.
+        path: PathBuf,
     },
     /// Held-out split asked of a file that has no `split` field.
     #[error(

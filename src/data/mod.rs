@@ -3,10 +3,13 @@
 //! A [`DatasetSpec`] names a source and a [`Split`]; [`load`] gives a [`Dataset`].
 //!
 //! - **Files**, format by extension: `.jsonl` / `.ndjson` (one JSON object per line; blank
-//!   lines ignored), `.json` (an array of objects), `.csv` (a header row, then records). The
+//!   lines ignored), `.json` (an array of objects), `.csv` (a header row, then records),
+//!   `.parquet` (feature `parquet`: string and number columns, rows numbered from 1). The
 //!   question and answer fields default to the first present of [`QUESTION_FIELDS`] and
 //!   [`ANSWER_FIELDS`]; numbers are accepted and kept as their text. The id is the `id` field
-//!   when there is one, else `<file stem>:<line>` (`<file stem>:<index>` in a JSON array).
+//!   when there is one, else `<file stem>:<line>` (`<file stem>:<index>` in a JSON array,
+//!   `<file stem>:<row>` in Parquet). A file whose every answer is a GSM8K worked solution
+//!   ending `#### <number>` defaults to the `numeric` reward, which reads that number.
 //! - **Traffic logs**, `traffic:PATH`: what `gym serve --traffic-log PATH` wrote (with its
 //!   rotated `PATH.1`, `PATH.2`, …); a request becomes a query when its feedback gives a
 //!   reference or approves an answer (see [`traffic`]).
@@ -25,8 +28,9 @@
 //! `heldout`/`held-out`/`held_out`/`test`/`validation`/`val`/`dev`/`eval` select held-out. A
 //! file without that field has no held-out part: asking for one is an error.
 //!
-//! Bad input is never silently dropped: each bad record is an error naming the file, line and
-//! field, unless `skip_bad_lines` is set, in which case it is counted in [`Dataset::skipped`].
+//! Bad input is never silently dropped: each bad record is an error naming the file, line (or
+//! Parquet row) and field, unless `skip_bad_lines` is set, in which case it is counted in
+//! [`Dataset::skipped`].
 //!
 //! ```
 //! use gym::data::{DatasetSpec, Split, load};
@@ -45,7 +49,7 @@ pub mod conversation;
 mod error;
 mod file;
 mod record;
-pub(crate) use record::json_kind;
+pub(crate) use record::{gsm8k_answer, json_kind};
 mod source;
 mod split;
 pub mod traces;
@@ -54,7 +58,7 @@ pub mod traffic;
 use serde::{Deserialize, Serialize};
 
 pub use builtin::{HELDOUT_SIZE, TRAIN_SIZE};
-pub use error::{DataError, RecordError, SkippedRecord};
+pub use error::{DataError, Numbering, RecordError, SkippedRecord};
 pub use record::{ANSWER_FIELDS, ID_FIELD, QUESTION_FIELDS, SPLIT_FIELD};
 pub use source::{
     DEFAULT_APPROVE_REWARD, DEFAULT_HELDOUT_FRACTION, LeftOut, LeftOutCount, MAX_SOURCE_BYTES,
@@ -226,6 +230,6 @@ mod tests {
 
     #[test]
     fn lists_the_builtin_suites() {
-        assert_eq!(builtin_suites(), ["arith", "compare", "letters"]);
+        assert_eq!(builtin_suites(), ["arith", "compare", "gsm", "letters"]);
     }
 }

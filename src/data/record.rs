@@ -63,6 +63,47 @@ impl FieldMap {
     }
 }
 
+impl FieldMap {
+    /// The names tried for the first required field of which `has` knows none, for formats
+    /// whose records all have the same fields (a Parquet file's columns): then the file, not
+    /// each record, is wrong.
+    pub(crate) fn missing(&self, has: impl Fn(&str) -> bool) -> Option<Vec<String>> {
+        let id = std::slice::from_ref(&self.id);
+        [&self.question[..], &self.answer[..]]
+            .into_iter()
+            .chain(self.id_required.then_some(id))
+            .find(|names| !names.iter().any(|name| has(name)))
+            .map(<[String]>::to_vec)
+    }
+
+    /// Whether a field of this name may be read: a question, answer, id or split field.
+    pub(crate) fn reads(&self, name: &str) -> bool {
+        name == self.id
+            || name == SPLIT_FIELD
+            || self
+                .question
+                .iter()
+                .chain(&self.answer)
+                .any(|field| field == name)
+    }
+}
+
+/// The final answer of a GSM8K-style solution, which ends with `#### <number>`: the number's
+/// text, or `None` when `text` does not end that way.
+///
+/// GSM8K's reference answers are worked solutions ("… so she has 48 + 24 = <<48+24=72>>72 clips.
+/// #### 72"); the number after the last `####` is the answer, whatever numbers come before.
+pub(crate) fn gsm8k_answer(text: &str) -> Option<&str> {
+    let (_, last) = text.rsplit_once("####")?;
+    let number = last.trim();
+    let digits = number.strip_prefix('-').unwrap_or(number);
+    let numeric = digits.bytes().any(|b| b.is_ascii_digit())
+        && digits
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b == b',' || b == b'.');
+    numeric.then_some(number)
+}
+
 /// One field's value, whatever the format.
 #[derive(Debug)]
 pub(crate) enum Cell<'a> {
@@ -301,6 +342,40 @@ mod tests {
             let error = extract_json(&defaults(), record).unwrap_err();
             assert_eq!(error.to_string(), message);
         }
+    }
+
+    #[test]
+    fn gsm8k_answers_are_the_number_after_the_last_marks() {
+        let solution = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = \
+                        <<48+24=72>>72 clips altogether in April and May.\n#### 72";
+        let cases = [
+            (solution, Some("72")),
+            ("#### 1,250\n", Some("1,250")),
+            ("It loses 3.5 degrees.\n####  -3.5", Some("-3.5")),
+            ("#### 4 #### 5", Some("5")),
+            ("#### five", None),
+            ("#### 72 apples", None),
+            ("####", None),
+            ("72", None),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(gsm8k_answer(text), expected, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_missing_column_is_found_once_for_the_file() {
+        let columns = ["problem", "solution", "split"];
+        let has = |name: &str| columns.contains(&name);
+        assert_eq!(defaults().missing(has), None);
+        let given = FieldMap::new(Some("q"), None, None);
+        assert_eq!(given.missing(has), Some(vec!["q".to_owned()]));
+        let id = FieldMap::new(None, None, Some("key"));
+        assert_eq!(id.missing(has), Some(vec!["key".to_owned()]));
+        let no_answer = FieldMap::new(None, Some("a"), None);
+        assert_eq!(no_answer.missing(has), Some(vec!["a".to_owned()]));
+        assert!(defaults().reads("split") && defaults().reads("id") && defaults().reads("target"));
+        assert!(!defaults().reads("metadata"));
     }
 
     #[test]

@@ -5,7 +5,7 @@ use futures::future::BoxFuture;
 use super::extract::{answer_field, last_boxed};
 use super::number::{Number, numbers, whole_number};
 use super::{Reward, Verifier, VerifyError};
-use crate::data::Sample;
+use crate::data::{Sample, gsm8k_answer};
 
 /// The tolerance when none is given: tight enough that only rounding noise passes.
 pub const DEFAULT_TOLERANCE: f64 = 1e-6;
@@ -100,9 +100,13 @@ pub(crate) fn read_answer(text: &str) -> Option<Number> {
     numbers(text).into_iter().last()
 }
 
-/// The reference's number: the whole reference when it is one number, else read like an answer
-/// (so `#### 72` and `Answer: 72` work too).
+/// The reference's number: the whole reference when it is one number; the number after the last
+/// `####` of a GSM8K worked solution, whatever the solution says before it; else read like an
+/// answer (so `Answer: 72` works too).
 fn read_reference(text: &str) -> Option<f64> {
+    if let Some(last) = gsm8k_answer(text) {
+        return whole_number(last).map(|n| n.value);
+    }
     whole_number(text)
         .or_else(|| read_answer(text))
         .map(|n| n.value)
@@ -171,6 +175,18 @@ mod tests {
             ("3", "1, 2, 3", 1.0),
             ("123", "1, 2, 3", 0.0),
             ("72", "#### 72", 1.0),
+            // A GSM8K solution whose text says "the answer is" before its final `####`.
+            (
+                "Half is 24, so the answer is 24 more: 48+24 = <<48+24=72>>72.\n#### 72",
+                "Answer: 72",
+                1.0,
+            ),
+            (
+                "Half is 24, so the answer is 24 more: 48+24 = <<48+24=72>>72.\n#### 72",
+                "24",
+                0.0,
+            ),
+            ("Each costs $<<2*500=1000>>1,000.\n#### 1,000", "1000", 1.0),
             ("#### 72", "72", 1.0),
             ("0.3", "0.1 + 0.2 = 0.30000000000000004", 1.0),
             ("41", "42", 0.0),

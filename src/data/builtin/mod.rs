@@ -6,6 +6,10 @@
 //! - `arith`: multi-step arithmetic word problems (it skips steps, divides the wrong total).
 //! - `compare`: which of two decimals is larger or smaller, built so that "more digits is
 //!   bigger" and "first digits decide" both fail (9.11 vs 9.9).
+//! - `gsm`: GSM8K-style word problems of two to four steps in six families (remainders, "each",
+//!   rates, unit changes, percents of a changed amount, ages), each with its own trap: rounding
+//!   a division the wrong way, adding a per-item amount once, averaging speeds, answering in the
+//!   data's unit, adding successive percents, shifting one age but not the other.
 //! - `letters`: how often a letter appears in a word (it undercounts doubled letters).
 //!
 //! Train and held-out questions come from one stream with repeats removed, the first
@@ -13,6 +17,7 @@
 
 mod arith;
 mod compare;
+mod gsm;
 mod letters;
 mod rng;
 
@@ -45,10 +50,15 @@ pub(crate) struct Suite {
     pub(crate) generate: fn(&mut Rng) -> Problem,
 }
 
-pub(crate) const SUITES: &[Suite] = &[arith::SUITE, compare::SUITE, letters::SUITE];
+pub(crate) const SUITES: &[Suite] = &[arith::SUITE, compare::SUITE, gsm::SUITE, letters::SUITE];
 
 /// The suite names, in the order of [`SUITES`].
-pub(crate) const NAMES: &[&str] = &[arith::SUITE.name, compare::SUITE.name, letters::SUITE.name];
+pub(crate) const NAMES: &[&str] = &[
+    arith::SUITE.name,
+    compare::SUITE.name,
+    gsm::SUITE.name,
+    letters::SUITE.name,
+];
 
 /// Generates one split of a suite; `limit` is applied by the caller.
 pub(crate) fn load(name: &str, split: Split, seed: u64) -> Result<Dataset, DataError> {
@@ -170,7 +180,7 @@ mod tests {
             .iter()
             .map(|name| load(name, Split::Train, 0).unwrap().default_reward.unwrap())
             .collect();
-        assert_eq!(rewards, ["numeric", "exact", "numeric"]);
+        assert_eq!(rewards, ["numeric", "exact", "numeric", "numeric"]);
         for name in NAMES {
             let instruction = load(name, Split::Train, 0).unwrap().instruction.unwrap();
             assert!(instruction.contains("Answer:"), "{instruction}");
@@ -183,7 +193,7 @@ mod tests {
         assert_eq!(
             error.to_string(),
             "unknown built-in suite \"spelling\"; the built-in suites are builtin:arith, \
-             builtin:compare, builtin:letters"
+             builtin:compare, builtin:gsm, builtin:letters"
         );
     }
 
@@ -198,12 +208,14 @@ mod tests {
         };
         let all = NAMES.iter().map(|name| first_two(name)).collect::<Vec<_>>();
         insta::assert_snapshot!(all.join("\n"), @r"
-        Ethan saves $11 every week. After 9 weeks, he spends $40 on a scarf, then saves for 2 more weeks. How many dollars does Ethan have now? => 81
-        Liam has 14 eggs. He buys 6 cartons with 10 eggs each, then shares all of them equally among 8 friends, keeping the remainder. How many eggs does each friend get? => 9
-        Of the two numbers 9.26 and 50.8, which is smaller? => 9.26
-        Which is less, 9.98 or 70.4? => 9.98
-        How many times does the letter 'l' appear in 'threshold'? => 1
-        How many times does the letter 'y' appear in 'occasionally'? => 1
+            Ethan saves $11 every week. After 9 weeks, he spends $40 on a scarf, then saves for 2 more weeks. How many dollars does Ethan have now? => 81
+            Liam has 14 eggs. He buys 6 cartons with 10 eggs each, then shares all of them equally among 8 friends, keeping the remainder. How many eggs does each friend get? => 9
+            Of the two numbers 9.26 and 50.8, which is smaller? => 9.26
+            Which is less, 9.98 or 70.4? => 9.98
+            A team of 6 children shares a snack table. Every child puts 4 strawberries on the table and later takes 3 strawberries to eat. How many strawberries are still on the table? => 6
+            The ages of Tara, Aisha and Pablo add up to 98 years. What will their ages add up to in 10 years? => 128
+            How many times does the letter 'l' appear in 'threshold'? => 1
+            How many times does the letter 'y' appear in 'occasionally'? => 1
         ");
     }
 }

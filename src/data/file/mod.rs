@@ -1,15 +1,19 @@
-//! Dataset files: JSONL, JSON arrays and CSV, chosen by extension.
+//! Dataset files: JSONL, JSON arrays, CSV and Parquet, chosen by extension.
 //!
-//! Each format is read into [`Row`]s (a line and either the fields or why the record is bad);
-//! [`select`] then applies the split, checks ids and decides between failing and skipping, in
-//! file order, so the first error reported is the first bad record in the file.
+//! Each format is read into [`Row`]s (a line, or a Parquet row, and either the fields or why the
+//! record is bad); [`select`] then applies the split, checks ids and decides between failing and
+//! skipping, in file order, so the first error reported is the first bad record in the file.
+//!
+//! A file whose every reference answer is a GSM8K-style worked solution ending in `#### <number>`
+//! is graded with the `numeric` reward by default, which reads the number after `####`: such an
+//! answer never matches a model's answer exactly.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::error::{DataError, RecordError, SkippedRecord, strip_position};
+use super::error::{DataError, Numbering, RecordError, SkippedRecord, strip_position};
 use super::record::{self, CsvRow, Extracted, FieldMap, SPLIT_FIELD};
 use super::{Dataset, DatasetSpec, Sample, Split};
 
@@ -19,6 +23,7 @@ enum Format {
     Jsonl,
     Json,
     Csv,
+    Parquet,
 }
 
 impl Format {
@@ -28,6 +33,7 @@ impl Format {
             "jsonl" | "ndjson" => Some(Self::Jsonl),
             "json" => Some(Self::Json),
             "csv" => Some(Self::Csv),
+            "parquet" => Some(Self::Parquet),
             _ => None,
         }
     }
@@ -36,9 +42,10 @@ impl Format {
 /// One record as read, before the split and id checks.
 #[derive(Debug)]
 struct Row {
-    /// 1-based line where the record starts.
+    /// 1-based line where the record starts; in a Parquet file, its 1-based row.
     line: usize,
-    /// The id when the record has none: `<stem>:<line>`, or `<stem>:<index>` in a JSON array.
+    /// The id when the record has none: `<stem>:<line>`, `<stem>:<index>` in a JSON array,
+    /// `<stem>:<row>` in a Parquet file.
     default_id: String,
     fields: Result<Extracted, RecordError>,
 }
@@ -48,10 +55,6 @@ pub(crate) fn load(spec: &DatasetSpec) -> Result<Dataset, DataError> {
     let path = PathBuf::from(&spec.source);
     let format =
         Format::of(&path).ok_or_else(|| DataError::UnknownFormat { path: path.clone() })?;
-    let bytes = std::fs::read(&path).map_err(|source| DataError::Io {
-        path: path.clone(),
-        source,
-    })?;
     let stem = path
         .file_stem()
         .map_or_else(|| "data".into(), |stem| stem.to_string_lossy().into_owned());
@@ -60,17 +63,29 @@ pub(crate) fn load(spec: &DatasetSpec) -> Result<Dataset, DataError> {
         spec.answer_field.as_deref(),
         spec.id_field.as_deref(),
     );
-    let rows = match format {
-        Format::Jsonl => jsonl_rows(&bytes, &stem, &map),
-        Format::Json => json_rows(&path, &bytes, &stem, &map)?,
-        Format::Csv => csv_rows(&path, &bytes, &stem, &map)?,
+    let (rows, numbering) = if format == Format::Parquet {
+        (parquet_rows(&path, &stem, &map)?, Numbering::Row)
+    } else {
+        let bytes = std::fs::read(&path).map_err(|source| DataError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let rows = match format {
+            Format::Jsonl => jsonl_rows(&bytes, &stem, &map),
+            Format::Json => json_rows(&path, &bytes, &stem, &map)?,
+            _ => csv_rows(&path, &bytes, &stem, &map)?,
+        };
+        (rows, Numbering::Line)
     };
-    let (samples, skipped) = select(&path, rows, spec.split, spec.skip_bad_lines)?;
+    let (samples, skipped) = select(&path, rows, spec.split, spec.skip_bad_lines, numbering)?;
+    let gsm8k = samples
+        .iter()
+        .all(|sample| super::gsm8k_answer(&sample.answer).is_some());
     Ok(Dataset {
         name: stem,
         samples,
         skipped,
-        default_reward: None,
+        default_reward: gsm8k.then(|| "numeric".to_owned()),
         instruction: None,
         source: None,
     })
@@ -175,6 +190,18 @@ fn csv_rows(path: &Path, bytes: &[u8], stem: &str, map: &FieldMap) -> Result<Vec
     Ok(rows)
 }
 
+#[cfg(feature = "parquet")]
+fn parquet_rows(path: &Path, stem: &str, map: &FieldMap) -> Result<Vec<Row>, DataError> {
+    parquet::rows(path, stem, map)
+}
+
+#[cfg(not(feature = "parquet"))]
+fn parquet_rows(path: &Path, _stem: &str, _map: &FieldMap) -> Result<Vec<Row>, DataError> {
+    Err(DataError::ParquetDisabled {
+        path: path.to_owned(),
+    })
+}
+
 fn csv_reason(kind: &csv::ErrorKind) -> RecordError {
     match kind {
         csv::ErrorKind::UnequalLengths {
@@ -255,6 +282,7 @@ fn select(
     rows: Vec<Row>,
     split: Split,
     skip_bad: bool,
+    numbering: Numbering,
 ) -> Result<(Vec<Sample>, Vec<SkippedRecord>), DataError> {
     let has_split = rows
         .iter()
@@ -281,7 +309,11 @@ fn select(
             };
             let id = fields.id.unwrap_or(row.default_id);
             if let Some(&first_line) = first_line_of.get(&id) {
-                return Err(RecordError::DuplicateId { id, first_line });
+                return Err(RecordError::DuplicateId {
+                    id,
+                    first_line,
+                    numbering,
+                });
             }
             first_line_of.insert(id.clone(), line);
             let sample = Sample {
@@ -298,7 +330,18 @@ fn select(
                     samples.push(sample);
                 }
             }
-            Err(reason) if skip_bad => skipped.push(SkippedRecord { line, reason }),
+            Err(reason) if skip_bad => skipped.push(SkippedRecord {
+                line,
+                numbering,
+                reason,
+            }),
+            Err(reason) if numbering == Numbering::Row => {
+                return Err(DataError::Row {
+                    path: path.to_owned(),
+                    row: line,
+                    reason,
+                });
+            }
             Err(reason) => {
                 return Err(DataError::Record {
                     path: path.to_owned(),
@@ -332,5 +375,7 @@ fn select(
     Ok((samples, skipped))
 }
 
+#[cfg(feature = "parquet")]
+mod parquet;
 #[cfg(test)]
 mod tests;

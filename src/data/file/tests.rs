@@ -102,6 +102,38 @@ fn given_field_names_are_used() {
     assert_eq!(pairs(&load(&spec).unwrap()), [("k", "x", "5")]);
 }
 
+/// Two lines of GSM8K's own JSONL: the reference answer is a worked solution ending `#### N`.
+const GSM8K: &str = r#"{"question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?", "answer": "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72"}
+{"question": "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. How much did she earn?", "answer": "Weng earns 12/60 = $<<12/60=0.2>>0.2 per minute.\nWorking 50 minutes, she earned 0.2 x 50 = $<<0.2*50=10>>10.\n#### 10"}
+"#;
+
+#[test]
+fn gsm8k_jsonl_loads_whole_and_defaults_to_the_numeric_reward() {
+    let dataset = load_str("gsm8k_test.jsonl", GSM8K).unwrap();
+    assert_eq!(dataset.samples.len(), 2);
+    assert!(dataset.samples[1].answer.ends_with("#### 10"));
+    assert_eq!(dataset.default_reward.as_deref(), Some("numeric"));
+
+    // The same records under other field names, mapped.
+    let renamed = GSM8K
+        .replace("\"question\"", "\"body\"")
+        .replace("\"answer\"", "\"worked\"");
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec_for(&dir, "renamed.jsonl", renamed.as_bytes());
+    spec.question_field = Some("body".into());
+    spec.answer_field = Some("worked".into());
+    let mapped = load(&spec).unwrap();
+    assert_eq!(mapped.samples[0].question, dataset.samples[0].question);
+    assert_eq!(mapped.default_reward.as_deref(), Some("numeric"));
+
+    // One plain answer among them: the file is not GSM8K-style, and keeps the usual default.
+    let mixed = format!("{GSM8K}{{\"question\": \"q\", \"answer\": \"Paris\"}}\n");
+    assert_eq!(
+        load_str("mixed.jsonl", &mixed).unwrap().default_reward,
+        None
+    );
+}
+
 #[test]
 fn errors_name_file_line_and_field() {
     let ok = r#"{"question": "q", "answer": "a"}"#;
@@ -183,8 +215,8 @@ fn csv_errors_name_line_and_field() {
 fn whole_file_errors_name_the_file() {
     assert_eq!(
         error_of("data.txt", "x"),
-        "data.txt: cannot tell the format from the file name; name it .jsonl, .ndjson, .json or \
-         .csv"
+        "data.txt: cannot tell the format from the file name; name it .jsonl, .ndjson, .json, \
+         .csv or .parquet"
     );
     assert_eq!(
         error_of("e.jsonl", "\n\n"),
