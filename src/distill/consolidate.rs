@@ -2,8 +2,9 @@
 //!
 //! The stage does not see the library (stage 4, [`integrate`](super::integrate), compares each
 //! kept lesson with it). It is asked to keep lessons that cover *different* situations, at most
-//! [`DistillConfig::max_kept`] (`gym grpo --max-kept`), and may keep none: an explicit empty
-//! list is a decision, not a failure.
+//! [`DistillConfig::max_kept`] (`gym grpo --max-kept`). The schema asks for at least one (see
+//! [`consolidate_schema`]); an explicit empty list from a server that ignores the schema is
+//! read as a decision, not a failure.
 //!
 //! The model chooses rather than rewrites: it keeps proposals by number,
 //! each with the numbers of the proposals that say the same thing (`{"keep": [{"covers": [2,
@@ -213,7 +214,7 @@ pub fn consolidate_prompt(proposals: &[Proposal], cfg: &DistillConfig) -> String
     )
 }
 
-/// `{"keep": [0..=max_kept items {"covers": [proposal numbers, the kept one first]}]}`.
+/// `{"keep": [1..=max_kept items {"covers": [proposal numbers, the kept one first]}]}`.
 pub fn consolidate_schema(proposals: &[Proposal], cfg: &DistillConfig) -> Value {
     let count = proposals.len().max(1);
     let numbers: Vec<usize> = (1..=count).collect();
@@ -222,7 +223,12 @@ pub fn consolidate_schema(proposals: &[Proposal], cfg: &DistillConfig) -> Value 
         "properties": {
             "keep": {
                 "type": "array",
-                "minItems": 0,
+                // At least one under a grammar: offered an empty list, the 1.5B model kept
+                // none in every step of the letter-counting demo (run
+                // demo-20261127-023306, steps 1 and 2), so nothing was ever learned. Whether
+                // a kept lesson helps is the gate's and `gym library credit`'s to judge. An
+                // empty list from a server that ignores the schema is still read as a decision.
+                "minItems": 1,
                 "maxItems": cfg.max_kept.min(count).max(1),
                 "items": {
                     "type": "object",
@@ -289,11 +295,11 @@ mod tests {
             !prompt.contains("When stuck, guess."),
             "no library: {prompt}"
         );
-        assert!(prompt.contains("You may keep none."), "{prompt}");
+        assert!(prompt.contains("different situations"), "{prompt}");
         assert!(prompt.contains("at most 3."), "{prompt}");
         let schema = consolidate_schema(&batch(), &DistillConfig::default());
         assert_eq!(schema["properties"]["keep"]["maxItems"], 3);
-        assert_eq!(schema["properties"]["keep"]["minItems"], 0);
+        assert_eq!(schema["properties"]["keep"]["minItems"], 1);
         let two = DistillConfig {
             max_kept: 2,
             ..DistillConfig::default()
