@@ -63,6 +63,8 @@ impl FieldMap {
     }
 }
 
+// Only the Parquet reader checks fields against a file-wide schema.
+#[cfg(any(test, feature = "parquet"))]
 impl FieldMap {
     /// The names tried for the first required field of which `has` knows none, for formats
     /// whose records all have the same fields (a Parquet file's columns): then the file, not

@@ -46,6 +46,8 @@ mod openai_backend;
 mod openai_tools;
 mod pack_attacks;
 mod pack_cli;
+#[cfg(feature = "parquet")]
+mod parquet_cli;
 #[cfg(feature = "llama")]
 mod serve_abandon;
 mod serve_agent;

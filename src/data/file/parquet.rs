@@ -51,7 +51,11 @@ pub(super) fn rows(path: &Path, stem: &str, map: &FieldMap) -> Result<Vec<Row>, 
 fn read(path: &Path, file: File, stem: &str, map: &FieldMap) -> Result<Vec<Row>, DataError> {
     let unreadable = |error: ParquetError| DataError::Parquet {
         path: path.to_owned(),
-        message: error.to_string(),
+        // Its Display starts "Parquet error: ", which the message already says.
+        message: error
+            .to_string()
+            .trim_start_matches("Parquet error: ")
+            .to_owned(),
     };
     let reader = SerializedFileReader::new(file).map_err(unreadable)?;
     let metadata = reader.metadata();

@@ -358,3 +358,14 @@ fn element_lines_ignore_brackets_in_strings() {
     assert_eq!(element_lines("[]"), Vec::<usize>::new());
     assert_eq!(element_lines("[\n]"), Vec::<usize>::new());
 }
+
+#[cfg(not(feature = "parquet"))]
+#[test]
+fn parquet_files_need_the_parquet_feature() {
+    assert_eq!(
+        error_of("d.parquet", "PAR1"),
+        "d.parquet: this gym was built without the `parquet` feature, so it cannot read Parquet \
+         files (`make demo` builds only what the demo needs); `make release` builds every \
+         feature, or convert the file to JSONL"
+    );
+}
