@@ -26,7 +26,7 @@
 //! Nothing here is async or touches the network; the training loop, server and governance
 //! build on it.
 
-mod credit;
+pub(crate) mod credit;
 mod digest;
 mod error;
 pub mod exchange;

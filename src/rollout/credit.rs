@@ -306,4 +306,4 @@ fn average(values: &[f64]) -> f64 {
 
 #[cfg(test)]
 #[path = "credit_tests.rs"]
-mod tests;
+pub(crate) mod tests;
