@@ -73,12 +73,23 @@ impl Credit {
         self.queries >= CREDIT_MIN_QUERIES && self.low > 0.0
     }
 
+    /// The credit as `usage.json` keeps it: Δ and its interval to 6 decimals. A library file
+    /// must read back byte for byte as written, and serde_json's default float parsing can
+    /// miss a 17-digit double by one unit in the last place (then the file reads as edited by
+    /// hand); a value with at most 15 significant digits parses exactly.
+    pub fn stored(self) -> Self {
+        let round = |x: f64| (x * 1e6).round() / 1e6;
+        Self {
+            delta: round(self.delta),
+            low: round(self.low),
+            high: round(self.high),
+            ..self
+        }
+    }
+
     /// The estimate with its interval, e.g. `Δ -0.250 [-0.400, -0.100]`.
     pub fn estimate(&self) -> String {
-        format!(
-            "Δ {:+.3} [{:+.3}, {:+.3}]",
-            self.delta, self.low, self.high
-        )
+        format!("Δ {:+.3} [{:+.3}, {:+.3}]", self.delta, self.low, self.high)
     }
 
     /// One line, e.g. `credit Δ -0.250 [-0.400, -0.100] on 8 queries x 4 at v3 (leave-one-out)`.
@@ -148,6 +159,23 @@ mod tests {
             "judged harmful by its credit Δ -0.250 [-0.400, -0.100] on 8 queries x 4 at v3 \
              (leave-one-out): the library scores higher without it"
         );
+    }
+
+    #[test]
+    fn stored_credits_read_back_as_written() {
+        let mut misses = 0;
+        for i in 0..20_000u32 {
+            let x = (f64::from(i) * 0.731_058_578_630_004_9).sin() * 0.6;
+            let parse = |x: f64| -> f64 {
+                serde_json::from_str(&serde_json::to_string(&x).unwrap()).unwrap()
+            };
+            misses += usize::from(parse(x) != x);
+            let stored = credit(x, x - 0.1, x + 0.1).stored();
+            for value in [stored.delta, stored.low, stored.high] {
+                assert_eq!(parse(value), value, "{value}");
+            }
+        }
+        assert!(misses > 0, "unrounded, some doubles do not read back");
     }
 
     #[test]

@@ -246,8 +246,8 @@ impl Usage {
         self.harmful += delta.harmful;
         self.served_good += delta.served_good;
         self.served_bad += delta.served_bad;
-        if delta.credit.is_some() {
-            self.credit = delta.credit;
+        if let Some(credit) = delta.credit {
+            self.credit = Some(credit.stored());
         }
     }
 }

@@ -175,7 +175,11 @@ pub async fn mean_rewards(
         .map(|(i, experiences)| Condition::with(format!("subset {i}"), experiences.clone()))
         .collect();
     if conditions.is_empty() || samples.is_empty() {
-        return Ok((vec![Vec::new(); conditions.len()], Usage::default(), Some(0.0)));
+        return Ok((
+            vec![Vec::new(); conditions.len()],
+            Usage::default(),
+            Some(0.0),
+        ));
     }
     let report = evaluate(backend, verifier, samples, &conditions, settings, progress).await?;
     let means = report

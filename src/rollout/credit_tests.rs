@@ -40,7 +40,12 @@ impl Backend for LessonModel {
             let right = (share * request.n as f64).round() as usize;
             let completions = (0..request.n)
                 .map(|i| Completion {
-                    text: if i < right { "Answer: yes" } else { "Answer: no" }.into(),
+                    text: if i < right {
+                        "Answer: yes"
+                    } else {
+                        "Answer: no"
+                    }
+                    .into(),
                     finish: FinishReason::Stop,
                     seed: request.sampling.seed + i as u64,
                     completion_tokens: 2,
@@ -80,11 +85,7 @@ pub(crate) fn queries() -> Vec<Sample> {
 /// A library state holding E0001 [`HELPS`], E0002 [`HURTS`] and E0003 [`NEUTRAL`].
 pub(crate) fn lessons() -> State {
     let mut state = State::new();
-    let changes = [
-        Change::add(HELPS),
-        Change::add(HURTS),
-        Change::add(NEUTRAL),
-    ];
+    let changes = [Change::add(HELPS), Change::add(HURTS), Change::add(NEUTRAL)];
     let ops = state
         .resolve(&changes, Limits { max_words: 32 })
         .expect("valid changes");
@@ -120,7 +121,10 @@ async fn run(ablation: Ablation) -> CreditReport {
 async fn leave_one_out_credits_the_helpful_lesson_and_blames_the_harmful_one() {
     let report = run(Ablation::LeaveOneOut).await;
     assert_eq!(report.conditions, 4, "full + one without each of three");
-    assert_eq!((report.queries, report.group_size, report.version), (6, 4, 1));
+    assert_eq!(
+        (report.queries, report.group_size, report.version),
+        (6, 4, 1)
+    );
     // Full library: half right on the four easy queries, none on the hard ones.
     assert!((report.full_mean - 2.0 / 6.0).abs() < 1e-9);
     let [helps, hurts, neutral] = &report.experiences[..] else {
@@ -128,15 +132,24 @@ async fn leave_one_out_credits_the_helpful_lesson_and_blames_the_harmful_one() {
     };
     assert_eq!(helps.text, HELPS);
     assert!((helps.credit.delta - 1.0 / 6.0).abs() < 1e-9, "{helps:?}");
-    assert!(helps.credit.low > 0.0 && helps.credit.helpful(), "{helps:?}");
+    assert!(
+        helps.credit.low > 0.0 && helps.credit.helpful(),
+        "{helps:?}"
+    );
     assert!((hurts.credit.delta + 1.0 / 6.0).abs() < 1e-9, "{hurts:?}");
-    assert!(hurts.credit.high < 0.0 && hurts.credit.harmful(), "{hurts:?}");
+    assert!(
+        hurts.credit.high < 0.0 && hurts.credit.harmful(),
+        "{hurts:?}"
+    );
     assert_eq!(neutral.credit.delta, 0.0);
     assert!(!neutral.credit.harmful() && !neutral.credit.helpful());
     assert_eq!(hurts.without_mean, Some(3.0 / 6.0));
     assert_eq!(hurts.credit.method, CreditMethod::LeaveOneOut);
     assert_eq!(
-        report.harmful().map(|e| e.id.to_string()).collect::<Vec<_>>(),
+        report
+            .harmful()
+            .map(|e| e.id.to_string())
+            .collect::<Vec<_>>(),
         ["E0002"]
     );
     // 4 conditions x 6 queries x 4 answers.

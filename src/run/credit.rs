@@ -17,14 +17,13 @@ use serde::{Deserialize, Serialize};
 
 use super::events::{CreditView, RunEvent};
 use super::journal::{Entry, Journal, Replay};
-use super::validate::{judge, validation_queries};
+use super::validate::{judge, paired_settings, validation_queries};
 use super::{RunError, Runner};
 use crate::backend::{BackendError, Usage as Tokens};
 use crate::library::{
     Change, Credit, ExperienceId, Library, LibraryError, Provenance, Usage, Validation,
 };
 use crate::rollout::credit::{Ablation, Bench, CreditReport, Plan, mean_rewards, measure};
-use crate::rollout::eval::EvalSettings;
 use crate::rollout::prompt::PromptExperience;
 
 /// One credit pass as the journal keeps it.
@@ -201,13 +200,7 @@ pub(super) async fn after_epoch(
     if !runner.control.proceed().await {
         return Ok(AfterEpoch::Stopped);
     }
-    let settings = EvalSettings {
-        k: group_size,
-        sampling: runner.config.sampling.clone(),
-        concurrency: runner.config.parallel.max(1),
-        instruction: runner.instruction.clone(),
-        agent: runner.agent.clone(),
-    };
+    let settings = paired_settings(runner);
     let bench = Bench {
         backend: runner.rollout_backend.as_ref(),
         verifier: runner.verifier.as_ref(),

@@ -55,7 +55,13 @@ async fn a_credit_below_zero_becomes_a_proposed_delete_and_propose_commits_it_af
 
     // Only the lesson that hurts beyond its interval is proposed, with its credit as reason.
     let deletes = proposed_deletes(&reopened);
-    let [Change::Delete { id: deleted, reason }] = &deletes[..] else {
+    let [
+        Change::Delete {
+            id: deleted,
+            reason,
+        },
+    ] = &deletes[..]
+    else {
         panic!("{deletes:?}")
     };
     assert_eq!(*deleted, id("E0002"));
@@ -70,7 +76,10 @@ async fn a_credit_below_zero_becomes_a_proposed_delete_and_propose_commits_it_af
     let mut changes = vec![Change::add("When asked twice, answer once.")];
     super::super::commit::harmful_deletes(reopened.usage(), reopened.head(), &mut changes);
     assert_eq!(changes.len(), 2);
-    let mut touching = vec![Change::update_text(id("E0002"), "When counting, go slowly.")];
+    let mut touching = vec![Change::update_text(
+        id("E0002"),
+        "When counting, go slowly.",
+    )];
     super::super::commit::harmful_deletes(reopened.usage(), reopened.head(), &mut touching);
     assert_eq!(touching.len(), 1);
 
@@ -86,7 +95,10 @@ async fn a_credit_below_zero_becomes_a_proposed_delete_and_propose_commits_it_af
         panic!("{proposed:?}")
     };
     assert_eq!(version, 2);
-    assert!((validation.delta - 1.0 / 6.0).abs() < 1e-9, "{validation:?}");
+    assert!(
+        (validation.delta - 1.0 / 6.0).abs() < 1e-9,
+        "{validation:?}"
+    );
     assert!(validation.accepted && validation.queries == 6);
     let gone = library.head().get(id("E0002")).unwrap();
     assert_eq!(gone.status, Status::Deleted);
@@ -119,7 +131,10 @@ async fn a_credit_below_zero_becomes_a_proposed_delete_and_propose_commits_it_af
     let Proposed::Refused { validation } = refused else {
         panic!("{refused:?}")
     };
-    assert!((validation.delta + 1.0 / 6.0).abs() < 1e-9, "{validation:?}");
+    assert!(
+        (validation.delta + 1.0 / 6.0).abs() < 1e-9,
+        "{validation:?}"
+    );
     assert_eq!(library.head_version(), 2);
 }
 
@@ -136,11 +151,17 @@ fn a_credit_measured_before_the_text_changed_is_not_acted_on() {
     assert_eq!(proposed_deletes(&library).len(), 1);
     library
         .commit(
-            &[Change::update_text(id("E0002"), "When counting, go slowly.")],
+            &[Change::update_text(
+                id("E0002"),
+                "When counting, go slowly.",
+            )],
             Provenance::manual_by_current_user(),
         )
         .unwrap();
-    assert!(proposed_deletes(&library).is_empty(), "measured another text");
+    assert!(
+        proposed_deletes(&library).is_empty(),
+        "measured another text"
+    );
 }
 
 /// The scripted model, counting the groups it is asked for.
@@ -226,7 +247,12 @@ async fn the_pass_after_an_epoch_is_journaled_and_a_resume_records_it_without_me
     // Four conditions (full, and without each of three) on six queries.
     assert_eq!(backend.0.load(Ordering::SeqCst), 4 * 6);
     assert_eq!(tokens.completion_tokens, 4 * 6 * 4 * 2);
-    assert!(first.library.usage()[&id("E0002")].credit.unwrap().harmful());
+    assert!(
+        first.library.usage()[&id("E0002")]
+            .credit
+            .unwrap()
+            .harmful()
+    );
     drop(journal);
 
     // Resumed: the journal holds the pass; usage is written again and nothing is drawn.

@@ -285,7 +285,13 @@ impl Runner {
                     break 'epochs;
                 }
             }
-            match credit::after_epoch(&mut self, &mut journal, &replay, epoch).await? {
+            // A spent budget stops the run at the next step; the pass would only overspend it.
+            let pass = if self.over_budget(&spent) {
+                credit::AfterEpoch::Nothing
+            } else {
+                credit::after_epoch(&mut self, &mut journal, &replay, epoch).await?
+            };
+            match pass {
                 credit::AfterEpoch::Nothing => {}
                 credit::AfterEpoch::Measured { tokens, cost_usd } => {
                     spent.tokens += tokens;

@@ -372,14 +372,6 @@ pub fn library(frame: &mut Frame, area: Rect, s: &Snapshot, ui: &UiState) {
         if good + bad > 0 {
             title.push_str(&format!("· served +{good} -{bad} "));
         }
-        // Measured credits: lessons that help, and that hurt, beyond their interval.
-        let credits = lib.usage.iter().filter_map(|u| u.credit);
-        let (helps, hurts) = credits.fold((0, 0), |(helps, hurts), c| {
-            (helps + usize::from(c.low > 0.0), hurts + usize::from(c.high < 0.0))
-        });
-        if helps + hurts > 0 {
-            title.push_str(&format!("· credit +{helps} -{hurts} "));
-        }
     }
     let block = block(Line::from(title), focused);
     let inner = block.inner(area);
