@@ -85,6 +85,7 @@ pub mod types;
 
 pub use shared::{SharedSnapshot, SnapshotSource};
 pub use types::{
-    Answer, EvalProgress, ExperienceUsage, Failures, Group, Header, Library, LogLevel, LogLine,
-    OpKind, OpLine, Progress, ProposedOp, RunState, Snapshot, StagePanel, StageProgress, Usage,
+    Answer, EvalProgress, ExperienceCredit, ExperienceUsage, Failures, Group, Header, Library,
+    LogLevel, LogLine, OpKind, OpLine, Progress, ProposedOp, RunState, Snapshot, StagePanel,
+    StageProgress, Usage,
 };

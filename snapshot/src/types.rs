@@ -204,7 +204,7 @@ pub struct Library {
 }
 
 /// One active experience's usage counts.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ExperienceUsage {
     /// The experience's id (`E0007`).
@@ -221,6 +221,27 @@ pub struct ExperienceUsage {
     /// Served answers with it that got bad feedback.
     #[serde(skip_serializing_if = "is_zero")]
     pub served_bad: u64,
+    /// Its own measured effect (`gym library credit`, `gym grpo --credit-queries`), once
+    /// measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credit: Option<ExperienceCredit>,
+}
+
+/// An experience's credit: mean reward with it − without it, paired by query, with the 95%
+/// interval.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ExperienceCredit {
+    /// The estimate.
+    pub delta: f64,
+    /// Lower end of the interval.
+    pub low: f64,
+    /// Upper end of the interval.
+    pub high: f64,
+    /// Queries measured.
+    pub queries: usize,
+    /// The library version it was measured at.
+    pub version: u64,
 }
 
 fn is_zero(count: &u64) -> bool {

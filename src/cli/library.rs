@@ -160,6 +160,12 @@ enum LibraryCommand {
         #[arg(long)]
         domain: Option<String>,
     },
+    /// Measure each experience's own effect on the mean reward and record it in usage.json.
+    ///
+    /// The same queries and seeds with the full library and without each experience
+    /// (leave-one-out, or --shapley N orders), paired by query. Leave-one-out draws
+    /// (experiences + 1) x --queries x --group-size answers.
+    Credit(super::library_credit::CreditArgs),
     /// Serve the library to agents over the Model Context Protocol on stdin and stdout:
     /// search, get, show_version, diff (and propose_change with --allow-propose).
     #[cfg(feature = "mcp")]
@@ -194,6 +200,7 @@ impl LibraryArgs {
         match self.command {
             #[cfg(feature = "mcp")]
             LibraryCommand::McpServe(args) => return args.run(root),
+            LibraryCommand::Credit(args) => return args.run(root),
             LibraryCommand::Init { name, max_words } => {
                 let library = Library::init(root, &name, Settings { max_words })?;
                 writeln!(
@@ -510,6 +517,25 @@ pub fn render_show(
             usage.helpful,
             usage.harmful
         )?;
+        // Shown once measured (`gym library credit`), so libraries without any read as before.
+        if let Some(credit) = &usage.credit {
+            let stale = if experience.is_active() && credit.version < experience.updated_in {
+                format!(
+                    " · measured before its update in v{}",
+                    experience.updated_in
+                )
+            } else {
+                String::new()
+            };
+            writeln!(
+                text,
+                "       {} · measured {}{stale}",
+                credit.summary(),
+                credit
+                    .measured_at
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+            )?;
+        }
     }
     Ok(text)
 }

@@ -17,6 +17,7 @@ mod gov;
 mod gov_chain;
 mod grpo;
 mod library;
+mod library_credit;
 mod library_dir;
 #[cfg(feature = "mcp")]
 mod library_mcp;

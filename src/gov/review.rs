@@ -1,6 +1,6 @@
 //! A proposal as a reviewer reads it: each added, updated (old → new) or deleted experience,
 //! with the versions, runs and steps that changed it, the queries and group rewards behind
-//! each change, and how often it was injected and how it fared.
+//! each change, how often it was injected and how it fared, and its measured credit.
 
 use std::fmt::Write as _;
 
@@ -52,7 +52,7 @@ pub struct Item {
     pub new: Option<Content>,
     /// The versions in the proposal's range that touched it, oldest first.
     pub history: Vec<Step>,
-    /// How it has fared in use so far.
+    /// How it has fared in use so far, with its credit once measured.
     pub usage: Usage,
 }
 
@@ -278,6 +278,10 @@ pub fn render(review: &Review) -> String {
                 }
             ),
         );
+        // Its own measured effect, once measured (`gym library credit`).
+        if let Some(credit) = &u.credit {
+            line(&mut out, format_args!("    {}", credit.summary()));
+        }
     }
     out
 }

@@ -200,3 +200,42 @@ pub(crate) fn check_version(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `usage.json` as Gym wrote it before credits existed.
+    const BEFORE_CREDITS: &str = r#"{
+  "usage": {
+    "E0001": {
+      "injected": 12,
+      "helpful": 2,
+      "harmful": 1
+    }
+  },
+  "checksum": "938c03e45bc5019f7e6a6c6f8115701f8356ebf34454cd6ce9f67bf7fed6efb6"
+}
+"#;
+
+    #[test]
+    fn a_usage_file_without_credits_reads_and_rewrites_unchanged_and_one_with_credits_round_trips()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(USAGE_FILE);
+        fs::write(&path, BEFORE_CREDITS).unwrap();
+        let mut usage = read_usage(&path).unwrap();
+        let id: ExperienceId = "E0001".parse().unwrap();
+        assert_eq!(usage[&id].credit, None);
+        assert_eq!(usage_file_bytes(&usage), BEFORE_CREDITS.as_bytes());
+
+        let credit = crate::library::credit::sample_credit(-0.25, -0.4, -0.1);
+        usage.get_mut(&id).unwrap().credit = Some(credit);
+        fs::write(&path, usage_file_bytes(&usage)).unwrap();
+        let text = fs::read_to_string(&path).unwrap();
+        assert!(text.contains(r#""credit": {"#), "{text}");
+        let read = read_usage(&path).unwrap();
+        assert_eq!(read[&id].credit, Some(credit));
+        assert_eq!(read[&id].injected, 12);
+    }
+}

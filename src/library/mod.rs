@@ -26,6 +26,7 @@
 //! Nothing here is async or touches the network; the training loop, server and governance
 //! build on it.
 
+pub(crate) mod credit;
 mod digest;
 mod error;
 pub mod exchange;
@@ -41,6 +42,7 @@ mod store;
 mod verify;
 mod version;
 
+pub use credit::{CREDIT_MIN_QUERIES, Credit, CreditMethod};
 pub use digest::{Digest, ParseDigestError, canonical_json};
 pub use error::{LibraryError, OpError};
 pub use files::TEMP_PREFIX;

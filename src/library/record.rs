@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::credit::Credit;
 use super::id::ExperienceId;
 
 /// The domain an experience gets when none is given.
@@ -178,7 +179,7 @@ impl Evidence {
 
 /// How an experience has fared in use. Not part of the Merkle commitment: it changes with every
 /// served request, while the commitment covers only what the library says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Usage {
     /// Times the experience was injected into a prompt (one per answer sampled with it).
@@ -197,6 +198,10 @@ pub struct Usage {
     /// below 0.5).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub served_bad: u64,
+    /// Its own measured effect on the reward, the latest measurement (see [`Credit`]). Absent
+    /// in older files and left out until measured, so those files stay as they were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credit: Option<Credit>,
 }
 
 fn is_zero(count: &u64) -> bool {
@@ -207,9 +212,15 @@ fn is_zero(count: &u64) -> bool {
 pub const HARMFUL_MIN: u64 = 3;
 
 impl Usage {
-    /// Why the counts argue for deleting the experience: at least [`HARMFUL_MIN`] harmful
-    /// comparisons and at least twice as many harmful as helpful ones. `None` otherwise.
+    /// Why usage argues for deleting the experience, or `None`. A credit decides when there is
+    /// one: it measures the experience's own effect, while the counts credit every experience a
+    /// validated commit touched with the whole candidate's verdict. A credit is harmful when its
+    /// interval lies below zero ([`Credit::harmful`]). Without a credit: at least
+    /// [`HARMFUL_MIN`] harmful comparisons and at least twice as many harmful as helpful ones.
     pub fn judged_harmful(&self) -> Option<String> {
+        if let Some(credit) = &self.credit {
+            return credit.harmful().then(|| credit.harmful_reason());
+        }
         (self.harmful >= HARMFUL_MIN && self.harmful >= 2 * self.helpful).then(|| {
             format!(
                 "judged harmful in use: worse in {} and better in {} paired comparisons, over {} injections",
@@ -218,13 +229,26 @@ impl Usage {
         })
     }
 
-    /// Adds `delta`'s counts to these.
+    /// The usage with a credit measured before `updated_in` (the version that last changed the
+    /// experience's text) dropped: that credit measured another text.
+    pub fn current(&self, updated_in: u64) -> Usage {
+        Usage {
+            credit: self.credit.filter(|credit| credit.version >= updated_in),
+            ..*self
+        }
+    }
+
+    /// Adds `delta`'s counts to these; a credit in `delta` replaces this one (a credit is a
+    /// measurement at one version, and the newest describes the library as it is).
     pub fn add(&mut self, delta: &Usage) {
         self.injected += delta.injected;
         self.helpful += delta.helpful;
         self.harmful += delta.harmful;
         self.served_good += delta.served_good;
         self.served_bad += delta.served_bad;
+        if let Some(credit) = delta.credit {
+            self.credit = Some(credit.stored());
+        }
     }
 }
 
@@ -284,6 +308,66 @@ mod usage_tests {
             r#"{"injected":3,"helpful":1,"harmful":0,"served_good":2,"served_bad":1}"#
         );
         assert_eq!(serde_json::from_str::<Usage>(&text).unwrap(), served);
+    }
+
+    #[test]
+    fn usage_with_a_credit_round_trips_and_a_newer_credit_replaces_it() {
+        use crate::library::credit::sample_credit;
+        let old = r#"{"injected":3,"helpful":1,"harmful":0}"#;
+        let mut usage: Usage = serde_json::from_str(old).unwrap();
+        assert_eq!(usage.credit, None);
+        usage.add(&Usage {
+            injected: 2,
+            credit: Some(sample_credit(0.25, 0.1, 0.4)),
+            ..Usage::default()
+        });
+        let text = serde_json::to_string(&usage).unwrap();
+        assert_eq!(
+            text,
+            r#"{"injected":5,"helpful":1,"harmful":0,"credit":{"method":"leave_one_out","delta":0.25,"low":0.1,"high":0.4,"queries":8,"group_size":4,"version":3,"measured_at":"2026-01-02T03:04:05.678Z"}}"#
+        );
+        assert_eq!(serde_json::from_str::<Usage>(&text).unwrap(), usage);
+        // Counts without a credit keep the one there; a new credit replaces it.
+        usage.add(&Usage {
+            injected: 1,
+            ..Usage::default()
+        });
+        assert_eq!(usage.credit, Some(sample_credit(0.25, 0.1, 0.4)));
+        usage.add(&Usage {
+            credit: Some(sample_credit(-0.2, -0.3, -0.1)),
+            ..Usage::default()
+        });
+        assert_eq!(usage.credit.unwrap().delta, -0.2);
+        // Measured at v3: still current for a text last changed in v3, not for one from v4.
+        assert!(usage.current(3).credit.is_some());
+        assert_eq!(usage.current(4).credit, None);
+        assert_eq!(usage.current(4).injected, 6);
+    }
+
+    #[test]
+    fn a_credit_decides_whether_usage_argues_for_a_delete() {
+        use crate::library::credit::sample_credit;
+        let counted_harmful = Usage {
+            injected: 40,
+            helpful: 0,
+            harmful: 5,
+            ..Usage::default()
+        };
+        let helps = Usage {
+            credit: Some(sample_credit(0.1, -0.05, 0.25)),
+            ..counted_harmful
+        };
+        assert_eq!(helps.judged_harmful(), None, "measured: not harmful");
+        let hurts = Usage {
+            credit: Some(sample_credit(-0.25, -0.4, -0.1)),
+            ..Usage::default()
+        };
+        assert!(
+            hurts
+                .judged_harmful()
+                .unwrap()
+                .starts_with("judged harmful by its credit Δ -0.250 [-0.400, -0.100]")
+        );
     }
 
     #[test]

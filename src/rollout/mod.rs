@@ -1,6 +1,7 @@
 //! Rollouts: sampling a group of G answers per query, scoring them, and evaluating a model with
 //! and without a library's experiences.
 
+pub mod credit;
 pub mod eval;
 mod group;
 pub mod placebo;

@@ -71,9 +71,11 @@ pub(super) fn commit_rebased(
 }
 
 /// Adds a delete for every active experience that `usage.json` judges harmful
-/// ([`Usage::judged_harmful`](crate::library::Usage::judged_harmful)) and the step's changes do
-/// not already touch, with the counts as its reason. The deletes go through the validation
-/// gate with the rest of the candidate, so usage proposes and the paired test decides.
+/// ([`Usage::judged_harmful`](crate::library::Usage::judged_harmful): a credit whose interval
+/// lies below zero, or else the counts) and the step's changes do not already touch, with the
+/// evidence as its reason. A credit measured before the experience's text last changed is
+/// ignored (it measured another text). The deletes go through the validation gate with the
+/// rest of the candidate, so usage proposes and the paired test decides.
 pub(super) fn harmful_deletes(
     usage: &BTreeMap<ExperienceId, crate::library::Usage>,
     state: &State,
@@ -84,7 +86,10 @@ pub(super) fn harmful_deletes(
         if touched.contains(&experience.id) {
             continue;
         }
-        if let Some(reason) = usage.get(&experience.id).and_then(|u| u.judged_harmful()) {
+        let reason = usage
+            .get(&experience.id)
+            .and_then(|u| u.current(experience.updated_in).judged_harmful());
+        if let Some(reason) = reason {
             changes.push(Change::Delete {
                 id: experience.id,
                 reason: Some(reason),

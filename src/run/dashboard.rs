@@ -274,6 +274,20 @@ impl DashboardFold {
                 s.held_out.retain(|(at, _)| *at != step);
                 s.held_out.push((step, *with_library));
             }
+            // A credit pass: each experience's measured effect, shown beside its ops until the
+            // next measurement (the steps' usage carries it on).
+            RunEvent::Credited { credits, .. } => {
+                for view in credits {
+                    match s.library.usage.iter_mut().find(|u| u.id == view.id) {
+                        Some(usage) => usage.credit = Some(view.credit),
+                        None => s.library.usage.push(gym_snapshot::ExperienceUsage {
+                            id: view.id.clone(),
+                            credit: Some(view.credit),
+                            ..Default::default()
+                        }),
+                    }
+                }
+            }
             // The fallback's checks are held-out scores of the library after a step, as above.
             RunEvent::HeldoutChecked { step, score, .. } => {
                 s.held_out.retain(|(at, _)| at != step);
@@ -427,5 +441,53 @@ mod tests {
         assert_eq!(s.header.state, RunState::Finished);
         assert_eq!(s.progress.evaluation, None);
         assert_eq!(s.held_out.last(), Some(&(0, 0.5)));
+    }
+
+    #[test]
+    fn a_credit_pass_shows_beside_each_experience_and_in_the_log() {
+        use gym_snapshot::{ExperienceCredit, ExperienceUsage};
+        let mut fold = DashboardFold::default();
+        fold.snapshot.library.usage = vec![ExperienceUsage {
+            id: "E0001".into(),
+            injected: 8,
+            ..ExperienceUsage::default()
+        }];
+        let credit = |delta: f64| ExperienceCredit {
+            delta,
+            low: delta - 0.1,
+            high: delta + 0.1,
+            queries: 8,
+            version: 3,
+        };
+        fold.apply(&RunEvent::Credited {
+            epoch: 1,
+            library_version: 3,
+            queries: 8,
+            group_size: 4,
+            full_mean: 0.5,
+            credits: vec![
+                super::super::CreditView {
+                    id: "E0001".into(),
+                    credit: credit(0.25),
+                    harmful: false,
+                },
+                super::super::CreditView {
+                    id: "E0002".into(),
+                    credit: credit(-0.25),
+                    harmful: true,
+                },
+            ],
+            reused: false,
+        });
+        let s = fold.snapshot();
+        assert_eq!(s.library.usage[0].injected, 8, "counts kept");
+        assert_eq!(s.library.usage[0].credit, Some(credit(0.25)));
+        assert_eq!(s.library.usage[1].id, "E0002");
+        assert_eq!(s.library.usage[1].credit, Some(credit(-0.25)));
+        assert_eq!(
+            s.log.last().unwrap().text,
+            "credit after epoch 1 (v3, 8 queries x 4, mean reward 0.500): E0001 +0.250, \
+             E0002 -0.250; harmful beyond the interval, proposed for deletion: E0002"
+        );
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use gym_snapshot::ExperienceUsage;
+use gym_snapshot::{ExperienceCredit, ExperienceUsage};
 
 use super::journal::{Stage, StepEnd};
 use crate::backend::Usage;
@@ -34,6 +34,38 @@ pub struct OpView {
     pub id: String,
     /// The new text (the removed text for a delete).
     pub text: String,
+}
+
+/// One experience's credit, as the dashboard shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreditView {
+    pub id: String,
+    #[serde(flatten)]
+    pub credit: ExperienceCredit,
+    /// Its interval lies below zero: the next step proposes deleting it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub harmful: bool,
+}
+
+impl CreditView {
+    pub fn of(id: &str, credit: &crate::library::Credit) -> Self {
+        Self {
+            id: id.to_owned(),
+            credit: snapshot_credit(credit),
+            harmful: credit.harmful(),
+        }
+    }
+}
+
+/// A credit as the dashboard's snapshot holds it.
+pub fn snapshot_credit(credit: &crate::library::Credit) -> ExperienceCredit {
+    ExperienceCredit {
+        delta: credit.delta,
+        low: credit.low,
+        high: credit.high,
+        queries: credit.queries,
+        version: credit.version,
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -130,6 +162,18 @@ pub enum RunEvent {
     StopRequested,
     /// The run stopped before its end, at `step`; it resumes with `gym grpo --resume`.
     RunStopped { step: u32, elapsed_s: f64 },
+    /// The credit pass after an epoch measured each active experience's own effect
+    /// (`reused`: read back from the journal on resume).
+    Credited {
+        epoch: u32,
+        library_version: u64,
+        queries: usize,
+        group_size: usize,
+        full_mean: f64,
+        credits: Vec<CreditView>,
+        #[serde(default)]
+        reused: bool,
+    },
     /// The final held-out evaluation begins: `groups` (queries × conditions) to score.
     EvaluationStarted {
         library_version: u64,
@@ -271,6 +315,37 @@ impl RunEvent {
             } => format!(
                 "held-out ({queries} queries, k={k}): mean reward {without_library:.3} without the library, {with_library:.3} with v{library_version}"
             ),
+            RunEvent::Credited {
+                epoch,
+                library_version,
+                queries,
+                group_size,
+                full_mean,
+                credits,
+                reused,
+            } => {
+                let each: Vec<String> = credits
+                    .iter()
+                    .map(|c| format!("{} {:+.3}", c.id, c.credit.delta))
+                    .collect();
+                let harmful: Vec<&str> = credits
+                    .iter()
+                    .filter(|c| c.harmful)
+                    .map(|c| c.id.as_str())
+                    .collect();
+                let mut line = format!(
+                    "credit after epoch {epoch}{} (v{library_version}, {queries} queries x {group_size}, mean reward {full_mean:.3}): {}",
+                    if *reused { ", from the journal" } else { "" },
+                    each.join(", ")
+                );
+                if !harmful.is_empty() {
+                    line.push_str(&format!(
+                        "; harmful beyond the interval, proposed for deletion: {}",
+                        harmful.join(", ")
+                    ));
+                }
+                line
+            }
             RunEvent::EvaluationStarted { queries, k, .. } => {
                 format!("evaluating on {queries} held-out queries (k={k}) …")
             }

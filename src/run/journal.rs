@@ -171,6 +171,11 @@ pub enum Entry {
     },
     /// A step is over.
     StepEnded { epoch: u32, step: u32, end: StepEnd },
+    /// The credit pass after an epoch (`--credit-queries`).
+    Credited {
+        epoch: u32,
+        pass: super::credit::CreditPass,
+    },
     /// Every step is over.
     Finished { at: String },
 }
@@ -198,6 +203,8 @@ pub struct Replay {
     pub ended: BTreeMap<u32, StepEnd>,
     /// The validation gate's verdicts, by step.
     pub validations: HashMap<u32, crate::library::Validation>,
+    /// The credit passes, by epoch.
+    pub credits: HashMap<u32, super::credit::CreditPass>,
     pub finished: bool,
     pub starts: usize,
     /// What the first start that recorded them learned from and into.
@@ -308,6 +315,9 @@ fn parse(bytes: &[u8], path: &Path) -> Result<Replay, JournalError> {
             }
             Entry::StepEnded { step, end, .. } => {
                 replay.ended.insert(step, end);
+            }
+            Entry::Credited { epoch, pass } => {
+                replay.credits.insert(epoch, pass);
             }
             Entry::Finished { .. } => replay.finished = true,
         }

@@ -15,6 +15,7 @@
 
 mod commit;
 pub mod control;
+pub mod credit;
 pub mod dashboard;
 pub mod evaluation;
 pub mod events;
@@ -38,7 +39,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 pub use self::control::RunControl;
-pub use self::events::{AnswerView, EventSink, Events, JsonlSink, OpView, RunEvent};
+pub use self::events::{AnswerView, CreditView, EventSink, Events, JsonlSink, OpView, RunEvent};
 pub use gym_snapshot::ExperienceUsage;
 
 /// Whether `id` can name a run: letters, digits, `-`, `_` and `.`, not starting with `.` (so
@@ -113,6 +114,13 @@ pub struct RunConfig {
     /// A candidate whose paired Δ mean reward is below `-validate_threshold` is refused.
     #[serde(default)]
     pub validate_threshold: f64,
+    /// Training queries of the credit pass after each epoch (0: none), see [`credit`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub credit_queries: usize,
+}
+
+fn is_zero(count: &usize) -> bool {
+    *count == 0
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -290,6 +298,24 @@ impl Runner {
                     break 'epochs;
                 }
             }
+            // A spent budget stops the run at the next step; the pass would only overspend it.
+            let pass = if self.over_budget(&spent) {
+                credit::AfterEpoch::Nothing
+            } else {
+                credit::after_epoch(&mut self, &mut journal, &replay, epoch).await?
+            };
+            match pass {
+                credit::AfterEpoch::Nothing => {}
+                credit::AfterEpoch::Measured { tokens, cost_usd } => {
+                    spent.tokens += tokens;
+                    spent.cost_usd += cost_usd;
+                }
+                credit::AfterEpoch::Stopped => {
+                    // The pass runs again on resume, before the next epoch's first step.
+                    summary.stopped_at = Some((step + 1).min(self.total_steps()));
+                    break 'epochs;
+                }
+            }
         }
         summary.library_version_end = self.library.head_version();
         summary.elapsed_s = started.elapsed().as_secs_f64();
@@ -359,6 +385,11 @@ fn active_usage(library: &Library) -> Vec<ExperienceUsage> {
                 harmful: counts.harmful,
                 served_good: counts.served_good,
                 served_bad: counts.served_bad,
+                credit: counts
+                    .current(experience.updated_in)
+                    .credit
+                    .as_ref()
+                    .map(events::snapshot_credit),
             }
         })
         .collect()

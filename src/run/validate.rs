@@ -8,16 +8,15 @@
 //! refused when the paired difference is below `-threshold`. The evidence goes into the
 //! version's provenance when it commits, and into the journal and the step report either way.
 
-use futures::StreamExt;
-
 use super::events::RunEvent;
 use super::journal::{Entry, StepEnd};
 use super::step::Step;
 use super::{RunError, Runner};
 use crate::data::Sample;
 use crate::library::{Change, Limits, Provenance, State, Validation};
-use crate::rollout::prompt::{PromptExperience, solve_messages};
-use crate::rollout::rollout;
+use crate::rollout::credit::{Bench, mean_rewards};
+use crate::rollout::eval::EvalSettings;
+use crate::rollout::prompt::PromptExperience;
 use crate::rollout::stats::Estimate;
 
 /// What the validation gate decided.
@@ -140,7 +139,8 @@ pub(super) fn validation_queries(
         .collect()
 }
 
-/// Runs both libraries on `queries` (same seeds) and judges the candidate.
+/// Runs both libraries on `queries` (same seeds) and judges the candidate. The answers are
+/// drawn the way `gym eval` and credit draw theirs ([`mean_rewards`]).
 pub(super) async fn validate(
     runner: &Runner,
     queries: &[Sample],
@@ -148,33 +148,35 @@ pub(super) async fn validate(
     candidate: &[PromptExperience],
     threshold: f64,
 ) -> Result<Validation, RunError> {
-    let config = &runner.config;
-    let jobs = queries
+    let settings = paired_settings(runner);
+    let bench = Bench {
+        backend: runner.rollout_backend.as_ref(),
+        verifier: runner.verifier.as_ref(),
+        samples: queries,
+        settings: &settings,
+    };
+    let shown = [current.to_vec(), candidate.to_vec()];
+    let (means, ..) = mean_rewards(bench, &shown, &|_, _| {}).await?;
+    let pairs: Vec<[f64; 2]> = means[0]
         .iter()
-        .enumerate()
-        .flat_map(|(i, sample)| [(i, sample, current, 0), (i, sample, candidate, 1)]);
-    let mut means = vec![[0.0_f64; 2]; queries.len()];
-    let mut stream = futures::stream::iter(jobs.map(|(i, sample, shown, side)| async move {
-        let messages = solve_messages(sample, runner.instruction.as_deref(), shown);
-        let group = rollout(
-            runner.rollout_backend.as_ref(),
-            runner.verifier.as_ref(),
-            sample,
-            messages,
-            config.group_size,
-            &config.sampling,
-            runner.agent.as_ref(),
-        )
-        .await?;
-        Ok::<_, RunError>((i, side, group.mean_reward()))
-    }))
-    .buffer_unordered(config.parallel.max(1));
-    while let Some(result) = stream.next().await {
-        let (i, side, mean) = result?;
-        means[i][side] = mean;
+        .zip(&means[1])
+        .map(|(current, candidate)| [*current, *candidate])
+        .collect();
+    Ok(judge(&pairs, runner.config.group_size, threshold))
+}
+
+/// How the run's paired measurements (the gate, the credit pass) draw: `--group-size` answers
+/// per query and library, `--parallel` groups at once, the rollouts' sampling, instruction and
+/// tools.
+pub(super) fn paired_settings(runner: &Runner) -> EvalSettings {
+    let config = &runner.config;
+    EvalSettings {
+        k: config.group_size,
+        sampling: config.sampling.clone(),
+        concurrency: config.parallel.max(1),
+        instruction: runner.instruction.clone(),
+        agent: runner.agent.clone(),
     }
-    drop(stream);
-    Ok(judge(&means, config.group_size, threshold))
 }
 
 /// The verdict from per-query `[current, candidate]` mean rewards.

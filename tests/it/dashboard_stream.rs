@@ -117,6 +117,7 @@ fn events() -> (Vec<RunEvent>, Vec<RunEvent>) {
                 harmful: 1,
                 served_good: 0,
                 served_bad: 0,
+                credit: None,
             }],
         },
     ];

@@ -157,6 +157,26 @@ fn propose_review_vote_below_and_above_66_percent_then_execute() {
         insta::assert_snapshot!("execute_again", shown(again));
     });
 
+    // A credit measured before the delete: the review shows the lesson's own effect.
+    let mut library = gym::library::Library::open(&s.libraries(), "arith").unwrap();
+    let credit = gym::library::Credit {
+        method: gym::library::CreditMethod::LeaveOneOut,
+        permutations: None,
+        delta: -0.25,
+        low: -0.4,
+        high: -0.1,
+        queries: 8,
+        group_size: 4,
+        version: 2,
+        measured_at: chrono::Utc::now(),
+    };
+    let usage = gym::library::Usage {
+        credit: Some(credit),
+        ..Default::default()
+    };
+    library
+        .record_usage(&[("E0001".parse().unwrap(), usage)])
+        .unwrap();
     // The working head runs ahead; the next proposal starts from the governed version.
     s.ok(&[
         "library",

@@ -36,6 +36,7 @@ mod grpo_traffic;
 mod judge;
 mod library_bad_input;
 mod library_cli;
+mod library_credit;
 #[cfg(feature = "mcp")]
 mod library_mcp;
 mod library_props;

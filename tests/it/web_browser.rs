@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use fantoccini::Locator;
 use gym::gov::{Choice, Governance, read_key_file};
-use gym::library::{Change, Evidence, Library, Provenance, Usage, Validation};
+use gym::library::{
+    Change, Credit, CreditMethod, Evidence, Library, Provenance, Usage, Validation,
+};
 use serde_json::{Value, json};
 
 use crate::gov_cli::Governed;
@@ -113,6 +115,17 @@ fn site() -> Site {
         injected: 12,
         helpful: 5,
         harmful: 1,
+        credit: Some(Credit {
+            method: CreditMethod::LeaveOneOut,
+            permutations: None,
+            delta: 0.125,
+            low: 0.031,
+            high: 0.219,
+            queries: 8,
+            group_size: 4,
+            version: 3,
+            measured_at: chrono::Utc::now(),
+        }),
         ..Usage::default()
     };
     library.record_usage(&[(e1, usage)]).unwrap();
@@ -285,6 +298,8 @@ async fn voters_review_a_proposal_and_vote_with_a_wallet_and_a_pasted_ballot_in_
         "queries q3, q7",
         "group rewards 1.00 0.00 0.50",
         "injected 12 times; helpful in 5, harmful in 1",
+        "Measured credit: Δ mean reward +0.125 [+0.031, +0.219] on 8 queries × 4 at v3 (leave-one-out)",
+        "it helps beyond its interval",
         "passed on 8 queries × 4",
     ] {
         assert!(update.contains(expected), "{expected:?} in {update}");
@@ -535,6 +550,14 @@ async fn the_library_browser_diffs_versions_shows_a_history_and_downloads_a_proo
     assert!(
         history.contains("v1 add") && history.contains("run r-web epoch 1 step 2"),
         "{history}"
+    );
+    // Its measured credit beside its use counts.
+    let shown = browser
+        .text_with("#experience .credit", "Measured credit")
+        .await;
+    assert!(
+        shown.contains("Δ mean reward +0.125 [+0.031, +0.219] on 8 queries × 4 at v3"),
+        "{shown}"
     );
     client
         .find(Locator::Id("proof-download"))

@@ -26,9 +26,9 @@ mod ui;
 
 pub use draw::{MIN_SIZE, WIDE_SIZE, draw};
 pub use gym_snapshot::{
-    Answer, EvalProgress, ExperienceUsage, Failures, Group, Header, Library, LogLevel, LogLine,
-    OpKind, OpLine, Progress, ProposedOp, RunState, SharedSnapshot, Snapshot, SnapshotSource,
-    StagePanel, StageProgress, Usage,
+    Answer, EvalProgress, ExperienceCredit, ExperienceUsage, Failures, Group, Header, Library,
+    LogLevel, LogLine, OpKind, OpLine, Progress, ProposedOp, RunState, SharedSnapshot, Snapshot,
+    SnapshotSource, StagePanel, StageProgress, Usage,
 };
 pub use terminal::{Exit, TICK, TerminalGuard, restore, run_dashboard, run_loop};
 pub use text::strip_terminal_controls;

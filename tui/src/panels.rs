@@ -389,6 +389,10 @@ pub fn library(frame: &mut Frame, area: Rect, s: &Snapshot, ui: &UiState) {
             let mut version = format!("v{}", op.version);
             if let Some(u) = lib.usage.iter().find(|u| u.id == op.id) {
                 version.push_str(&format!(" ✓{} ✗{}", u.helpful, u.harmful));
+                // Its own measured effect on the mean reward, once measured.
+                if let Some(c) = u.credit {
+                    version.push_str(&format!(" Δ{:+.2}", c.delta));
+                }
             }
             ListItem::new(diff_line(op.kind, &op.id, Some(&version), &op.text, width))
         })

@@ -135,6 +135,13 @@ pub struct GrpoArgs {
     #[arg(long, default_value_t = 0.0)]
     validate_threshold: f64,
 
+    /// Credit pass: after each epoch, measure each active experience's own effect on this many
+    /// training queries (leave-one-out, --group-size answers each: (experiences + 1) x N x G
+    /// answers), record it in usage.json and propose deleting lessons that hurt beyond their
+    /// interval at the next step (through the validation gate). 0 turns it off.
+    #[arg(long, default_value_t = 0)]
+    credit_queries: usize,
+
     /// Groups in flight at once (llama.cpp decodes them in one batch).
     #[arg(long, default_value_t = 4)]
     parallel: usize,
@@ -324,6 +331,7 @@ impl GrpoArgs {
             max_tool_steps: agent.as_ref().map(|a| a.max_steps),
             validate: self.validate,
             validate_threshold: self.validate_threshold,
+            credit_queries: self.credit_queries,
         };
         let control = RunControl::default();
         let fallback = match self.fallback.fallback {

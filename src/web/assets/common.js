@@ -142,9 +142,24 @@ const gym = (() => {
     return el("p", { class: "evidence" }, parts.map((p, i) => [i ? "; " : "", p]));
   }
 
+  // How an experience fared in use, and its measured credit (`gym library credit`) once there
+  // is one.
+  function usage(u) {
+    const served = u.served_good || u.served_bad ? ` Served feedback: good ${u.served_good || 0}, bad ${u.served_bad || 0}.` : "";
+    const counts = el("p", { class: "usage" }, `In use: injected ${u.injected} times; helpful in ${u.helpful}, harmful in ${u.harmful} paired comparisons.${served}`);
+    const c = u.credit;
+    if (!c) return [counts];
+    const signed = (x) => `${x >= 0 ? "+" : "−"}${Math.abs(Number(x)).toFixed(3)}`;
+    const verdict = c.high < 0 ? "it hurts beyond its interval: the library scores higher without it"
+      : c.low > 0 ? "it helps beyond its interval" : "its interval includes zero";
+    const method = c.method === "shapley" ? `Shapley, ${c.permutations} orders` : "leave-one-out";
+    return [counts, el("p", { class: `credit${c.high < 0 ? " harmful" : ""}` },
+      `Measured credit: Δ mean reward ${signed(c.delta)} [${signed(c.low)}, ${signed(c.high)}] on ${c.queries} queries × ${c.group_size} at v${c.version} (${method}), ${when(c.measured_at)}; ${verdict}.`)];
+  }
+
   function showError(node, message) {
     clear(node).append(el("p", { class: "error" }, message));
   }
 
-  return { el, append, clear, byId, getJSON, postJSON, short, hash, when, percent, words, provenance, evidence, showError };
+  return { el, append, clear, byId, getJSON, postJSON, short, hash, when, percent, words, provenance, evidence, usage, showError };
 })();

@@ -2,7 +2,7 @@
 "use strict";
 
 (() => {
-  const { el, append, byId, clear, getJSON, hash, when, words, provenance, evidence, showError } = gym;
+  const { el, append, byId, clear, getJSON, hash, when, words, provenance, evidence, usage, showError } = gym;
   const match = /^\/libraries\/([^/]+)\/?$/.exec(location.pathname);
   const name = match ? decodeURIComponent(match[1]) : null;
   const base = name === null ? null : `/libraries/data/${encodeURIComponent(name)}`;
@@ -109,7 +109,7 @@
     append(host, [
       el("h3", {}, `${e.id} (${e.status})`),
       el("p", { class: "text" }, el("span", { class: "muted" }, `[${e.domain}] (${Number(e.confidence).toFixed(2)}) `), e.text),
-      el("p", { class: "usage" }, `In use: injected ${u.injected} times; helpful in ${u.helpful}, harmful in ${u.harmful} paired comparisons.${u.served_good || u.served_bad ? ` Served feedback: good ${u.served_good || 0}, bad ${u.served_bad || 0}.` : ""}`),
+      usage(u),
     ]);
     const steps = el("ol", { class: "steps", id: "experience-history" });
     for (const step of data.history) {

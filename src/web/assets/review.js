@@ -2,7 +2,7 @@
 "use strict";
 
 (() => {
-  const { el, append, byId, clear, getJSON, postJSON, hash, when, percent, words, provenance, evidence, showError } = gym;
+  const { el, append, byId, clear, getJSON, postJSON, hash, when, percent, words, provenance, evidence, usage, showError } = gym;
   const REFRESH_MS = 5000;
   const MAX_BALLOT = 4096;
   const match = /^\/gov\/proposals\/(\d{1,18})\/?$/.exec(location.pathname);
@@ -143,7 +143,7 @@
       host.append(el("li", { class: `item ${item.change}`, id: `item-${item.id}` },
         el("h3", {}, el("span", { class: "mark", "aria-hidden": "true" }, mark), ` ${item.id} `, el("span", { class: `badge ${item.change}` }, label)),
         body,
-        el("p", { class: "usage" }, `In use: injected ${u.injected} times; helpful in ${u.helpful}, harmful in ${u.harmful} paired comparisons.${u.served_good || u.served_bad ? ` Served feedback: good ${u.served_good || 0}, bad ${u.served_bad || 0}.` : ""}`),
+        usage(u),
         el("h4", {}, "History in this proposal"),
         el("ol", { class: "steps" }, steps)));
     }

@@ -6,8 +6,9 @@ use gym_tui::ratatui::Terminal;
 use gym_tui::ratatui::backend::TestBackend;
 use gym_tui::ratatui::buffer::Buffer;
 use gym_tui::{
-    Answer, ExperienceUsage, Failures, Group, Header, Library, LogLevel, LogLine, OpKind, OpLine,
-    Progress, ProposedOp, RunState, Snapshot, StagePanel, StageProgress, UiState, Usage, draw,
+    Answer, ExperienceCredit, ExperienceUsage, Failures, Group, Header, Library, LogLevel, LogLine,
+    OpKind, OpLine, Progress, ProposedOp, RunState, Snapshot, StagePanel, StageProgress, UiState,
+    Usage, draw,
 };
 
 /// A run in the middle of step 13 of 20: rollouts done, `extract` proposing ops.
@@ -163,6 +164,14 @@ pub fn running() -> Snapshot {
                     injected: 640,
                     helpful: 9,
                     harmful: 2,
+                    // Measured to help beyond its interval.
+                    credit: Some(ExperienceCredit {
+                        delta: 0.0625,
+                        low: 0.0125,
+                        high: 0.1125,
+                        queries: 16,
+                        version: 11,
+                    }),
                     ..ExperienceUsage::default()
                 },
                 ExperienceUsage {
@@ -170,6 +179,14 @@ pub fn running() -> Snapshot {
                     injected: 320,
                     helpful: 3,
                     harmful: 4,
+                    // Measured to hurt beyond its interval.
+                    credit: Some(ExperienceCredit {
+                        delta: -0.125,
+                        low: -0.2,
+                        high: -0.05,
+                        queries: 16,
+                        version: 11,
+                    }),
                     ..ExperienceUsage::default()
                 },
             ],

@@ -1,0 +1,313 @@
+//! Credit by ablation: each experience's own effect on the mean reward.
+//!
+//! The library is run on the same queries with the same per-query seeds, G answers each, with
+//! every subset of its experiences an [`Ablation`] needs, through [`evaluate`] (so the prompts
+//! are byte for byte those of training and serving). Leave-one-out runs the full library once
+//! and the library without each experience once: n + 1 conditions, and an experience's credit
+//! is full − without it, paired by query. Shapley samples orders of the experiences and
+//! averages each one's gain when added after those before it; the empty and full libraries are
+//! shared by all orders and every subset is run once however many orders reach it.
+//!
+//! Answers drawn: conditions × queries × G; [`Plan::answers`] says it before anything runs.
+
+use std::collections::BTreeMap;
+
+use chrono::Utc;
+use rand::SeedableRng as _;
+use rand::seq::SliceRandom as _;
+
+use super::eval::{Condition, EvalSettings, evaluate};
+use super::prompt::PromptExperience;
+use super::stats::Estimate;
+use crate::backend::{Backend, BackendError, Usage};
+use crate::data::Sample;
+use crate::library::{Credit, CreditMethod, ExperienceId, State};
+use crate::reward::Verifier;
+
+/// Which subsets of the library a credit measurement runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Ablation {
+    /// The full library and the library without each experience.
+    #[default]
+    LeaveOneOut,
+    /// `permutations` random orders of the experiences (drawn from `seed`), each experience
+    /// credited with its gain when added after those before it in the order.
+    Shapley { permutations: usize, seed: u64 },
+}
+
+/// The library subsets an ablation of `experiences` experiences runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    ablation: Ablation,
+    experiences: usize,
+    /// Distinct subsets as sorted indices (in the library's id order), the full library first.
+    subsets: Vec<Vec<usize>>,
+    /// Shapley's sampled orders (empty for leave-one-out).
+    orders: Vec<Vec<usize>>,
+}
+
+impl Plan {
+    /// The plan for a library of `experiences` active experiences.
+    pub fn new(ablation: Ablation, experiences: usize) -> Self {
+        let full: Vec<usize> = (0..experiences).collect();
+        let mut plan = Self {
+            ablation,
+            experiences,
+            subsets: vec![full.clone()],
+            orders: Vec::new(),
+        };
+        if experiences == 0 {
+            return plan;
+        }
+        match ablation {
+            Ablation::LeaveOneOut => {
+                for left_out in 0..experiences {
+                    plan.subsets
+                        .push(full.iter().copied().filter(|&i| i != left_out).collect());
+                }
+            }
+            Ablation::Shapley { permutations, seed } => {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+                for _ in 0..permutations.max(1) {
+                    let mut order = full.clone();
+                    order.shuffle(&mut rng);
+                    for end in 0..experiences {
+                        plan.subset(&order[..end]);
+                    }
+                    plan.orders.push(order);
+                }
+            }
+        }
+        plan
+    }
+
+    /// The index of `members` among the subsets, adding it when new.
+    fn subset(&mut self, members: &[usize]) -> usize {
+        let mut sorted = members.to_vec();
+        sorted.sort_unstable();
+        match self.subsets.iter().position(|s| *s == sorted) {
+            Some(index) => index,
+            None => {
+                self.subsets.push(sorted);
+                self.subsets.len() - 1
+            }
+        }
+    }
+
+    /// Conditions run: distinct library subsets, the full library included.
+    pub fn conditions(&self) -> usize {
+        if self.experiences == 0 {
+            0
+        } else {
+            self.subsets.len()
+        }
+    }
+
+    /// Answers drawn on `queries` queries with `group_size` answers each.
+    pub fn answers(&self, queries: usize, group_size: usize) -> usize {
+        self.conditions() * queries * group_size
+    }
+}
+
+/// One experience's credit and what it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExperienceCredit {
+    pub id: ExperienceId,
+    pub text: String,
+    pub credit: Credit,
+    /// Mean reward with the library without it (leave-one-out only).
+    pub without_mean: Option<f64>,
+}
+
+/// A measurement of every active experience of one library version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreditReport {
+    /// The version measured.
+    pub version: u64,
+    pub queries: usize,
+    pub group_size: usize,
+    /// Conditions run (see [`Plan::conditions`]).
+    pub conditions: usize,
+    /// Mean reward with the full library.
+    pub full_mean: f64,
+    /// The full library's mean reward per query, in query order, for later paired checks.
+    pub full_by_query: Vec<f64>,
+    /// In id order.
+    pub experiences: Vec<ExperienceCredit>,
+    /// Tokens and cost of every answer drawn.
+    pub usage: Usage,
+    pub cost_usd: Option<f64>,
+}
+
+impl CreditReport {
+    /// The experiences whose credit is harmful beyond its interval, in id order.
+    pub fn harmful(&self) -> impl Iterator<Item = &ExperienceCredit> {
+        self.experiences.iter().filter(|e| e.credit.harmful())
+    }
+}
+
+/// What a measurement runs on: the model, the reward, the queries and how answers are drawn
+/// (`settings.k` answers per query and condition).
+#[derive(Clone, Copy)]
+pub struct Bench<'a> {
+    pub backend: &'a dyn Backend,
+    pub verifier: &'a dyn Verifier,
+    pub samples: &'a [Sample],
+    pub settings: &'a EvalSettings,
+}
+
+/// Mean rewards per condition and query (`[condition][query]`) of `shown` libraries on the
+/// bench's queries, with the tokens and cost they took.
+pub async fn mean_rewards(
+    bench: Bench<'_>,
+    shown: &[Vec<PromptExperience>],
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<(Vec<Vec<f64>>, Usage, Option<f64>), BackendError> {
+    let Bench {
+        backend,
+        verifier,
+        samples,
+        settings,
+    } = bench;
+    let conditions: Vec<Condition> = shown
+        .iter()
+        .enumerate()
+        .map(|(i, experiences)| Condition::with(format!("subset {i}"), experiences.clone()))
+        .collect();
+    if conditions.is_empty() || samples.is_empty() {
+        return Ok((
+            vec![Vec::new(); conditions.len()],
+            Usage::default(),
+            Some(0.0),
+        ));
+    }
+    let report = evaluate(backend, verifier, samples, &conditions, settings, progress).await?;
+    let means = report
+        .results
+        .chunks(samples.len())
+        .map(|rows| rows.iter().map(|r| r.mean_reward).collect())
+        .collect();
+    let mut usage = Usage::default();
+    let mut cost = Some(0.0);
+    for condition in &report.conditions {
+        usage += condition.usage;
+        cost = cost.zip(condition.cost_usd).map(|(a, b)| a + b);
+    }
+    Ok((means, usage, cost))
+}
+
+/// Measures the credit of every active experience of `state` (the library at `version`) on
+/// the bench's queries.
+pub async fn measure(
+    bench: Bench<'_>,
+    state: &State,
+    version: u64,
+    ablation: Ablation,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<CreditReport, BackendError> {
+    let (samples, settings) = (bench.samples, bench.settings);
+    let active: Vec<PromptExperience> = PromptExperience::active(state);
+    let ids: Vec<ExperienceId> = state.active().map(|e| e.id).collect();
+    let plan = Plan::new(ablation, active.len());
+    let shown: Vec<Vec<PromptExperience>> = if active.is_empty() {
+        Vec::new()
+    } else {
+        plan.subsets
+            .iter()
+            .map(|subset| subset.iter().map(|&i| active[i].clone()).collect())
+            .collect()
+    };
+    let (means, usage, cost_usd) = mean_rewards(bench, &shown, progress).await?;
+    let full_by_query = means.first().cloned().unwrap_or_default();
+    let measured_at = Utc::now();
+    let credit = |estimate: Estimate, permutations: Option<usize>| Credit {
+        method: match ablation {
+            Ablation::LeaveOneOut => CreditMethod::LeaveOneOut,
+            Ablation::Shapley { .. } => CreditMethod::Shapley,
+        },
+        permutations,
+        delta: estimate.value,
+        low: estimate.low,
+        high: estimate.high,
+        queries: samples.len(),
+        group_size: settings.k,
+        version,
+        measured_at,
+    };
+    let mut experiences = Vec::with_capacity(active.len());
+    for (index, (id, shown)) in ids.iter().zip(&active).enumerate() {
+        let (estimate, without_mean, permutations) = match ablation {
+            Ablation::LeaveOneOut => {
+                let without = &means[index + 1];
+                (
+                    Estimate::paired_difference(without, &full_by_query),
+                    Some(average(without)),
+                    None,
+                )
+            }
+            Ablation::Shapley { .. } => (
+                Estimate::mean(&shapley_gains(&plan, &means, index, samples.len())),
+                None,
+                Some(plan.orders.len()),
+            ),
+        };
+        experiences.push(ExperienceCredit {
+            id: *id,
+            text: shown.text.clone(),
+            credit: credit(estimate, permutations),
+            without_mean,
+        });
+    }
+    Ok(CreditReport {
+        version,
+        queries: samples.len(),
+        group_size: settings.k,
+        conditions: shown.len(),
+        full_mean: average(&full_by_query),
+        full_by_query,
+        experiences,
+        usage,
+        cost_usd,
+    })
+}
+
+/// Experience `index`'s gain per query, averaged over the plan's orders: the mean reward of
+/// the experiences before it in an order plus it, minus that of those before it alone.
+fn shapley_gains(plan: &Plan, means: &[Vec<f64>], index: usize, queries: usize) -> Vec<f64> {
+    let position: BTreeMap<&[usize], usize> = plan
+        .subsets
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.as_slice(), i))
+        .collect();
+    let find = |members: &[usize]| {
+        let mut sorted = members.to_vec();
+        sorted.sort_unstable();
+        position[sorted.as_slice()]
+    };
+    let mut gains = vec![0.0; queries];
+    for order in &plan.orders {
+        let at = order
+            .iter()
+            .position(|&i| i == index)
+            .expect("every order holds every experience");
+        let (before, with) = (find(&order[..at]), find(&order[..=at]));
+        for (query, gain) in gains.iter_mut().enumerate() {
+            *gain += means[with][query] - means[before][query];
+        }
+    }
+    let orders = plan.orders.len().max(1) as f64;
+    gains.iter().map(|g| g / orders).collect()
+}
+
+fn average(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        0.0
+    } else {
+        values.iter().sum::<f64>() / values.len() as f64
+    }
+}
+
+#[cfg(test)]
+#[path = "credit_tests.rs"]
+pub(crate) mod tests;

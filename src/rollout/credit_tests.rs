@@ -1,0 +1,200 @@
+//! Credit measured on a scripted model: one lesson helps, one hurts, one does nothing.
+
+use futures::future::BoxFuture;
+
+use super::*;
+use crate::backend::{Completion, FinishReason, Group, GroupRequest, Sampling};
+use crate::library::{Change, Limits, Provenance};
+use crate::reward::ExactVerifier;
+
+pub(crate) const HELPS: &str = "When counting letters, spell the word out first.";
+pub(crate) const HURTS: &str = "When counting letters, guess quickly.";
+pub(crate) const NEUTRAL: &str = "When unsure, say so.";
+
+/// A model whose answers depend on the lessons in its prompt: of every G answers, half are
+/// right, a quarter more with [`HELPS`] in the prompt and a quarter fewer with [`HURTS`]; a
+/// question with `hard` in it is always answered wrong. Right answers say `Answer: yes`.
+pub(crate) struct LessonModel;
+
+impl Backend for LessonModel {
+    fn model(&self) -> &str {
+        "lessons"
+    }
+
+    fn generate<'a>(
+        &'a self,
+        request: &'a GroupRequest,
+    ) -> BoxFuture<'a, Result<Group, BackendError>> {
+        Box::pin(async move {
+            let prompt: String = request.messages.iter().map(|m| &*m.content).collect();
+            let mut share = 0.5;
+            if prompt.contains(HELPS) {
+                share += 0.25;
+            }
+            if prompt.contains(HURTS) {
+                share -= 0.25;
+            }
+            if prompt.contains("hard") {
+                share = 0.0;
+            }
+            let right = (share * request.n as f64).round() as usize;
+            let completions = (0..request.n)
+                .map(|i| Completion {
+                    text: if i < right {
+                        "Answer: yes"
+                    } else {
+                        "Answer: no"
+                    }
+                    .into(),
+                    finish: FinishReason::Stop,
+                    seed: request.sampling.seed + i as u64,
+                    completion_tokens: 2,
+                    logprobs: None,
+                    tool_calls: Vec::new(),
+                })
+                .collect();
+            Ok(Group {
+                completions,
+                usage: Usage {
+                    prompt_tokens: 10,
+                    completion_tokens: 2 * request.n as u64,
+                    ..Usage::default()
+                },
+                cost_usd: None,
+                retries: 0,
+            })
+        })
+    }
+}
+
+/// Six queries answered `yes`, the last two hard.
+pub(crate) fn queries() -> Vec<Sample> {
+    (1..=6)
+        .map(|i| Sample {
+            id: format!("q{i}"),
+            question: if i > 4 {
+                format!("A hard question number {i}?")
+            } else {
+                format!("Question number {i}?")
+            },
+            answer: "yes".into(),
+        })
+        .collect()
+}
+
+/// A library state holding E0001 [`HELPS`], E0002 [`HURTS`] and E0003 [`NEUTRAL`].
+pub(crate) fn lessons() -> State {
+    let mut state = State::new();
+    let changes = [Change::add(HELPS), Change::add(HURTS), Change::add(NEUTRAL)];
+    let ops = state
+        .resolve(&changes, Limits { max_words: 32 })
+        .expect("valid changes");
+    drop(state.apply(1, &Provenance::Init, &ops).expect("applies"));
+    state
+}
+
+pub(crate) fn settings(k: usize) -> EvalSettings {
+    EvalSettings {
+        k,
+        sampling: Sampling::default(),
+        concurrency: 3,
+        instruction: None,
+        agent: None,
+    }
+}
+
+async fn run(ablation: Ablation) -> CreditReport {
+    let samples = queries();
+    let settings = settings(4);
+    let bench = Bench {
+        backend: &LessonModel,
+        verifier: &ExactVerifier,
+        samples: &samples,
+        settings: &settings,
+    };
+    measure(bench, &lessons(), 1, ablation, &|_, _| {})
+        .await
+        .expect("the scripted model answers")
+}
+
+#[tokio::test]
+async fn leave_one_out_credits_the_helpful_lesson_and_blames_the_harmful_one() {
+    let report = run(Ablation::LeaveOneOut).await;
+    assert_eq!(report.conditions, 4, "full + one without each of three");
+    assert_eq!(
+        (report.queries, report.group_size, report.version),
+        (6, 4, 1)
+    );
+    // Full library: half right on the four easy queries, none on the hard ones.
+    assert!((report.full_mean - 2.0 / 6.0).abs() < 1e-9);
+    let [helps, hurts, neutral] = &report.experiences[..] else {
+        panic!("{report:?}")
+    };
+    assert_eq!(helps.text, HELPS);
+    assert!((helps.credit.delta - 1.0 / 6.0).abs() < 1e-9, "{helps:?}");
+    assert!(
+        helps.credit.low > 0.0 && helps.credit.helpful(),
+        "{helps:?}"
+    );
+    assert!((hurts.credit.delta + 1.0 / 6.0).abs() < 1e-9, "{hurts:?}");
+    assert!(
+        hurts.credit.high < 0.0 && hurts.credit.harmful(),
+        "{hurts:?}"
+    );
+    assert_eq!(neutral.credit.delta, 0.0);
+    assert!(!neutral.credit.harmful() && !neutral.credit.helpful());
+    assert_eq!(hurts.without_mean, Some(3.0 / 6.0));
+    assert_eq!(hurts.credit.method, CreditMethod::LeaveOneOut);
+    assert_eq!(
+        report
+            .harmful()
+            .map(|e| e.id.to_string())
+            .collect::<Vec<_>>(),
+        ["E0002"]
+    );
+    // 4 conditions x 6 queries x 4 answers.
+    assert_eq!(report.usage.completion_tokens, 4 * 6 * 4 * 2);
+}
+
+#[tokio::test]
+async fn shapley_agrees_on_an_additive_model_and_runs_each_subset_once() {
+    let report = run(Ablation::Shapley {
+        permutations: 4,
+        seed: 7,
+    })
+    .await;
+    let plan = Plan::new(
+        Ablation::Shapley {
+            permutations: 4,
+            seed: 7,
+        },
+        3,
+    );
+    assert_eq!(report.conditions, plan.conditions());
+    assert!(plan.conditions() <= 2 + 4 * 2, "shared empty and full sets");
+    let deltas: Vec<f64> = report.experiences.iter().map(|e| e.credit.delta).collect();
+    // The model is additive (away from its bounds), so every order gives the same gains.
+    assert!((deltas[0] - 1.0 / 6.0).abs() < 1e-9, "{deltas:?}");
+    assert!((deltas[1] + 1.0 / 6.0).abs() < 1e-9, "{deltas:?}");
+    assert_eq!(deltas[2], 0.0);
+    assert!(report.experiences[1].credit.harmful());
+    assert_eq!(report.experiences[0].credit.permutations, Some(4));
+    assert_eq!(report.experiences[0].without_mean, None);
+}
+
+#[test]
+fn the_plan_counts_its_answers_before_anything_runs() {
+    let plan = Plan::new(Ablation::LeaveOneOut, 5);
+    assert_eq!(plan.conditions(), 6);
+    assert_eq!(plan.answers(32, 4), 6 * 32 * 4);
+    assert_eq!(Plan::new(Ablation::LeaveOneOut, 0).answers(32, 4), 0);
+    // One experience: every ablation is the same two conditions.
+    let one = Plan::new(
+        Ablation::Shapley {
+            permutations: 9,
+            seed: 1,
+        },
+        1,
+    );
+    assert_eq!(one.conditions(), 2);
+}

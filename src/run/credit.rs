@@ -1,0 +1,249 @@
+//! Credit: each experience's own effect, measured by ablation ([`crate::rollout::credit`]),
+//! recorded in the library's `usage.json`, and what follows from it.
+//!
+//! - [`record`] writes a measurement into usage, where [`Usage::judged_harmful`] reads it: a
+//!   lesson whose credit interval lies below zero is then proposed for deletion by the next
+//!   step of a run ([`super::commit::harmful_deletes`]), and the validation gate decides.
+//! - [`proposed_deletes`] lists those deletes as a step would propose them now.
+//! - [`commit_deletes`] is `gym library credit --propose`: the deletes, checked together by
+//!   the gate's paired test, committed as one version of the working head (a governed library's
+//!   deployed head moves only when `gym gov propose` and the vote accept it).
+//! - [`after_epoch`] is `gym grpo --credit-queries N`: a leave-one-out pass on training
+//!   queries after each epoch, journaled, so a resumed run records it without measuring again.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::events::{CreditView, RunEvent};
+use super::journal::{Entry, Journal, Replay};
+use super::validate::{judge, paired_settings, validation_queries};
+use super::{RunError, Runner};
+use crate::backend::{BackendError, Usage as Tokens};
+use crate::library::{
+    Change, Credit, ExperienceId, Library, LibraryError, Provenance, Usage, Validation,
+};
+use crate::rollout::credit::{Ablation, Bench, CreditReport, Plan, mean_rewards, measure};
+use crate::rollout::prompt::PromptExperience;
+
+/// One credit pass as the journal keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreditPass {
+    /// The library version measured.
+    pub library_version: u64,
+    pub queries: usize,
+    pub group_size: usize,
+    /// Mean reward with the full library.
+    pub full_mean: f64,
+    /// Each active experience's credit.
+    pub credits: BTreeMap<ExperienceId, Credit>,
+}
+
+impl CreditPass {
+    /// The pass a report describes.
+    pub fn of(report: &CreditReport) -> Self {
+        Self {
+            library_version: report.version,
+            queries: report.queries,
+            group_size: report.group_size,
+            full_mean: report.full_mean,
+            credits: report
+                .experiences
+                .iter()
+                .map(|e| (e.id, e.credit))
+                .collect(),
+        }
+    }
+}
+
+/// Writes `credits` into the library's usage (each replaces the experience's earlier credit).
+/// Experiences no longer active (deleted by another process since) are skipped; returns how
+/// many were recorded.
+pub fn record(
+    library: &mut Library,
+    credits: &BTreeMap<ExperienceId, Credit>,
+) -> Result<usize, LibraryError> {
+    library.refresh()?;
+    let deltas: Vec<(ExperienceId, Usage)> = credits
+        .iter()
+        .filter(|(id, _)| library.head().get_active(**id).is_some())
+        .map(|(id, credit)| {
+            let usage = Usage {
+                credit: Some(*credit),
+                ..Usage::default()
+            };
+            (*id, usage)
+        })
+        .collect();
+    if !deltas.is_empty() {
+        library.record_usage(&deltas)?;
+    }
+    Ok(deltas.len())
+}
+
+/// The deletes a run's next step would propose from usage alone (credits and counts), with
+/// their reasons.
+pub fn proposed_deletes(library: &Library) -> Vec<Change> {
+    let mut changes = Vec::new();
+    super::commit::harmful_deletes(library.usage(), library.head(), &mut changes);
+    changes
+}
+
+/// What `--propose` did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Proposed {
+    /// The deletes passed the paired check and were committed as `version`.
+    Committed {
+        version: u64,
+        validation: Validation,
+    },
+    /// The library without them scored worse than with them: nothing was committed.
+    Refused { validation: Validation },
+    /// The library moved on since it was measured (another process committed): nothing was
+    /// committed; measure again.
+    Moved { measured: u64, head: u64 },
+}
+
+/// Checks `deletes` together the way the validation gate checks a step's candidate (the
+/// library without them against the full library, on the same queries and seeds, paired by
+/// query, refused below `-threshold`) and commits them as one version of the working head
+/// when they pass. The full library's side is `measured`'s (not drawn again), so `bench` must
+/// be the bench it was measured on and the library still at the version it measured.
+pub async fn commit_deletes(
+    bench: Bench<'_>,
+    library: &mut Library,
+    measured: &CreditReport,
+    deletes: &[Change],
+    threshold: f64,
+) -> Result<Proposed, RunError> {
+    library.refresh()?;
+    if library.head_version() != measured.version {
+        return Ok(Proposed::Moved {
+            measured: measured.version,
+            head: library.head_version(),
+        });
+    }
+    let full_by_query = &measured.full_by_query;
+    let removed: Vec<ExperienceId> = deletes.iter().filter_map(Change::target).collect();
+    let shown = [library
+        .head()
+        .active()
+        .filter(|e| !removed.contains(&e.id))
+        .map(PromptExperience::from)
+        .collect::<Vec<_>>()];
+    let (means, ..) = mean_rewards(bench, &shown, &|_, _| {}).await?;
+    let pairs: Vec<[f64; 2]> = full_by_query
+        .iter()
+        .zip(&means[0])
+        .map(|(full, without)| [*full, *without])
+        .collect();
+    let validation = judge(&pairs, bench.settings.k, threshold);
+    if !validation.accepted {
+        return Ok(Proposed::Refused { validation });
+    }
+    let version = library
+        .commit(deletes, Provenance::manual_by_current_user())?
+        .version;
+    Ok(Proposed::Committed {
+        version,
+        validation,
+    })
+}
+
+/// How a run's credit pass after an epoch went.
+pub(super) enum AfterEpoch {
+    /// Off, nothing to measure, or read back from the journal: nothing spent.
+    Nothing,
+    /// Measured now: the tokens and cost it took.
+    Measured { tokens: Tokens, cost_usd: f64 },
+    /// A stop came before or during the pass; it runs again on resume.
+    Stopped,
+}
+
+/// The credit pass after `epoch`: a leave-one-out measurement of the head's active
+/// experiences on `--credit-queries` training queries (a different window each epoch),
+/// `--group-size` answers each, journaled and recorded in usage. A pass already in the journal
+/// is recorded again (recording replaces, so it is idempotent) and not measured again.
+pub(super) async fn after_epoch(
+    runner: &mut Runner,
+    journal: &mut Journal,
+    replay: &Replay,
+    epoch: u32,
+) -> Result<AfterEpoch, RunError> {
+    let count = runner.config.credit_queries;
+    if count == 0 {
+        return Ok(AfterEpoch::Nothing);
+    }
+    if let Some(pass) = replay.credits.get(&epoch) {
+        record(&mut runner.library, &pass.credits)?;
+        emit(runner, epoch, pass, true);
+        return Ok(AfterEpoch::Nothing);
+    }
+    super::commit::refresh_library(runner, 0, "the credit pass")?;
+    let state = runner.library.head().clone();
+    let version = runner.library.head_version();
+    let experiences = state.active_count();
+    let queries = validation_queries(&runner.samples, &[], epoch, count);
+    if experiences == 0 || queries.is_empty() {
+        return Ok(AfterEpoch::Nothing);
+    }
+    let group_size = runner.config.group_size;
+    let answers = Plan::new(Ablation::LeaveOneOut, experiences).answers(queries.len(), group_size);
+    runner.events.emit(RunEvent::Log {
+        level: "info".into(),
+        text: format!(
+            "epoch {epoch}: measuring the credit of {experiences} experience(s) of v{version} \
+             on {} training queries x {group_size}: {answers} answers …",
+            queries.len()
+        ),
+    });
+    if !runner.control.proceed().await {
+        return Ok(AfterEpoch::Stopped);
+    }
+    let settings = paired_settings(runner);
+    let bench = Bench {
+        backend: runner.rollout_backend.as_ref(),
+        verifier: runner.verifier.as_ref(),
+        samples: &queries,
+        settings: &settings,
+    };
+    let measured = measure(bench, &state, version, Ablation::LeaveOneOut, &|_, _| {});
+    // No safe point inside the pass: a stop drops it, and a resume runs it whole.
+    let report: Result<CreditReport, BackendError> = tokio::select! {
+        biased;
+        () = runner.control.stopped() => return Ok(AfterEpoch::Stopped),
+        report = measured => report,
+    };
+    let report = report?;
+    let pass = CreditPass::of(&report);
+    journal.append(&Entry::Credited {
+        epoch,
+        pass: pass.clone(),
+    })?;
+    record(&mut runner.library, &pass.credits)?;
+    emit(runner, epoch, &pass, false);
+    Ok(AfterEpoch::Measured {
+        tokens: report.usage,
+        cost_usd: report.cost_usd.unwrap_or(0.0),
+    })
+}
+
+fn emit(runner: &Runner, epoch: u32, pass: &CreditPass, reused: bool) {
+    runner.events.emit(RunEvent::Credited {
+        epoch,
+        library_version: pass.library_version,
+        queries: pass.queries,
+        group_size: pass.group_size,
+        full_mean: pass.full_mean,
+        credits: pass
+            .credits
+            .iter()
+            .map(|(id, credit)| CreditView::of(&id.to_string(), credit))
+            .collect(),
+        reused,
+    });
+}
+
+#[cfg(test)]
+#[path = "credit_tests.rs"]
+mod tests;

@@ -1,0 +1,252 @@
+//! `gym library credit` and `gym grpo --credit-queries`: each lesson's own measured effect,
+//! against a policy server whose answers a known lesson makes worse (or better), and on the
+//! real default model.
+
+use serde_json::Value;
+
+use crate::common::{Scratch, redacted};
+use crate::fake_openai::{FakeOpenAi, LESSON};
+
+/// The lesson [`FakeOpenAi::policy`] reacts to.
+fn lesson() -> String {
+    format!("When {}, {}.", LESSON.0, LESSON.1)
+}
+
+fn run(scratch: &Scratch, args: &[&str]) -> (i32, String, String) {
+    let output = scratch.model_command(args).output().unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn usage(scratch: &Scratch, library: &str) -> Value {
+    let path = scratch.libraries().join(library).join("usage.json");
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+#[test]
+fn a_lesson_that_hurts_is_blamed_recorded_and_deleted_with_propose() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    // With the lesson in the prompt every answer is wrong; without it, every other one right.
+    let server = runtime.block_on(FakeOpenAi::policy(false));
+    let scratch = Scratch::new();
+    scratch.write_sevens(6);
+    scratch.ok(&["library", "init", "sevens"]);
+    scratch.ok(&["library", "add", "sevens", "--text", &lesson()]);
+    scratch.ok(&[
+        "library",
+        "add",
+        "sevens",
+        "--text",
+        "When adding two numbers, check the sum.",
+    ]);
+    let base_url = server.base_url();
+    let credit = |extra: &[&str]| {
+        let mut args = vec![
+            "library",
+            "credit",
+            "sevens",
+            "--dataset",
+            "sevens.jsonl",
+            "--reward",
+            "numeric",
+            "--queries",
+            "4",
+            "-G",
+            "2",
+            "--backend",
+            "openai",
+            "--base-url",
+            &base_url,
+            "--model",
+            "policy",
+        ];
+        args.extend(extra);
+        run(&scratch, &args)
+    };
+
+    let (code, planned, stderr) = credit(&["--dry-run"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(server.requests(), 0, "a dry run draws nothing");
+
+    let (code, measured, stderr) = credit(&[]);
+    assert_eq!(code, 0, "{stderr}");
+    // Three conditions (full, without E0001, without E0002) on four queries.
+    assert_eq!(server.requests(), 3 * 4);
+    let recorded = usage(&scratch, "sevens");
+    let blamed = &recorded["usage"]["E0001"]["credit"];
+    assert_eq!(blamed["delta"], -0.5, "{recorded}");
+    assert_eq!(blamed["high"], -0.5, "{recorded}");
+    assert_eq!(blamed["queries"], 4);
+    assert_eq!(blamed["group_size"], 2);
+    assert_eq!(blamed["version"], 2);
+    assert_eq!(blamed["method"], "leave_one_out");
+    assert_eq!(recorded["usage"]["E0002"]["credit"]["delta"], 0.0);
+    let shown = scratch.ok(&["library", "show", "sevens"]);
+
+    let (code, proposed, stderr) = credit(&["--propose"]);
+    assert_eq!(code, 0, "{stderr}");
+    let log = scratch.ok(&["library", "log", "sevens"]);
+    let after = scratch.ok(&["library", "show", "sevens", "--all"]);
+    scratch.ok(&["library", "verify", "sevens"]);
+    redacted(
+        &scratch,
+        &[(&base_url, "[SERVER]")],
+        &[(r"\d+\.\d s", "[SECONDS]")],
+        || {
+            insta::assert_snapshot!("credit_dry_run", planned);
+            insta::assert_snapshot!("credit_measured", measured);
+            insta::assert_snapshot!("credit_show", shown);
+            insta::assert_snapshot!("credit_propose", proposed);
+            insta::assert_snapshot!("credit_log_after_propose", log);
+            insta::assert_snapshot!("credit_show_after_propose", after);
+        },
+    );
+}
+
+#[test]
+fn a_run_measures_credit_after_each_epoch_and_journals_it() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    // The lesson the distiller proposes makes every answer right: the gate lets it in at step 1.
+    let server = runtime.block_on(FakeOpenAi::policy(true));
+    let scratch = Scratch::new();
+    scratch.write_sevens(8);
+    let mut args = vec![
+        "grpo",
+        "--dataset",
+        "sevens.jsonl",
+        "--reward",
+        "numeric",
+        "--batch-size",
+        "4",
+        "--group-size",
+        "2",
+        "--epochs",
+        "1",
+        "--validate",
+        "4",
+        "--credit-queries",
+        "4",
+        "--library",
+        "credited",
+        "--run-id",
+        "credited",
+        "--no-eval",
+    ];
+    let both_roles = server.both_roles_flags();
+    args.extend(both_roles.iter().map(String::as_str));
+    let (code, stdout, stderr) = run(&scratch, &args);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+
+    let passes: Vec<Value> = scratch
+        .journal("credited")
+        .into_iter()
+        .filter(|e| e["kind"] == "credited")
+        .collect();
+    assert_eq!(passes.len(), 1, "one pass after the one epoch: {stdout}");
+    assert_eq!(passes[0]["epoch"], 1);
+    let credit = &passes[0]["pass"]["credits"]["E0001"];
+    // All right with the lesson, every other answer without it.
+    assert_eq!(credit["delta"], 0.5, "{credit}");
+    assert_eq!(credit["low"], 0.5, "{credit}");
+    assert_eq!(
+        usage(&scratch, "credited")["usage"]["E0001"]["credit"],
+        *credit,
+        "recorded in usage as journaled"
+    );
+    let events =
+        std::fs::read_to_string(scratch.dir.path().join("runs/credited/events.jsonl")).unwrap();
+    let credited = events
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["event"] == "credited")
+        .expect("a credited event");
+    assert_eq!(credited["credits"][0]["id"], "E0001");
+    assert_eq!(credited["credits"][0]["delta"], 0.5);
+    assert!(
+        stderr
+            .contains("credit after epoch 1 (v1, 4 queries x 2, mean reward 1.000): E0001 +0.500")
+            || stdout.contains(
+                "credit after epoch 1 (v1, 4 queries x 2, mean reward 1.000): E0001 +0.500"
+            ),
+        "{stdout}\n{stderr}"
+    );
+    let show = scratch.ok(&["library", "show", "credited"]);
+    assert!(
+        show.contains("credit Δ +0.500 [+0.500, +0.500] on 4 queries x 2 at v1 (leave-one-out)"),
+        "{show}"
+    );
+}
+
+/// The real default model on four letter-counting queries, two answers each: the numbers are
+/// the model's (deterministic on one machine, not across CPUs), so the snapshot keeps the rest.
+#[cfg(feature = "llama")]
+#[test]
+fn credit_on_the_default_model() {
+    let scratch = Scratch::new();
+    scratch.ok(&["library", "init", "letters"]);
+    for text in [
+        "When counting a letter in a word, spell the word out one letter at a time.",
+        "When asked about letters, answer with the first number that comes to mind.",
+    ] {
+        scratch.ok(&["library", "add", "letters", "--text", text]);
+    }
+    let (code, stdout, stderr) = run(
+        &scratch,
+        &[
+            "library",
+            "credit",
+            "letters",
+            "--dataset",
+            "builtin:letters",
+            "--queries",
+            "4",
+            "-G",
+            "2",
+            "--max-tokens",
+            "32",
+            "--reproducible",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let recorded = usage(&scratch, "letters");
+    for id in ["E0001", "E0002"] {
+        let credit = &recorded["usage"][id]["credit"];
+        let (low, delta, high) = (
+            credit["low"].as_f64().unwrap(),
+            credit["delta"].as_f64().unwrap(),
+            credit["high"].as_f64().unwrap(),
+        );
+        assert!(low <= delta && delta <= high, "{credit}");
+        assert_eq!(credit["queries"], 4);
+    }
+    // A lesson the table calls harmful is the one listed for deletion.
+    let hurts: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("  hurts  "))
+        .map(|l| &l[..5])
+        .collect();
+    for id in &hurts {
+        assert!(
+            stdout.contains(&format!("\n  {id}: judged harmful")),
+            "{stdout}"
+        );
+    }
+    let show = scratch.ok(&["library", "show", "letters"]);
+    let numbers = [
+        (r"[+-]?\d+\.\d{3}", "[N]"),
+        (r"\d+\.\d s", "[SECONDS]"),
+        (r"\b(helps|hurts|unclear)\b", "[VERDICT]"),
+    ];
+    // Up to the deletes, which depend on the numbers.
+    let table: String = stdout
+        .split_inclusive('\n')
+        .take_while(|l| !l.starts_with("recorded in usage.json"))
+        .collect();
+    redacted(&scratch, &[], &numbers, || {
+        insta::assert_snapshot!("credit_default_model", table);
+        insta::assert_snapshot!("credit_default_model_show", show);
+    });
+}
