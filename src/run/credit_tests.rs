@@ -205,6 +205,7 @@ fn runner(root: &std::path::Path, backend: Arc<Counting>, events: Arc<Recorded>)
             stage_parallel: 1,
             distill: crate::distill::DistillConfig::default(),
             duplicate_threshold: 0.9,
+            related_threshold: 0.6,
             budget_tokens: None,
             budget_usd: None,
             tools: Vec::new(),
