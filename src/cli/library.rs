@@ -165,7 +165,7 @@ enum LibraryCommand {
     /// The same queries and seeds with the full library and without each experience
     /// (leave-one-out, or --shapley N orders), paired by query. Leave-one-out draws
     /// (experiences + 1) x --queries x --group-size answers.
-    Credit(super::library_credit::CreditArgs),
+    Credit(Box<super::library_credit::CreditArgs>),
     /// Serve the library to agents over the Model Context Protocol on stdin and stdout:
     /// search, get, show_version, diff (and propose_change with --allow-propose).
     #[cfg(feature = "mcp")]
