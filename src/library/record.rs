@@ -292,6 +292,39 @@ mod usage_tests {
     use super::*;
 
     #[test]
+    fn validation_figures_read_back_to_the_same_bytes() {
+        // A 17-digit figure the default serde_json float parser read one step off, so a
+        // version file holding it failed to open as "edited by hand".
+        let validation = Validation {
+            queries: 8,
+            group_size: 4,
+            current_mean: 0.3125,
+            candidate_mean: 0.375,
+            delta: 0.0625,
+            delta_low: 0.011754655058058115,
+            delta_high: 0.11324534494194189,
+            threshold: 0.0,
+            accepted: true,
+            better: 3,
+            worse: 1,
+        };
+        let json = serde_json::to_string(&validation).unwrap();
+        let back: Validation = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, validation);
+        assert_eq!(serde_json::to_string(&back).unwrap(), json);
+        // Over many 17-digit numbers, not only the one seen failing.
+        let mut x = 0.011754655058058115_f64;
+        for _ in 0..10_000 {
+            x = (x * 1.000_001_3 + 1e-7).fract();
+            let text = serde_json::to_string(&x).unwrap();
+            assert_eq!(
+                serde_json::from_str::<f64>(&text).unwrap().to_bits(),
+                x.to_bits()
+            );
+        }
+    }
+
+    #[test]
     fn usage_files_without_served_outcomes_still_load_and_stay_unchanged() {
         let old = r#"{"injected":3,"helpful":1,"harmful":0}"#;
         let usage: Usage = serde_json::from_str(old).unwrap();
