@@ -63,19 +63,18 @@ pub(crate) fn load(spec: &DatasetSpec) -> Result<Dataset, DataError> {
         spec.answer_field.as_deref(),
         spec.id_field.as_deref(),
     );
-    let (rows, numbering) = if format == Format::Parquet {
-        (parquet_rows(&path, &stem, &map)?, Numbering::Row)
-    } else {
-        let bytes = std::fs::read(&path).map_err(|source| DataError::Io {
+    let read = || {
+        std::fs::read(&path).map_err(|source| DataError::Io {
             path: path.clone(),
             source,
-        })?;
-        let rows = match format {
-            Format::Jsonl => jsonl_rows(&bytes, &stem, &map),
-            Format::Json => json_rows(&path, &bytes, &stem, &map)?,
-            _ => csv_rows(&path, &bytes, &stem, &map)?,
-        };
-        (rows, Numbering::Line)
+        })
+    };
+    // The Parquet reader reads its footer first and then only the pages it needs.
+    let (rows, numbering) = match format {
+        Format::Jsonl => (jsonl_rows(&read()?, &stem, &map), Numbering::Line),
+        Format::Json => (json_rows(&path, &read()?, &stem, &map)?, Numbering::Line),
+        Format::Csv => (csv_rows(&path, &read()?, &stem, &map)?, Numbering::Line),
+        Format::Parquet => (parquet_rows(&path, &stem, &map)?, Numbering::Row),
     };
     let (samples, skipped) = select(&path, rows, spec.split, spec.skip_bad_lines, numbering)?;
     let gsm8k = samples

@@ -80,7 +80,10 @@ fn read(path: &Path, file: File, stem: &str, map: &FieldMap) -> Result<Vec<Row>,
         .collect();
     for group in metadata.row_groups() {
         for chunk in group.columns() {
-            let column = chunk.column_path().parts()[0].as_str();
+            // A nested column's chunks are its leaves; the first part names the top column.
+            let Some(column) = chunk.column_path().parts().first() else {
+                continue;
+            };
             if let (true, Some(codec)) = (map.reads(column), unsupported(chunk.compression())) {
                 return Err(DataError::ParquetCodec {
                     path: path.to_owned(),
