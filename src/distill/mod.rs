@@ -21,6 +21,7 @@
 
 mod attempt;
 mod consolidate;
+mod copying;
 mod error;
 mod extract;
 mod integrate;

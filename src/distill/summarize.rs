@@ -9,9 +9,10 @@ use serde_json::{Value, json};
 
 use super::DistillConfig;
 use super::attempt::Call;
+use super::copying::copied_from;
 use super::error::ParseError;
 use super::json::extract_json;
-use super::ops::{clean_text, copied_from};
+use super::ops::clean_text;
 use super::outcome::StageOutcome;
 use super::prompt::{SUMMARIZE, SUMMARIZE_TOOLS, clip, grade, render};
 use crate::backend::Backend;
