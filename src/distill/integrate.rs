@@ -78,7 +78,6 @@ pub fn neighbours(
     duplicate: f32,
 ) -> Vec<Neighbour> {
     let topic = topic.map(normalize);
-    let across_topics = duplicate + (1.0 - duplicate) / 2.0;
     let mut found: Vec<Neighbour> = library
         .active()
         .zip(similarities)
@@ -86,9 +85,8 @@ pub fn neighbours(
             let same_topic = topic
                 .as_deref()
                 .is_some_and(|t| normalize(&experience.domain) == t);
-            let near_duplicate = similarity >= across_topics
-                || same_topic && similarity >= duplicate
-                || topic.is_none() && similarity >= duplicate;
+            let near_duplicate =
+                is_near_duplicate(similarity, same_topic || topic.is_none(), duplicate);
             (same_topic || similarity >= related).then(|| Neighbour {
                 id: experience.id,
                 text: experience.text.clone(),
@@ -103,6 +101,12 @@ pub fn neighbours(
     // The near-duplicates always stay in view, whatever the cap.
     found.truncate(MOST_NEIGHBOURS.max(found.iter().filter(|n| n.near_duplicate).count()));
     found
+}
+
+/// Whether a lesson at `similarity` is the same lesson: at least `duplicate` within one topic,
+/// at least halfway from `duplicate` to 1 across topics.
+pub fn is_near_duplicate(similarity: f32, same_topic: bool, duplicate: f32) -> bool {
+    similarity >= duplicate + (1.0 - duplicate) / 2.0 || same_topic && similarity >= duplicate
 }
 
 /// Similarity of two texts by their words, for runs without an embedder: the Jaccard index of

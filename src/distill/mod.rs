@@ -45,7 +45,8 @@ pub use consolidate::{consolidate, consolidate_prompt, consolidate_schema};
 pub use error::ParseError;
 pub use extract::{extract, extract_prompt, extract_schema};
 pub use integrate::{
-    Decision, Neighbour, integrate, integrate_prompt, integrate_schema, neighbours, word_similarity,
+    Decision, Neighbour, integrate, integrate_prompt, integrate_schema, is_near_duplicate,
+    neighbours, word_similarity,
 };
 pub use json::{Extracted, extract_json, parse_json};
 pub use outcome::{Stage, StageOutcome, StageStats};

@@ -90,7 +90,6 @@ pub(super) fn merge_twins(
     proposals: Vec<Proposal>,
     mut measured: Similarities,
 ) -> (Vec<Proposal>, Similarities, u64) {
-    let across_topics = measured.duplicate + (1.0 - measured.duplicate) / 2.0;
     // Index of each proposal among the adds, and where each add went.
     let mut add_index = 0;
     let mut kept: Vec<Proposal> = Vec::with_capacity(proposals.len());
@@ -109,7 +108,7 @@ pub(super) fn merge_twins(
             let similarity = similarity.unwrap_or(0.0);
             let same_topic = kept[*at].op.topic().map(distill::normalize)
                 == topic.as_deref().map(distill::normalize);
-            similarity >= across_topics || same_topic && similarity >= measured.duplicate
+            distill::is_near_duplicate(similarity, same_topic, measured.duplicate)
         });
         match twin {
             Some(&(_, at)) => {
