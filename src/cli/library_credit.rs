@@ -12,6 +12,7 @@ use gym::data::Split;
 use gym::library::{Change, Library, LibraryRef};
 use gym::rollout::credit::{Ablation, Bench, CreditReport, Plan, measure};
 use gym::rollout::eval::EvalSettings;
+use gym::rollout::eval::Resume;
 use gym::run::credit::{CreditPass, Proposed, commit_deletes, proposed_deletes, record};
 
 use super::backend_args::{BackendArgs, SamplingArgs, runtime};
@@ -143,11 +144,13 @@ impl CreditArgs {
             instruction: dataset.instruction.clone(),
             agent: rt.block_on(self.tools.agent())?,
         };
+        let resume = Resume::default();
         let bench = Bench {
             backend: backend.as_ref(),
             verifier: verifier.as_ref(),
             samples,
             settings: &settings,
+            resume: &resume,
         };
         let started = Instant::now();
         let progress = progress_line();

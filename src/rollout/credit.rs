@@ -16,7 +16,7 @@ use chrono::Utc;
 use rand::SeedableRng as _;
 use rand::seq::SliceRandom as _;
 
-use super::eval::{Condition, EvalSettings, evaluate};
+use super::eval::{Condition, EvalSettings, Resume, evaluate_resuming};
 use super::prompt::PromptExperience;
 use super::stats::Estimate;
 use crate::backend::{Backend, BackendError, Usage};
@@ -154,6 +154,8 @@ pub struct Bench<'a> {
     pub verifier: &'a dyn Verifier,
     pub samples: &'a [Sample],
     pub settings: &'a EvalSettings,
+    /// Groups measured before (a journaled pass that was stopped), and where new ones go.
+    pub resume: &'a Resume<'a>,
 }
 
 /// Mean rewards per condition and query (`[condition][query]`) of `shown` libraries on the
@@ -168,6 +170,7 @@ pub async fn mean_rewards(
         verifier,
         samples,
         settings,
+        resume,
     } = bench;
     let conditions: Vec<Condition> = shown
         .iter()
@@ -181,7 +184,16 @@ pub async fn mean_rewards(
             Some(0.0),
         ));
     }
-    let report = evaluate(backend, verifier, samples, &conditions, settings, progress).await?;
+    let report = evaluate_resuming(
+        backend,
+        verifier,
+        samples,
+        &conditions,
+        settings,
+        resume,
+        progress,
+    )
+    .await?;
     let means = report
         .results
         .chunks(samples.len())

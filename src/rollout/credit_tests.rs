@@ -6,6 +6,7 @@ use super::*;
 use crate::backend::{Completion, FinishReason, Group, GroupRequest, Sampling};
 use crate::library::{Change, Limits, Provenance};
 use crate::reward::ExactVerifier;
+use crate::rollout::eval::QueryResult;
 
 pub(crate) const HELPS: &str = "When counting letters, spell the word out first.";
 pub(crate) const HURTS: &str = "When counting letters, guess quickly.";
@@ -106,11 +107,13 @@ pub(crate) fn settings(k: usize) -> EvalSettings {
 async fn run(ablation: Ablation) -> CreditReport {
     let samples = queries();
     let settings = settings(4);
+    let resume = Resume::default();
     let bench = Bench {
         backend: &LessonModel,
         verifier: &ExactVerifier,
         samples: &samples,
         settings: &settings,
+        resume: &resume,
     };
     measure(bench, &lessons(), 1, ablation, &|_, _| {})
         .await
@@ -197,4 +200,90 @@ fn the_plan_counts_its_answers_before_anything_runs() {
         1,
     );
     assert_eq!(one.conditions(), 2);
+}
+
+/// [`LessonModel`], counting the groups it is asked for.
+struct Counted(std::sync::atomic::AtomicUsize);
+
+impl Backend for Counted {
+    fn model(&self) -> &str {
+        "lessons"
+    }
+
+    fn generate<'a>(
+        &'a self,
+        request: &'a GroupRequest,
+    ) -> BoxFuture<'a, Result<Group, BackendError>> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        LessonModel.generate(request)
+    }
+}
+
+#[tokio::test]
+async fn a_stopped_measurement_resumes_from_its_kept_groups_and_draws_only_the_rest() {
+    let samples = queries();
+    let settings = settings(4);
+    let kept = std::sync::Mutex::new(Vec::new());
+    let keep = |result: &QueryResult| kept.lock().unwrap().push(result.clone());
+    let first = Resume {
+        done: Default::default(),
+        record: Some(&keep),
+    };
+    let whole = Counted(Default::default());
+    let bench = Bench {
+        backend: &whole,
+        verifier: &ExactVerifier,
+        samples: &samples,
+        settings: &settings,
+        resume: &first,
+    };
+    let full = measure(bench, &lessons(), 1, Ablation::LeaveOneOut, &|_, _| {})
+        .await
+        .unwrap();
+    let total = 4 * samples.len();
+    assert_eq!(whole.0.load(std::sync::atomic::Ordering::SeqCst), total);
+    let mut kept = kept.into_inner().unwrap();
+    assert_eq!(kept.len(), total, "every group drawn is handed over");
+
+    // Stopped after 15 groups; one of them was measured on a question that has changed since.
+    kept.truncate(15);
+    kept[0].question.push_str(" (edited)");
+    let drawn_again = std::sync::Mutex::new(0);
+    let count = |_: &QueryResult| *drawn_again.lock().unwrap() += 1;
+    let second = Resume {
+        done: kept
+            .into_iter()
+            .map(|r| ((r.condition.clone(), r.id.clone()), r))
+            .collect(),
+        record: Some(&count),
+    };
+    let resumed = Counted(Default::default());
+    let bench = Bench {
+        backend: &resumed,
+        verifier: &ExactVerifier,
+        samples: &samples,
+        settings: &settings,
+        resume: &second,
+    };
+    let again = measure(bench, &lessons(), 1, Ablation::LeaveOneOut, &|_, _| {})
+        .await
+        .unwrap();
+    let expected = total - 15 + 1;
+    assert_eq!(
+        resumed.0.load(std::sync::atomic::Ordering::SeqCst),
+        expected
+    );
+    assert_eq!(
+        *drawn_again.lock().unwrap(),
+        expected,
+        "only new groups are handed over"
+    );
+    assert_eq!(again.full_by_query, full.full_by_query);
+    let deltas = |r: &CreditReport| {
+        r.experiences
+            .iter()
+            .map(|e| e.credit.delta)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(deltas(&again), deltas(&full));
 }

@@ -4,6 +4,8 @@
 //! Both conditions draw with the same per-query seeds, so their difference is measured on paired
 //! samples and its interval is narrower than that of two independent runs.
 
+use std::collections::HashMap;
+
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
@@ -139,6 +141,32 @@ pub struct EvalReport {
     pub results: Vec<QueryResult>,
 }
 
+/// The groups a measurement already holds, and where it hands the ones it draws now: a run
+/// journals each finished group of its final evaluation and credit pass, so one stopped
+/// after hours (a session's end, Ctrl-C) goes on where it stopped instead of drawing them all
+/// again. The default holds nothing and keeps nothing.
+#[derive(Default)]
+pub struct Resume<'a> {
+    /// Finished groups by condition label and sample id. One is reused only for the same
+    /// question and reference with `k` answers; anything else is drawn again.
+    pub done: HashMap<(String, String), QueryResult>,
+    /// Called with each group drawn now, as it finishes.
+    pub record: Option<&'a (dyn Fn(&QueryResult) + Sync)>,
+}
+
+impl Resume<'_> {
+    fn reusable(&self, condition: &Condition, sample: &Sample, k: usize) -> Option<QueryResult> {
+        self.done
+            .get(&(condition.label.clone(), sample.id.clone()))
+            .filter(|r| {
+                r.question == sample.question
+                    && r.reference == sample.answer
+                    && r.group.answers.len() == k
+            })
+            .cloned()
+    }
+}
+
 /// Runs every sample under every condition, `k` draws each.
 pub async fn evaluate(
     backend: &dyn Backend,
@@ -148,14 +176,41 @@ pub async fn evaluate(
     settings: &EvalSettings,
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<EvalReport, BackendError> {
+    let resume = Resume::default();
+    evaluate_resuming(
+        backend, verifier, samples, conditions, settings, &resume, progress,
+    )
+    .await
+}
+
+/// [`evaluate`], reusing the groups `resume` holds and handing it each one drawn now.
+pub async fn evaluate_resuming(
+    backend: &dyn Backend,
+    verifier: &dyn Verifier,
+    samples: &[Sample],
+    conditions: &[Condition],
+    settings: &EvalSettings,
+    resume: &Resume<'_>,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<EvalReport, BackendError> {
     let jobs: Vec<(usize, &Sample)> = (0..conditions.len())
         .flat_map(|c| samples.iter().map(move |s| (c, s)))
         .collect();
     let total = jobs.len();
-    let mut done = 0;
     let mut results: Vec<Option<QueryResult>> = vec![None; total];
-    let mut stream = futures::stream::iter(jobs.into_iter().enumerate().map(
-        |(slot, (c, sample))| async move {
+    let mut to_draw = Vec::with_capacity(total);
+    for (slot, (c, sample)) in jobs.into_iter().enumerate() {
+        match resume.reusable(&conditions[c], sample, settings.k) {
+            Some(result) => results[slot] = Some(result),
+            None => to_draw.push((slot, (c, sample))),
+        }
+    }
+    let mut done = total - to_draw.len();
+    if done > 0 {
+        progress(done, total);
+    }
+    let mut stream =
+        futures::stream::iter(to_draw.into_iter().map(|(slot, (c, sample))| async move {
             let condition = &conditions[c];
             let messages = solve_messages(
                 sample,
@@ -183,11 +238,13 @@ pub async fn evaluate(
                 group,
             };
             Ok::<_, BackendError>((slot, result))
-        },
-    ))
-    .buffer_unordered(settings.concurrency.max(1));
+        }))
+        .buffer_unordered(settings.concurrency.max(1));
     while let Some(item) = stream.next().await {
         let (slot, result) = item?;
+        if let Some(record) = resume.record {
+            record(&result);
+        }
         results[slot] = Some(result);
         done += 1;
         progress(done, total);

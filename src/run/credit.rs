@@ -15,15 +15,17 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::evaluation::warn_unjournaled;
 use super::events::{CreditView, RunEvent};
-use super::journal::{Entry, Journal, Replay};
+use super::journal::{Entry, Journal, Recorder, Replay, measure_pass};
 use super::validate::{judge, paired_settings, validation_queries};
 use super::{RunError, Runner};
 use crate::backend::{BackendError, Usage as Tokens};
 use crate::library::{
-    Change, Credit, ExperienceId, Library, LibraryError, Provenance, Usage, Validation,
+    Change, Credit, ExperienceId, Library, LibraryError, Provenance, State, Usage, Validation,
 };
 use crate::rollout::credit::{Ablation, Bench, CreditReport, Plan, mean_rewards, measure};
+use crate::rollout::eval::{QueryResult, Resume};
 use crate::rollout::prompt::PromptExperience;
 
 /// One credit pass as the journal keeps it.
@@ -150,12 +152,101 @@ pub async fn commit_deletes(
     })
 }
 
+/// A credit pass as the run's summary and report show it: each lesson with its text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreditSummary {
+    pub epoch: u32,
+    pub library_version: u64,
+    pub queries: usize,
+    pub group_size: usize,
+    /// Mean reward with the whole library.
+    pub full_mean: f64,
+    /// Most helpful first.
+    pub lessons: Vec<LessonCredit>,
+}
+
+/// One lesson's own effect: the mean reward the library loses without it, with its 95%
+/// interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LessonCredit {
+    pub id: ExperienceId,
+    pub text: String,
+    pub delta: f64,
+    pub low: f64,
+    pub high: f64,
+}
+
+impl CreditSummary {
+    /// `pass` after `epoch`, with the texts the lessons have in `state`.
+    pub fn of(epoch: u32, pass: &CreditPass, state: &State) -> Self {
+        let mut lessons: Vec<LessonCredit> = pass
+            .credits
+            .iter()
+            .map(|(id, credit)| LessonCredit {
+                id: *id,
+                text: state
+                    .get(*id)
+                    .map_or_else(|| "(no longer in the library)".into(), |e| e.text.clone()),
+                delta: credit.delta,
+                low: credit.low,
+                high: credit.high,
+            })
+            .collect();
+        lessons.sort_by(|a, b| b.delta.total_cmp(&a.delta).then(a.id.cmp(&b.id)));
+        Self {
+            epoch,
+            library_version: pass.library_version,
+            queries: pass.queries,
+            group_size: pass.group_size,
+            full_mean: pass.full_mean,
+            lessons,
+        }
+    }
+
+    /// A Markdown section for the run's report.
+    pub fn markdown(passes: &[CreditSummary]) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        for pass in passes {
+            let _ = writeln!(
+                out,
+                "
+### Each lesson's own effect (epoch {}, v{})
+
+Leave-one-out on {} training queries x {}: the mean reward with the whole library ({:.3}) minus that without the lesson, with its 95% interval. A lesson whose interval lies below zero hurts.
+
+| id | Δ | 95% interval | lesson |
+|---|---:|---|---|",
+                pass.epoch, pass.library_version, pass.queries, pass.group_size, pass.full_mean
+            );
+            for lesson in &pass.lessons {
+                let _ = writeln!(
+                    out,
+                    "| {} | {:+.3} | [{:+.3}, {:+.3}] | {} |",
+                    lesson.id,
+                    lesson.delta,
+                    lesson.low,
+                    lesson.high,
+                    super::report::cell(&lesson.text)
+                );
+            }
+        }
+        out
+    }
+}
+
 /// How a run's credit pass after an epoch went.
 pub(super) enum AfterEpoch {
-    /// Off, nothing to measure, or read back from the journal: nothing spent.
+    /// Off, or nothing to measure.
     Nothing,
-    /// Measured now: the tokens and cost it took.
-    Measured { tokens: Tokens, cost_usd: f64 },
+    /// Read back from the journal: nothing spent.
+    Reused(CreditSummary),
+    /// Measured now: what it found, and the tokens and cost it took.
+    Measured {
+        credit: CreditSummary,
+        tokens: Tokens,
+        cost_usd: f64,
+    },
     /// A stop came before or during the pass; it runs again on resume.
     Stopped,
 }
@@ -177,7 +268,11 @@ pub(super) async fn after_epoch(
     if let Some(pass) = replay.credits.get(&epoch) {
         record(&mut runner.library, &pass.credits)?;
         emit(runner, epoch, pass, true);
-        return Ok(AfterEpoch::Nothing);
+        return Ok(AfterEpoch::Reused(CreditSummary::of(
+            epoch,
+            pass,
+            runner.library.head(),
+        )));
     }
     super::commit::refresh_library(runner, 0, "the credit pass")?;
     let state = runner.library.head().clone();
@@ -201,19 +296,31 @@ pub(super) async fn after_epoch(
         return Ok(AfterEpoch::Stopped);
     }
     let settings = paired_settings(runner);
+    // Each finished group is journaled: a pass stopped midway (it can take hours with a
+    // large model) goes on where it stopped when the run resumes.
+    let pass_name = measure_pass(&format!("credit-epoch-{epoch}"), version);
+    let recorder = Recorder::new(journal, pass_name.clone());
+    let keep = |result: &QueryResult| recorder.record(result);
+    let resume = Resume {
+        done: replay.measured.get(&pass_name).cloned().unwrap_or_default(),
+        record: Some(&keep),
+    };
     let bench = Bench {
         backend: runner.rollout_backend.as_ref(),
         verifier: runner.verifier.as_ref(),
         samples: &queries,
         settings: &settings,
+        resume: &resume,
     };
     let measured = measure(bench, &state, version, Ablation::LeaveOneOut, &|_, _| {});
-    // No safe point inside the pass: a stop drops it, and a resume runs it whole.
     let report: Result<CreditReport, BackendError> = tokio::select! {
         biased;
         () = runner.control.stopped() => return Ok(AfterEpoch::Stopped),
         report = measured => report,
     };
+    if let Some(error) = recorder.finish() {
+        warn_unjournaled(&runner.events, &pass_name, &error);
+    }
     let report = report?;
     let pass = CreditPass::of(&report);
     journal.append(&Entry::Credited {
@@ -223,6 +330,7 @@ pub(super) async fn after_epoch(
     record(&mut runner.library, &pass.credits)?;
     emit(runner, epoch, &pass, false);
     Ok(AfterEpoch::Measured {
+        credit: CreditSummary::of(epoch, &pass, &state),
         tokens: report.usage,
         cost_usd: report.cost_usd.unwrap_or(0.0),
     })

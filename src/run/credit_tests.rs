@@ -11,6 +11,7 @@ use crate::backend::{Backend, Group, GroupRequest};
 use crate::library::{Settings, Status};
 use crate::reward::ExactVerifier;
 use crate::rollout::credit::tests::{HELPS, HURTS, LessonModel, NEUTRAL, queries, settings};
+use crate::rollout::eval::Resume;
 use crate::run::events::{EventSink, Events};
 
 /// A library holding E0001 helps, E0002 hurts, E0003 neutral at v1.
@@ -35,11 +36,13 @@ async fn a_credit_below_zero_becomes_a_proposed_delete_and_propose_commits_it_af
     let mut library = library(root.path());
     let samples = queries();
     let settings = settings(4);
+    let resume = Resume::default();
     let bench = Bench {
         backend: &LessonModel,
         verifier: &ExactVerifier,
         samples: &samples,
         settings: &settings,
+        resume: &resume,
     };
     let report = measure(bench, library.head(), 1, Ablation::LeaveOneOut, &|_, _| {})
         .await
@@ -263,8 +266,16 @@ async fn the_pass_after_an_epoch_is_journaled_and_a_resume_records_it_without_me
     let outcome = after_epoch(&mut again, &mut journal, &replay, 1)
         .await
         .unwrap();
-    assert!(matches!(outcome, AfterEpoch::Nothing));
+    let AfterEpoch::Reused(summary) = outcome else {
+        panic!("not read back")
+    };
     assert_eq!(backend.0.load(Ordering::SeqCst), 4 * 6);
+    // The summary names each lesson with its text, most helpful first.
+    let order: Vec<&str> = summary.lessons.iter().map(|l| l.text.as_str()).collect();
+    assert_eq!(order, [HELPS, NEUTRAL, HURTS]);
+    assert!(summary.lessons[2].high < 0.0);
+    let table = CreditSummary::markdown(std::slice::from_ref(&summary));
+    assert!(table.contains("| E0001 | +0."), "{table}");
     let credited: Vec<bool> = events
         .0
         .lock()

@@ -4,16 +4,19 @@
 //!
 //! A cancel drops the evaluation's requests: the llama.cpp worker stops abandoned sequences
 //! between decode steps and an HTTP request is dropped, so nothing runs on for long after it.
-//! Nothing the evaluation would write is lost: it writes only its report, at the end.
+//! Each finished group is journaled ([`super::journal::Entry::Measured`]), so a resumed run
+//! evaluates only what the stopped one had not: with a large model on a laptop the evaluation
+//! alone can outlast a sitting.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::events::{Events, RunEvent};
+use super::journal::JournalError;
 use crate::backend::{Backend, BackendError};
 use crate::data::Sample;
 use crate::reward::Verifier;
-use crate::rollout::eval::{Condition, EvalReport, EvalSettings, evaluate};
+use crate::rollout::eval::{Condition, EvalReport, EvalSettings, Resume, evaluate_resuming};
 
 /// How the final evaluation ended.
 #[derive(Debug)]
@@ -35,6 +38,8 @@ pub struct Heldout<'a> {
     pub settings: &'a EvalSettings,
     /// The library version evaluated (the run's last).
     pub library_version: u64,
+    /// Groups evaluated before this start (journaled), and where new ones go.
+    pub resume: &'a Resume<'a>,
 }
 
 /// Evaluates `heldout` unless `cancel` completes first; emits `EvaluationStarted`,
@@ -56,12 +61,13 @@ pub async fn final_evaluation(
         scored.store(done, Ordering::SeqCst);
         events.emit(RunEvent::EvaluationProgress { done, total });
     };
-    let evaluation = evaluate(
+    let evaluation = evaluate_resuming(
         heldout.backend,
         heldout.verifier,
         heldout.samples,
         heldout.conditions,
         heldout.settings,
+        heldout.resume,
         &progress,
     );
     tokio::select! {
@@ -90,4 +96,15 @@ pub async fn final_evaluation(
             Ok(FinalEval::Done(report))
         }
     }
+}
+
+/// Says that groups of measurement `pass` are no longer journaled (a resume would draw them
+/// again); the measurement itself goes on.
+pub(super) fn warn_unjournaled(events: &Events, pass: &str, error: &JournalError) {
+    events.emit(RunEvent::Log {
+        level: "warn".into(),
+        text: format!(
+            "{pass}: groups are no longer journaled ({error}); a resume would draw them again"
+        ),
+    });
 }

@@ -176,8 +176,22 @@ pub enum Entry {
         epoch: u32,
         pass: super::credit::CreditPass,
     },
+    /// One finished group of a measurement that takes long enough to be stopped midway (the
+    /// credit pass, the final evaluation): `pass` names the measurement and the library
+    /// version it measures ([`measure_pass`]), and a resume reuses the group.
+    Measured {
+        pass: String,
+        result: crate::rollout::eval::QueryResult,
+    },
     /// Every step is over.
     Finished { at: String },
+}
+
+/// The name under which [`Entry::Measured`] keeps the groups of `measurement` (`eval`,
+/// `credit-epoch-2`) of library version `version`: groups measured on another version are not
+/// reused.
+pub fn measure_pass(measurement: &str, version: u64) -> String {
+    format!("{measurement}@v{version}")
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -195,6 +209,9 @@ pub enum JournalError {
     },
 }
 
+/// A measurement's finished groups by condition label and sample id.
+pub type MeasuredGroups = HashMap<(String, String), crate::rollout::eval::QueryResult>;
+
 /// What a journal holds, indexed for resuming.
 #[derive(Debug, Default)]
 pub struct Replay {
@@ -205,6 +222,9 @@ pub struct Replay {
     pub validations: HashMap<u32, crate::library::Validation>,
     /// The credit passes, by epoch.
     pub credits: HashMap<u32, super::credit::CreditPass>,
+    /// The finished groups of measurements, by pass ([`measure_pass`]), then condition and
+    /// sample id.
+    pub measured: HashMap<String, MeasuredGroups>,
     pub finished: bool,
     pub starts: usize,
     /// What the first start that recorded them learned from and into.
@@ -256,6 +276,46 @@ impl Journal {
 
     pub fn path(&self) -> &Path {
         self.log.path()
+    }
+}
+
+/// Journals each group a measurement draws now as [`Entry::Measured`] under one pass. A write
+/// that fails does not stop the measurement (its report is still written when it ends, and a
+/// resume draws the unjournaled groups again): the first failure is kept for
+/// [`Recorder::finish`] and nothing more is written.
+pub struct Recorder<'j> {
+    pass: String,
+    journal: std::sync::Mutex<(&'j mut Journal, Option<JournalError>)>,
+}
+
+impl<'j> Recorder<'j> {
+    pub fn new(journal: &'j mut Journal, pass: String) -> Self {
+        Self {
+            pass,
+            journal: std::sync::Mutex::new((journal, None)),
+        }
+    }
+
+    /// Journals `result` (a no-op after a failed write).
+    pub fn record(&self, result: &crate::rollout::eval::QueryResult) {
+        let mut guard = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+        let (journal, failed) = &mut *guard;
+        if failed.is_some() {
+            return;
+        }
+        let entry = Entry::Measured {
+            pass: self.pass.clone(),
+            result: result.clone(),
+        };
+        if let Err(error) = journal.append(&entry) {
+            *failed = Some(error);
+        }
+    }
+
+    /// The first write that failed, if one did.
+    pub fn finish(self) -> Option<JournalError> {
+        let (_, failed) = self.journal.into_inner().unwrap_or_else(|e| e.into_inner());
+        failed
     }
 }
 
@@ -318,6 +378,13 @@ fn parse(bytes: &[u8], path: &Path) -> Result<Replay, JournalError> {
             }
             Entry::Credited { epoch, pass } => {
                 replay.credits.insert(epoch, pass);
+            }
+            Entry::Measured { pass, result } => {
+                replay
+                    .measured
+                    .entry(pass)
+                    .or_default()
+                    .insert((result.condition.clone(), result.id.clone()), result);
             }
             Entry::Finished { .. } => replay.finished = true,
         }

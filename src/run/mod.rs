@@ -306,7 +306,13 @@ impl Runner {
             };
             match pass {
                 credit::AfterEpoch::Nothing => {}
-                credit::AfterEpoch::Measured { tokens, cost_usd } => {
+                credit::AfterEpoch::Reused(credit) => summary.credit.push(credit),
+                credit::AfterEpoch::Measured {
+                    credit,
+                    tokens,
+                    cost_usd,
+                } => {
+                    summary.credit.push(credit);
                     spent.tokens += tokens;
                     spent.cost_usd += cost_usd;
                 }

@@ -38,7 +38,7 @@ pub fn write_report(
 }
 
 /// Pipes and newlines would break a Markdown table cell.
-fn cell(text: &str) -> String {
+pub(super) fn cell(text: &str) -> String {
     text.replace('|', "\\|").replace('\n', " ")
 }
 
@@ -136,6 +136,7 @@ pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) 
             out.push_str(&lessons_markdown(&summary.lessons));
         }
     }
+    out.push_str(&super::credit::CreditSummary::markdown(&summary.credit));
     if let Some(source) = &summary.source {
         out.push_str(&source_markdown(source));
     }

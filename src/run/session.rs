@@ -11,9 +11,10 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::evaluation::{FinalEval, Heldout, final_evaluation};
+use super::evaluation::{FinalEval, Heldout, final_evaluation, warn_unjournaled};
 use super::events::{Events, RunEvent};
 use super::fallback::{Trigger, Watch};
+use super::journal::{Journal, Recorder, measure_pass};
 use super::summary::RunSummary;
 use super::{RunControl, RunError, Runner};
 use crate::backend::Backend;
@@ -21,7 +22,9 @@ use crate::data::{Dataset, SourceReport};
 use crate::durable::{Replace, write};
 use crate::library::Library;
 use crate::reward::Verifier;
-use crate::rollout::eval::{Control, EvalReport, EvalSettings, library_conditions};
+use crate::rollout::eval::{
+    Control, EvalReport, EvalSettings, QueryResult, Resume, library_conditions,
+};
 use crate::rollout::prompt::PromptExperience;
 
 /// The file, in the run's directory, with the run's [`RunSummary`].
@@ -194,6 +197,23 @@ impl Evaluation {
                 () = interrupt => {}
             }
         };
+        let (mut journal, replay) = Journal::open(dir)?;
+        let pass = measure_pass("eval", version);
+        let recorder = Recorder::new(&mut journal, pass.clone());
+        let keep = |result: &QueryResult| recorder.record(result);
+        let resume = Resume {
+            done: replay.measured.get(&pass).cloned().unwrap_or_default(),
+            record: Some(&keep),
+        };
+        if !resume.done.is_empty() {
+            events.emit(RunEvent::Log {
+                level: "info".into(),
+                text: format!(
+                    "{pass}: {} group(s) evaluated before are in the journal and not drawn again",
+                    resume.done.len()
+                ),
+            });
+        }
         let evaluation = final_evaluation(
             Heldout {
                 backend: self.backend.as_ref(),
@@ -202,12 +222,16 @@ impl Evaluation {
                 conditions: &conditions,
                 settings: &settings,
                 library_version: version,
+                resume: &resume,
             },
             events,
             cancel,
         )
         .await
         .map_err(RunError::Evaluation)?;
+        if let Some(error) = recorder.finish() {
+            warn_unjournaled(events, &pass, &error);
+        }
         Ok(match evaluation {
             FinalEval::Cancelled { done, total } => Ending::EvalCancelled {
                 library_version: version,

@@ -132,6 +132,9 @@ pub struct RunSummary {
     /// The final held-out evaluation, if the user cancelled it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval_cancelled: Option<EvalCancelled>,
+    /// Each lesson's own effect, per credit pass (`--credit-queries`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credit: Vec<super::credit::CreditSummary>,
 }
 
 /// A final evaluation the user cancelled: the library version stays committed, unevaluated.
@@ -212,6 +215,20 @@ impl RunSummary {
         if !self.lessons.is_empty() {
             let _ = writeln!(out, "lessons {}", self.lessons.line());
         }
+        for pass in &self.credit {
+            let _ = writeln!(
+                out,
+                "credit after epoch {} (v{}, leave-one-out on {} queries x {}):",
+                pass.epoch, pass.library_version, pass.queries, pass.group_size
+            );
+            for lesson in &pass.lessons {
+                let _ = writeln!(
+                    out,
+                    "  {} Δ {:+.3} [{:+.3}, {:+.3}]  {}",
+                    lesson.id, lesson.delta, lesson.low, lesson.high, lesson.text
+                );
+            }
+        }
         let _ = writeln!(
             out,
             "ops dropped {}, near-duplicates {}, verifier failures {}, failed steps {}, candidates rejected by validation {}",
@@ -258,6 +275,7 @@ impl RunSummary {
             elapsed_s: 0.0,
             source: None,
             eval_cancelled: None,
+            credit: Vec::new(),
         }
     }
 

@@ -15,7 +15,7 @@ use super::{RunError, Runner};
 use crate::data::Sample;
 use crate::library::{Change, Limits, Provenance, State, Validation};
 use crate::rollout::credit::{Bench, mean_rewards};
-use crate::rollout::eval::EvalSettings;
+use crate::rollout::eval::{EvalSettings, Resume};
 use crate::rollout::prompt::PromptExperience;
 use crate::rollout::stats::Estimate;
 
@@ -149,11 +149,13 @@ pub(super) async fn validate(
     threshold: f64,
 ) -> Result<Validation, RunError> {
     let settings = paired_settings(runner);
+    let resume = Resume::default();
     let bench = Bench {
         backend: runner.rollout_backend.as_ref(),
         verifier: runner.verifier.as_ref(),
         samples: queries,
         settings: &settings,
+        resume: &resume,
     };
     let shown = [current.to_vec(), candidate.to_vec()];
     let (means, ..) = mean_rewards(bench, &shown, &|_, _| {}).await?;

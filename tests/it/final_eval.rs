@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use gym::backend::Sampling;
 use gym::data::{DatasetSpec, Split};
 use gym::reward::NumericVerifier;
-use gym::rollout::eval::{Condition, EvalSettings};
+use gym::rollout::eval::{Condition, EvalSettings, Resume};
 use gym::run::evaluation::{FinalEval, Heldout, final_evaluation};
 use gym::run::{EventSink, Events, RunControl, RunEvent};
 
@@ -76,6 +76,7 @@ async fn a_stop_cancels_the_final_evaluation_within_moments_and_says_how_far_it_
             conditions: &conditions,
             settings: &settings,
             library_version: 3,
+            resume: &Resume::default(),
         },
         &events,
         control.stopped(),
@@ -144,6 +145,7 @@ async fn an_evaluation_left_alone_finishes_and_reports_every_group() {
             conditions: &conditions,
             settings: &settings,
             library_version: 1,
+            resume: &Resume::default(),
         },
         &events,
         control.stopped(),

@@ -218,3 +218,118 @@ fn an_old_args_json_still_resumes_and_a_changed_dataset_is_refused() {
         2
     );
 }
+
+/// The journal's `measured` entries (the groups of the final evaluation) of run `run`.
+fn measured(scratch: &Scratch, run: &str) -> Vec<Value> {
+    scratch
+        .journal(run)
+        .into_iter()
+        .filter(|e| e["kind"] == "measured")
+        .collect()
+}
+
+#[test]
+fn a_run_killed_during_its_final_evaluation_resumes_it_where_it_stopped() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(FakeOpenAi::policy(true));
+    // Every answer takes a while, so the kill lands in the middle of the evaluation.
+    server.inject(std::iter::repeat_n(
+        crate::fake_openai::Fault::Slow(std::time::Duration::from_millis(150)),
+        400,
+    ));
+    let scratch = Scratch::new();
+    let lines: String = (0..12)
+        .map(|i| {
+            format!(
+                "{{\"id\": \"q{i}\", \"question\": \"What is {i} + {}?\", \"answer\": \"7\", \"split\": \"{}\"}}\n",
+                7 - i,
+                if i < 6 { "train" } else { "heldout" }
+            )
+        })
+        .collect();
+    std::fs::write(scratch.dir.path().join("sevens.jsonl"), lines).unwrap();
+    let mut args = strings(&[
+        "grpo",
+        "--dataset",
+        "sevens.jsonl",
+        "--library",
+        "mine",
+        "--run-id",
+        "killed",
+        "--batch-size",
+        "3",
+        "--group-size",
+        "2",
+        "--epochs",
+        "1",
+        "--validate",
+        "0",
+        "--eval-limit",
+        "6",
+        "--eval-k",
+        "1",
+        "--parallel",
+        "1",
+        "--no-tui",
+    ]);
+    args.extend(server.both_roles_flags());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let log = scratch.dir.path().join("first.log");
+    let mut child = scratch
+        .model_command(&args)
+        .env_remove("GYM_RUNS_DIR")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while measured(&scratch, "killed").len() < 3 {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before it was killed: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        assert!(std::time::Instant::now() < deadline, "no evaluation began");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before = measured(&scratch, "killed").len();
+    assert!(
+        before < 18,
+        "killed before the evaluation's 18 groups were all drawn"
+    );
+    let requests = server.requests();
+
+    let (code, stdout, stderr) = gym(&scratch, &strings(&["grpo", "--resume", "killed"]));
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!(
+            "{before} group(s) evaluated before are in the journal"
+        )),
+        "{stdout}\n{stderr}"
+    );
+    // Only the groups the killed start had not finished were asked for again (the steps
+    // replay from the journal too).
+    assert_eq!(server.requests() - requests, 18 - before);
+    let all = measured(&scratch, "killed");
+    assert_eq!(all.len(), 18);
+    let mut keys: Vec<(String, String)> = all
+        .iter()
+        .map(|e| {
+            (
+                e["result"]["condition"].as_str().unwrap().to_string(),
+                e["result"]["id"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 18, "no group was drawn twice");
+    let eval: Value = serde_json::from_slice(
+        &std::fs::read(scratch.dir.path().join("runs/killed/eval.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(eval["results"].as_array().unwrap().len(), 18);
+    assert_eq!(eval["conditions"].as_array().unwrap().len(), 3, "{eval:#}");
+}

@@ -173,6 +173,34 @@ fn a_run_measures_credit_after_each_epoch_and_journals_it() {
             ),
         "{stdout}\n{stderr}"
     );
+    // Each group of the pass is journaled (full library and without E0001, 4 queries each).
+    let measured = scratch
+        .journal("credited")
+        .into_iter()
+        .filter(|e| e["kind"] == "measured" && e["pass"] == "credit-epoch-1@v1")
+        .count();
+    assert_eq!(measured, 8);
+    // The run's summary and report carry each lesson's own effect with its text.
+    let summary: Value = serde_json::from_slice(
+        &std::fs::read(scratch.dir.path().join("runs/credited/summary.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        summary["credit"][0]["lessons"][0]["delta"], 0.5,
+        "{summary:#}"
+    );
+    assert!(
+        stdout.contains("credit after epoch 1 (v1, leave-one-out on 4 queries x 2):")
+            && stdout.contains("E0001 Δ +0.500 [+0.500, +0.500]"),
+        "{stdout}"
+    );
+    let report =
+        std::fs::read_to_string(scratch.dir.path().join("runs/credited/report.md")).unwrap();
+    assert!(
+        report.contains("### Each lesson's own effect (epoch 1, v1)")
+            && report.contains("| E0001 | +0.500 | [+0.500, +0.500] |"),
+        "{report}"
+    );
     let show = scratch.ok(&["library", "show", "credited"]);
     assert!(
         show.contains("credit Δ +0.500 [+0.500, +0.500] on 4 queries x 2 at v1 (leave-one-out)"),

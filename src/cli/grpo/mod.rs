@@ -495,7 +495,7 @@ impl GrpoArgs {
             } => {
                 let command = summary.eval_cancelled.as_ref().map(|c| c.command.as_str());
                 println!(
-                    "final evaluation cancelled after {done}/{total} groups; library {} v{library_version} stays committed: evaluate it later with `{}`",
+                    "final evaluation cancelled after {done}/{total} groups (journaled); library {} v{library_version} stays committed: finish the evaluation with `gym grpo --resume {run_id}`, or evaluate it apart with `{}`",
                     self.library,
                     command.unwrap_or_default()
                 );
