@@ -354,4 +354,4 @@ fn emit(runner: &Runner, epoch: u32, pass: &CreditPass, reused: bool) {
 
 #[cfg(test)]
 #[path = "credit_tests.rs"]
-mod tests;
+pub(super) mod tests;

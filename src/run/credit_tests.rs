@@ -15,7 +15,7 @@ use crate::rollout::eval::Resume;
 use crate::run::events::{EventSink, Events};
 
 /// A library holding E0001 helps, E0002 hurts, E0003 neutral at v1.
-fn library(root: &std::path::Path) -> Library {
+pub(in crate::run) fn library(root: &std::path::Path) -> Library {
     let mut library = Library::init(root, "lessons", Settings::default()).unwrap();
     library
         .commit(
@@ -168,7 +168,7 @@ fn a_credit_measured_before_the_text_changed_is_not_acted_on() {
 }
 
 /// The scripted model, counting the groups it is asked for.
-struct Counting(AtomicUsize);
+pub(in crate::run) struct Counting(pub AtomicUsize);
 
 impl Backend for Counting {
     fn model(&self) -> &str {
@@ -185,7 +185,7 @@ impl Backend for Counting {
 }
 
 #[derive(Default)]
-struct Recorded(Mutex<Vec<RunEvent>>);
+pub(in crate::run) struct Recorded(Mutex<Vec<RunEvent>>);
 
 impl EventSink for Arc<Recorded> {
     fn emit(&self, event: &RunEvent) {
@@ -193,7 +193,11 @@ impl EventSink for Arc<Recorded> {
     }
 }
 
-fn runner(root: &std::path::Path, backend: Arc<Counting>, events: Arc<Recorded>) -> Runner {
+pub(in crate::run) fn runner(
+    root: &std::path::Path,
+    backend: Arc<Counting>,
+    events: Arc<Recorded>,
+) -> Runner {
     let mut sinks = Events::default();
     sinks.add(Box::new(events));
     Runner {
@@ -215,6 +219,7 @@ fn runner(root: &std::path::Path, backend: Arc<Counting>, events: Arc<Recorded>)
             max_tool_steps: None,
             validate: 0,
             validate_threshold: 0.0,
+            validate_each: false,
             credit_queries: 6,
         },
         dir: root.join("run"),

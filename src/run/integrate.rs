@@ -246,16 +246,7 @@ pub(super) fn add_confirmations(
 /// Whether `changes` change what the policy is shown: not when every change is an
 /// evidence-only update (a confirmation), which the validation gate need not judge.
 pub(super) fn changes_prompts(changes: &[Change]) -> bool {
-    changes.iter().any(|change| {
-        !matches!(
-            change,
-            Change::Update {
-                text: None,
-                domain: None,
-                ..
-            }
-        )
-    })
+    changes.iter().any(super::validate::prompts)
 }
 
 #[cfg(test)]

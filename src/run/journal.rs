@@ -169,6 +169,13 @@ pub enum Entry {
         step: u32,
         validation: crate::library::Validation,
     },
+    /// `--validate-each`: the verdict on each of a step's changes, in order (`None` for one
+    /// that changes no prompt).
+    ValidatedEach {
+        epoch: u32,
+        step: u32,
+        verdicts: Vec<Option<crate::library::Validation>>,
+    },
     /// A step is over.
     StepEnded { epoch: u32, step: u32, end: StepEnd },
     /// The credit pass after an epoch (`--credit-queries`).
@@ -220,6 +227,8 @@ pub struct Replay {
     pub ended: BTreeMap<u32, StepEnd>,
     /// The validation gate's verdicts, by step.
     pub validations: HashMap<u32, crate::library::Validation>,
+    /// `--validate-each`: the verdict on each change, by step.
+    pub validations_each: HashMap<u32, Vec<Option<crate::library::Validation>>>,
     /// The credit passes, by epoch.
     pub credits: HashMap<u32, super::credit::CreditPass>,
     /// The finished groups of measurements, by pass ([`measure_pass`]), then condition and
@@ -372,6 +381,9 @@ fn parse(bytes: &[u8], path: &Path) -> Result<Replay, JournalError> {
                 step, validation, ..
             } => {
                 replay.validations.insert(step, validation);
+            }
+            Entry::ValidatedEach { step, verdicts, .. } => {
+                replay.validations_each.insert(step, verdicts);
             }
             Entry::StepEnded { step, end, .. } => {
                 replay.ended.insert(step, end);

@@ -133,6 +133,7 @@ fn drop_kind(reason: &str) -> &'static str {
         ("delete", "delete held back"),
         ("repeats", "repeats a lesson"),
         ("does not change", "repeats a lesson"),
+        ("validation gate", "scored worse at the gate"),
     ];
     KINDS
         .iter()

@@ -114,6 +114,9 @@ pub struct RunConfig {
     /// A candidate whose paired Δ mean reward is below `-validate_threshold` is refused.
     #[serde(default)]
     pub validate_threshold: f64,
+    /// Judge each prompt-changing change of a step on its own and commit those that pass.
+    #[serde(default)]
+    pub validate_each: bool,
     /// Training queries of the credit pass after each epoch (0: none), see [`credit`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub credit_queries: usize,

@@ -105,6 +105,29 @@ pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) 
             }),
         );
     }
+    let judged: Vec<_> = summary
+        .steps
+        .iter()
+        .flat_map(|step| step.judged.iter().map(move |judged| (step.step, judged)))
+        .collect();
+    if !judged.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nChanges judged one by one (`--validate-each`): the current library with the change alone against the current library.\n\n| step | change | Δ | 95% interval | verdict |\n|---:|---|---:|---|---|"
+        );
+        for (step, judged) in judged {
+            let v = &judged.validation;
+            let _ = writeln!(
+                out,
+                "| {step} | {} | {:+.3} | [{:+.3}, {:+.3}] | {} |",
+                cell(&judged.change),
+                v.delta,
+                v.delta_low,
+                v.delta_high,
+                if judged.kept { "kept" } else { "left out" }
+            );
+        }
+    }
     if !summary.stages.is_empty() {
         let _ = writeln!(
             out,
@@ -419,6 +442,7 @@ mod tests {
             stage_seconds: if n == 1 { 12.5 } else { 0.0 },
             stage_tokens: if n == 1 { 1000 } else { 0 },
             lessons: Default::default(),
+            judged: Vec::new(),
         }
     }
 

@@ -12,12 +12,12 @@ use super::events::{Events, RunEvent};
 use super::integrate;
 use super::journal::{Entry, Journal, Replay, Stage, StepEnd};
 use super::stage::{Calls, Rollouts};
-use super::summary::StepReport;
+use super::summary::{JudgedChange, StepReport};
 use super::validate::{Gate, gate};
 use super::{RunControl, RunError, Runner};
 use crate::data::Sample;
 use crate::distill::{self, Proposal, ProposedOp, StageOutcome};
-use crate::library::{Evidence, ExperienceId, Op, Provenance, State};
+use crate::library::{Change, Evidence, ExperienceId, Op, Provenance, State, Validation};
 use crate::rollout::prompt::{PromptExperience, solve_messages};
 use crate::rollout::{RolloutGroup, rollout};
 
@@ -417,26 +417,68 @@ pub(super) async fn run_step(
         } else {
             Gate::Pass(None)
         };
-        match gate {
+        // `--validate-each`: each kept change's own evidence, by its index in `changes`.
+        let mut each: Vec<(usize, Validation)> = Vec::new();
+        let validation = match gate {
             Gate::Stopped => return Ok(StepOutcome::Stopped),
             Gate::Refused(end) => return at.end(end),
-            Gate::Pass(validation) => {
-                if let (
-                    Some(validation),
-                    Provenance::Run {
-                        validation: slot, ..
-                    },
-                ) = (&validation, &mut provenance)
-                {
-                    *slot = Some(validation.clone());
+            Gate::Pass(validation) => validation,
+            Gate::PassEach { kept, left_out } => {
+                for (change, validation) in &left_out {
+                    at.report
+                        .lessons
+                        .count_drop("scored worse at the validation gate");
+                    match change {
+                        Change::Add { .. } => at.report.lessons.added -= 1,
+                        Change::Update { text: Some(_), .. } => at.report.lessons.updated -= 1,
+                        _ => {}
+                    }
+                    at.report
+                        .judged
+                        .push(JudgedChange::of(change, validation, false));
                 }
-                at.report.validation = validation;
+                changes = Vec::with_capacity(kept.len());
+                for (change, validation) in kept {
+                    if let Some(validation) = validation {
+                        at.report
+                            .judged
+                            .push(JudgedChange::of(&change, &validation, true));
+                        each.push((changes.len(), validation));
+                    }
+                    changes.push(change);
+                }
+                // The version's provenance has room for one verdict: the weakest kept one.
+                each.iter()
+                    .map(|(_, v)| v)
+                    .min_by(|a, b| a.delta.total_cmp(&b.delta))
+                    .cloned()
             }
+        };
+        if let (
+            Some(validation),
+            Provenance::Run {
+                validation: slot, ..
+            },
+        ) = (&validation, &mut provenance)
+        {
+            *slot = Some(validation.clone());
         }
+        at.report.validation = validation;
         match commit_rebased(runner, step, &changes, provenance) {
             Ok((version, ops)) => {
                 let end = committed_end(version, &ops);
-                if let Some(validation) = &at.report.validation {
+                if !each.is_empty() {
+                    // Each experience is credited with its own change's evidence.
+                    for (index, validation) in &each {
+                        let touched: Vec<ExperienceId> = ops
+                            .get(*index)
+                            .filter(|op| op.kind() != "delete")
+                            .map(Op::id)
+                            .into_iter()
+                            .collect();
+                        count_usage(runner, &state, 0, Some((validation, &touched)))?;
+                    }
+                } else if let Some(validation) = &at.report.validation {
                     let touched: Vec<ExperienceId> = ops
                         .iter()
                         .filter(|op| op.kind() != "delete")

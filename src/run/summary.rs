@@ -46,6 +46,33 @@ pub struct StepReport {
     /// What became of the step's lessons.
     #[serde(default, skip_serializing_if = "LessonCounts::is_empty")]
     pub lessons: LessonCounts,
+    /// `--validate-each`: each prompt-changing change with its own verdict.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub judged: Vec<JudgedChange>,
+}
+
+/// A change the validation gate judged on its own (`--validate-each`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JudgedChange {
+    /// The change, as a log line shows it (`add "When …"`, `update E0003 "When …"`).
+    pub change: String,
+    pub validation: crate::library::Validation,
+    /// Whether it was committed.
+    pub kept: bool,
+}
+
+impl JudgedChange {
+    pub(super) fn of(
+        change: &crate::library::Change,
+        validation: &crate::library::Validation,
+        kept: bool,
+    ) -> Self {
+        Self {
+            change: super::validate::describe(change),
+            validation: validation.clone(),
+            kept,
+        }
+    }
 }
 
 impl StepReport {
@@ -74,6 +101,7 @@ impl StepReport {
             stage_seconds: 0.0,
             stage_tokens: 0,
             lessons: LessonCounts::default(),
+            judged: Vec::new(),
         }
     }
 

@@ -7,6 +7,12 @@
 //! G answers each, and their per-query mean rewards are compared pairwise. The candidate is
 //! refused when the paired difference is below `-threshold`. The evidence goes into the
 //! version's provenance when it commits, and into the journal and the step report either way.
+//!
+//! With `--validate-each`, a step's changes are judged one by one instead ([`gate_each`]): the
+//! current library, and the current library with each prompt-changing change alone, answer the
+//! same queries in one pass (the current library's answers shared by every comparison); the
+//! changes whose own Δ is below `-threshold` are left out and the rest commit together, each
+//! experience credited with its own change's evidence rather than the step's.
 
 use super::events::RunEvent;
 use super::journal::{Entry, StepEnd};
@@ -23,6 +29,13 @@ use crate::rollout::stats::Estimate;
 pub(super) enum Gate {
     /// Commit; with the evidence when the gate ran.
     Pass(Option<Validation>),
+    /// `--validate-each`: commit `kept` (those of the step's changes that passed, and those that
+    /// change no prompt), each with its own evidence (`None` for the latter); `left_out`
+    /// changes scored worse.
+    PassEach {
+        kept: Vec<(Change, Option<Validation>)>,
+        left_out: Vec<(Change, Validation)>,
+    },
     /// The candidate was refused (or could not be built): the step ends so.
     Refused(StepEnd),
     Stopped,
@@ -42,6 +55,9 @@ pub(super) async fn gate(
     let count = runner.config.validate;
     if count == 0 {
         return Ok(Gate::Pass(None));
+    }
+    if runner.config.validate_each && changes.iter().filter(|c| prompts(c)).count() > 1 {
+        return gate_each(runner, at, queries, state, changes).await;
     }
     let validation = match at.replay.validations.get(&step) {
         Some(validation) => validation.clone(),
@@ -114,6 +130,196 @@ pub(super) async fn gate(
             ),
             validation,
         }))
+    }
+}
+
+/// `--validate-each`: judges each prompt-changing change of `changes` on its own against the
+/// current library `state`; the verdicts are journaled (and read back on resume).
+async fn gate_each(
+    runner: &mut Runner,
+    at: &mut Step<'_>,
+    queries: &[Sample],
+    state: &State,
+    changes: &[Change],
+) -> Result<Gate, RunError> {
+    let step = at.number;
+    let journaled = at
+        .replay
+        .validations_each
+        .get(&step)
+        .filter(|verdicts| verdicts.len() == changes.len());
+    let verdicts = match journaled {
+        Some(verdicts) => verdicts.clone(),
+        None => {
+            let held_apart =
+                validation_queries(&runner.samples, queries, step, runner.config.validate);
+            if held_apart.is_empty() {
+                runner.events.emit(RunEvent::Log {
+                    level: "warn".into(),
+                    text: format!(
+                        "step {step}: no training query outside the batch to validate on; committing unvalidated"
+                    ),
+                });
+                return Ok(Gate::Pass(None));
+            }
+            let judged = changes.iter().filter(|c| prompts(c)).count();
+            runner.events.emit(RunEvent::Log {
+                level: "info".into(),
+                text: format!(
+                    "step {step}: validating each of {judged} changes on {} held-apart training queries …",
+                    held_apart.len()
+                ),
+            });
+            if !runner.control.proceed().await {
+                return Ok(Gate::Stopped);
+            }
+            let verdicts = match judge_each(runner, &held_apart, state, changes).await? {
+                Ok(verdicts) => verdicts,
+                Err(reason) => {
+                    return Ok(Gate::Refused(StepEnd::Failed {
+                        reason: format!("the library refused the changes: {reason}"),
+                    }));
+                }
+            };
+            at.journal.append(&Entry::ValidatedEach {
+                epoch: at.epoch,
+                step,
+                verdicts: verdicts.clone(),
+            })?;
+            verdicts
+        }
+    };
+    let mut kept = Vec::new();
+    let mut left_out = Vec::new();
+    for (change, verdict) in changes.iter().zip(verdicts) {
+        runner.events.emit(RunEvent::Log {
+            level: match &verdict {
+                Some(v) if !v.accepted => "warn",
+                _ => "info",
+            }
+            .into(),
+            text: match &verdict {
+                Some(v) => format!("step {step}: {}: {}", describe(change), v.summary()),
+                None => format!("step {step}: {}: changes no prompt", describe(change)),
+            },
+        });
+        match verdict {
+            Some(v) if !v.accepted => left_out.push((change.clone(), v)),
+            verdict => kept.push((change.clone(), verdict)),
+        }
+    }
+    if kept.iter().any(|(_, verdict)| verdict.is_some()) {
+        return Ok(Gate::PassEach { kept, left_out });
+    }
+    // Every prompt-changing change scored worse: the step is refused with the least bad one's
+    // evidence (evidence-only updates alone are not worth a version).
+    let best = left_out
+        .iter()
+        .map(|(_, v)| v)
+        .max_by(|a, b| a.delta.total_cmp(&b.delta))
+        .cloned()
+        .expect("a change was judged");
+    Ok(Gate::Refused(StepEnd::Rejected {
+        reason: format!(
+            "each of the {} changes scored worse than the current library alone; the least bad: {}",
+            left_out.len(),
+            best.summary()
+        ),
+        validation: best,
+    }))
+}
+
+/// The verdict on each of `changes` (in order; `None` for one that changes no prompt): the
+/// current library `state`, and `state` with each prompt-changing change alone, answer
+/// `queries` in one pass. `Err` names a change the library refuses.
+pub(super) async fn judge_each(
+    runner: &Runner,
+    queries: &[Sample],
+    state: &State,
+    changes: &[Change],
+) -> Result<Result<Vec<Option<Validation>>, String>, RunError> {
+    let limits = Limits {
+        max_words: runner.library.settings().max_words,
+    };
+    let mut shown = vec![PromptExperience::active(state)];
+    let mut judged = Vec::new();
+    for (index, change) in changes.iter().enumerate() {
+        if !prompts(change) {
+            continue;
+        }
+        let mut candidate = state.clone();
+        let applied = candidate
+            .resolve(std::slice::from_ref(change), limits)
+            .map_err(|error| error.to_string())
+            .and_then(|ops| {
+                candidate
+                    .apply(runner.library.head_version() + 1, &Provenance::Init, &ops)
+                    .map(drop)
+                    .map_err(|(_, error)| error.to_string())
+            });
+        if let Err(reason) = applied {
+            return Ok(Err(format!("change {}: {reason}", index + 1)));
+        }
+        shown.push(PromptExperience::active(&candidate));
+        judged.push(index);
+    }
+    let settings = paired_settings(runner);
+    let resume = Resume::default();
+    let bench = Bench {
+        backend: runner.rollout_backend.as_ref(),
+        verifier: runner.verifier.as_ref(),
+        samples: queries,
+        settings: &settings,
+        resume: &resume,
+    };
+    let (means, ..) = mean_rewards(bench, &shown, &|_, _| {}).await?;
+    let mut verdicts = vec![None; changes.len()];
+    for (slot, index) in judged.into_iter().enumerate() {
+        let pairs: Vec<[f64; 2]> = means[0]
+            .iter()
+            .zip(&means[slot + 1])
+            .map(|(current, candidate)| [*current, *candidate])
+            .collect();
+        verdicts[index] = Some(judge(
+            &pairs,
+            runner.config.group_size,
+            runner.config.validate_threshold,
+        ));
+    }
+    Ok(Ok(verdicts))
+}
+
+/// Whether `change` changes what the policy is shown: not an evidence-only update (a
+/// confirmation), which the validation gate need not judge.
+pub(super) fn prompts(change: &Change) -> bool {
+    !matches!(
+        change,
+        Change::Update {
+            text: None,
+            domain: None,
+            ..
+        }
+    )
+}
+
+/// A change in a log line: `add "When …"`, `update E0003 "When …"`, `delete E0002`.
+pub(super) fn describe(change: &Change) -> String {
+    let short = |text: &str| {
+        let mut short: String = text.chars().take(60).collect();
+        if short.len() < text.len() {
+            short.push('…');
+        }
+        short
+    };
+    match change {
+        Change::Add { text, .. } => format!("add \"{}\"", short(text)),
+        Change::Update {
+            id,
+            text: Some(text),
+            ..
+        } => format!("update {id} \"{}\"", short(text)),
+        Change::Update { id, .. } => format!("update {id}"),
+        Change::Delete { id, .. } => format!("delete {id}"),
     }
 }
 
@@ -236,6 +442,62 @@ mod tests {
         assert_eq!(validation_queries(&samples, batch, 1, 100).len(), 6);
         assert!(validation_queries(&samples, &samples, 1, 3).is_empty());
         assert!(validation_queries(&samples, batch, 1, 0).is_empty());
+    }
+
+    #[tokio::test]
+    async fn each_change_is_judged_alone_against_the_current_library_in_one_pass() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        use crate::rollout::credit::tests::{HELPS, HURTS, queries};
+        use crate::run::credit::tests::{Counting, Recorded, library, runner};
+
+        let root = tempfile::tempdir().unwrap();
+        drop(library(root.path()));
+        let backend = Arc::new(Counting(AtomicUsize::new(0)));
+        let runner = runner(root.path(), backend.clone(), Arc::new(Recorded::default()));
+        let mut state = State::new();
+        let ops = state
+            .resolve(
+                &[Change::add("When unsure, say so.")],
+                Limits { max_words: 32 },
+            )
+            .unwrap();
+        drop(state.apply(1, &Provenance::Init, &ops).unwrap());
+        let confirm = Change::Update {
+            id: ops[0].id(),
+            text: None,
+            domain: None,
+            confidence: Some(0.6),
+            evidence: Default::default(),
+        };
+        let changes = [Change::add(HELPS), confirm, Change::add(HURTS)];
+        let verdicts = judge_each(&runner, &queries(), &state, &changes)
+            .await
+            .unwrap()
+            .unwrap();
+        // The current library, and it with each of the two prompt-changing changes: 3 x 6 groups.
+        assert_eq!(backend.0.load(Ordering::SeqCst), 3 * 6);
+        let helps = verdicts[0].as_ref().unwrap();
+        assert!(helps.accepted && helps.delta > 0.0, "{}", helps.summary());
+        assert!(verdicts[1].is_none(), "a confirmation changes no prompt");
+        let hurts = verdicts[2].as_ref().unwrap();
+        assert!(!hurts.accepted && hurts.delta < 0.0, "{}", hurts.summary());
+        assert_eq!(
+            helps.current_mean, hurts.current_mean,
+            "one shared baseline"
+        );
+
+        // A change the library refuses alone is named.
+        let unknown = Change::Delete {
+            id: "E0042".parse().unwrap(),
+            reason: None,
+        };
+        let refused = judge_each(&runner, &queries(), &state, &[Change::add(HELPS), unknown])
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert!(refused.starts_with("change 2:"), "{refused}");
     }
 
     #[test]

@@ -53,9 +53,18 @@ struct Shared {
     lesson_helps: Option<bool>,
     /// Runs once, before the first distillation stage's request is answered.
     before_first_stage: Mutex<Option<Hook>>,
+    /// Extract proposes [`HARMFUL`] beside [`LESSON`] (see [`FakeOpenAi::two_lessons`]).
+    two_lessons: bool,
 }
 
 type Hook = Box<dyn FnOnce() + Send>;
+
+/// The second lesson of [`FakeOpenAi::two_lessons`]: every answer shown it is wrong.
+#[cfg_attr(not(feature = "llama"), allow(dead_code))]
+pub const HARMFUL: (&str, &str) = (
+    "a sum has two terms",
+    "write the larger term alone as the total and skip the adding",
+);
 
 /// The lesson the distiller writes, as condition and strategy.
 #[cfg_attr(not(feature = "llama"), allow(dead_code))]
@@ -92,11 +101,20 @@ impl FakeOpenAi {
     /// construction, which is what the validation gate must tell apart.
     #[cfg_attr(not(feature = "llama"), allow(dead_code))]
     pub async fn policy(lesson_helps: bool) -> Self {
-        Self::serve_with(true, "", false, Some(lesson_helps)).await
+        Self::serve_with(true, "", false, Some(lesson_helps), false).await
+    }
+
+    /// [`FakeOpenAi::policy`]`(true)` whose extract stage proposes two lessons, [`LESSON`] and
+    /// [`HARMFUL`], and whose consolidation keeps both. With [`HARMFUL`] in the system message
+    /// every draw is wrong, whatever else is there: the two lessons together score worse than
+    /// none, [`LESSON`] alone better.
+    #[cfg_attr(not(feature = "llama"), allow(dead_code))]
+    pub async fn two_lessons() -> Self {
+        Self::serve_with(true, "", false, Some(true), true).await
     }
 
     async fn serve(honours_n: bool, answer: &str, distiller: bool) -> Self {
-        Self::serve_with(honours_n, answer, distiller, None).await
+        Self::serve_with(honours_n, answer, distiller, None, false).await
     }
 
     async fn serve_with(
@@ -104,9 +122,11 @@ impl FakeOpenAi {
         answer: &str,
         distiller: bool,
         lesson_helps: Option<bool>,
+        two_lessons: bool,
     ) -> Self {
         let shared = Arc::new(Shared {
             lesson_helps,
+            two_lessons,
             faults: Mutex::new(VecDeque::new()),
             tool_replies: Mutex::new(VecDeque::new()),
             recorded: Mutex::new(Recorded::default()),
@@ -279,7 +299,7 @@ async fn chat(State(shared): State<Arc<Shared>>, body: String) -> Response {
         }
     }
     let answer = if stage {
-        distill_reply(&request)
+        distill_reply(&request, shared.two_lessons)
     } else {
         shared.answer.clone()
     };
@@ -289,7 +309,9 @@ async fn chat(State(shared): State<Arc<Shared>>, body: String) -> Response {
                 answer.clone()
             } else if let Some(helps) = shared.lesson_helps {
                 let system = request["messages"][0]["content"].as_str().unwrap_or("");
-                let right = if system.contains(LESSON.1) {
+                let right = if system.contains(HARMFUL.1) {
+                    false
+                } else if system.contains(LESSON.1) {
                     helps
                 } else {
                     i % 2 == 0
@@ -458,12 +480,26 @@ fn is_stage(request: &Value) -> bool {
 
 /// What a capable model answers to each of the distillation stages' prompts, and to the LLM
 /// judge's (see [`judge_reply`]).
-fn distill_reply(request: &Value) -> String {
+fn distill_reply(request: &Value, two_lessons: bool) -> String {
     let prompt = last_message(request);
     if let Some(verdict) = judge_reply(prompt) {
         return verdict;
     }
     let (condition, strategy) = LESSON;
+    if two_lessons {
+        let (harmful_condition, harmful_strategy) = HARMFUL;
+        return if prompt.contains("Lessons proposed from different problems") {
+            json!({"keep": [{"covers": [1]}, {"covers": [2]}]}).to_string()
+        } else if prompt.contains("Attempts:\n") {
+            json!({"comparison": "The right attempts spelled the word out.", "lessons": [
+                {"topic": "letters", "when": condition, "do": strategy},
+                {"topic": "sums", "when": harmful_condition, "do": harmful_strategy},
+            ]})
+            .to_string()
+        } else {
+            "The attempt counted the letters of the word and gave a total.".into()
+        };
+    }
     if prompt.contains("Proposed changes:") {
         json!({"ops": [{"from": [1], "condition": condition, "strategy": strategy, "op": "add"}]})
             .to_string()

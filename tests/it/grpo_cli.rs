@@ -456,6 +456,96 @@ fn the_validation_gate_rejects_a_worse_candidate_and_journals_it() {
     );
 }
 
+/// `gym grpo` against a server whose distiller proposes a lesson that helps and one that
+/// hurts in the same step ([`FakeOpenAi::two_lessons`]), the gate on 4 queries, `extra` flags.
+fn two_lesson_run(extra: &[&str]) -> (String, Vec<Value>, Scratch) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(FakeOpenAi::two_lessons());
+    let scratch = Scratch::new();
+    // Step 1 learns from 4 and is validated on the other 4.
+    scratch.write_sevens(8);
+    let mut args = vec![
+        "grpo",
+        "--dataset",
+        "sevens.jsonl",
+        "--reward",
+        "numeric",
+        "--batch-size",
+        "4",
+        "--group-size",
+        "2",
+        "--epochs",
+        "1",
+        "--validate",
+        "4",
+        "--library",
+        "gated",
+        "--run-id",
+        "gated",
+        "--no-eval",
+    ];
+    args.extend(extra);
+    let both_roles = server.both_roles_flags();
+    args.extend(both_roles.iter().map(String::as_str));
+    let output = scratch.model_command(&args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    let entries = scratch.journal("gated");
+    (stdout, entries, scratch)
+}
+
+#[test]
+fn judged_together_a_harmful_lesson_sinks_a_helpful_one_judged_each_it_does_not() {
+    // Together: the two lessons make every answer wrong, so the step is refused.
+    let (stdout, entries, scratch) = two_lesson_run(&[]);
+    let ended = entries.iter().find(|e| e["kind"] == "step_ended").unwrap();
+    assert_eq!(ended["end"]["status"], "rejected", "{stdout}");
+    assert_eq!(scratch.versions("gated").len(), 1);
+
+    // One by one: the helpful lesson commits with its own evidence, the harmful one is left out.
+    let (stdout, entries, scratch) = two_lesson_run(&["--validate-each"]);
+    let verdicts = entries
+        .iter()
+        .find(|e| e["kind"] == "validated_each")
+        .expect("the verdicts are journaled");
+    let verdicts = verdicts["verdicts"].as_array().unwrap();
+    assert_eq!(verdicts.len(), 2, "{verdicts:?}");
+    assert_eq!(verdicts[0]["accepted"], true);
+    assert_eq!(verdicts[0]["delta"], 0.5);
+    assert_eq!(verdicts[1]["accepted"], false);
+    assert_eq!(verdicts[1]["delta"], -0.5);
+    let versions = scratch.versions("gated");
+    assert_eq!(versions.len(), 2, "{stdout}");
+    let ops = versions[1]["ops"].as_array().unwrap();
+    assert_eq!(ops.len(), 1, "{ops:?}");
+    assert!(
+        ops[0]["text"].as_str().unwrap().contains(LESSON.1),
+        "{ops:?}"
+    );
+    assert_eq!(versions[1]["provenance"]["validation"], verdicts[0]);
+    assert!(
+        stdout.contains("scored worse at the gate 1"),
+        "the lesson table counts it: {stdout}"
+    );
+    let report = std::fs::read_to_string(scratch.dir.path().join("runs/gated/report.md")).unwrap();
+    assert!(
+        report.contains("Changes judged one by one")
+            && report.contains("| 1 | add \"When counting how often a letter")
+            && report.contains("| +0.500 | [+0.500, +0.500] | kept |")
+            && report.contains("| 1 | add \"When a sum has two terms")
+            && report.contains("| -0.500 | [-0.500, -0.500] | left out |"),
+        "{report}"
+    );
+    // Only the kept lesson is credited, with its own comparison: better on all 4 queries.
+    let usage: Value = serde_json::from_slice(
+        &std::fs::read(scratch.libraries().join("gated/usage.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(usage["usage"]["E0001"]["helpful"], 4, "{usage}");
+    assert_eq!(usage["usage"]["E0001"]["harmful"], 0, "{usage}");
+}
+
 /// Without `--distill-model` the stages run on the 1.5B distiller; when `make setup` has not
 /// fetched it, the run fails before loading anything and says what to do.
 #[test]

@@ -135,6 +135,13 @@ pub struct GrpoArgs {
     #[arg(long, default_value_t = 0.0)]
     validate_threshold: f64,
 
+    /// Judge a step's changes one by one instead of together: the current library and the
+    /// current library with each change alone answer the --validate queries in one pass; the
+    /// changes that score worse are left out and the rest commit, each experience credited with
+    /// its own change's evidence. Costs (changes + 1) x queries x G answers instead of 2 x.
+    #[arg(long)]
+    validate_each: bool,
+
     /// Credit pass: after each epoch, measure each active experience's own effect on this many
     /// training queries (leave-one-out, --group-size answers each: (experiences + 1) x N x G
     /// answers), record it in usage.json and propose deleting lessons that hurt beyond their
@@ -331,6 +338,7 @@ impl GrpoArgs {
             max_tool_steps: agent.as_ref().map(|a| a.max_steps),
             validate: self.validate,
             validate_threshold: self.validate_threshold,
+            validate_each: self.validate_each,
             credit_queries: self.credit_queries,
         };
         let control = RunControl::default();
