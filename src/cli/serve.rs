@@ -10,6 +10,7 @@ use anyhow::Context as _;
 use clap::Args;
 use gym::serve::ivf::{IvfConfig, IvfIndex};
 use gym::serve::keys::ApiKeys;
+use gym::serve::origin::{Guard, HostPolicy};
 use gym::serve::router::{Router, Upstream};
 use gym::serve::{AppState, Catalog, Metrics, Retriever, ServeConfig, app};
 
@@ -162,6 +163,12 @@ pub struct ServeArgs {
     /// matches it.
     #[arg(long, env = "GYM_RPC_URL")]
     rpc_url: Option<String>,
+
+    /// Another host name (or `name:port`) the server answers to, besides the address it
+    /// listens on and localhost; repeatable. Requests with any other `Host` get 403 (DNS
+    /// rebinding). Listening on every interface (0.0.0.0) without this flag accepts any `Host`.
+    #[arg(long = "allowed-host", value_name = "NAME")]
+    allowed_hosts: Vec<String>,
 
     /// File of API keys for the routes that write and for requests that ask for the server's
     /// tools, one `NAME:KEY` per line; NAME is recorded as the author. More keys can come from
@@ -371,6 +378,7 @@ impl ServeArgs {
             }),
         };
         let model = state.router.models().join(", ");
+        let metrics = Arc::clone(&state.metrics);
         runtime.block_on(async move {
             let listener = tokio::net::TcpListener::bind(self.listen)
                 .await
@@ -397,6 +405,15 @@ impl ServeArgs {
                 move |request, next| {
                     gym::serve::deadline::read_body_in_time(body_deadline, body_limit, request, next)
                 },
+            ))
+            // Before any body is read or anything recorded: what a web page in the user's
+            // browser may not make the server do (foreign Host, foreign Origin, non-JSON bodies).
+            .layer(axum::middleware::from_fn_with_state(
+                Arc::new(Guard {
+                    policy: HostPolicy::for_listener(address, &self.allowed_hosts),
+                    metrics,
+                }),
+                gym::serve::origin::guard,
             ))
             // Around everything (the web pages, a body that came too late), so every response
             // carries an x-request-id.

@@ -55,6 +55,13 @@ pub enum ApiError {
     /// The server is shutting down.
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// A request a browser page sent, or one to a host name the server does not answer to
+    /// ([`super::origin`]).
+    #[error("{message}")]
+    Forbidden { message: String, code: &'static str },
+    /// A body that is not declared JSON.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
 }
 
 impl ApiError {
@@ -89,6 +96,8 @@ impl ApiError {
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Forbidden { .. } => StatusCode::FORBIDDEN,
+            Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         }
     }
 
@@ -98,8 +107,10 @@ impl ApiError {
             | StatusCode::NOT_FOUND
             | StatusCode::PAYLOAD_TOO_LARGE
             | StatusCode::REQUEST_TIMEOUT
-            | StatusCode::CONFLICT => "invalid_request_error",
+            | StatusCode::CONFLICT
+            | StatusCode::UNSUPPORTED_MEDIA_TYPE => "invalid_request_error",
             StatusCode::UNAUTHORIZED => "authentication_error",
+            StatusCode::FORBIDDEN => "permission_error",
             StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
             _ => "server_error",
         }
@@ -121,6 +132,8 @@ impl ApiError {
             Self::Timeout { .. } => Some("timeout"),
             Self::BodyTimeout { .. } => Some("body_timeout"),
             Self::Busy { .. } => Some("queue_full"),
+            Self::Forbidden { code, .. } => Some(code),
+            Self::UnsupportedMediaType(_) => Some("unsupported_media_type"),
             _ => None,
         }
     }

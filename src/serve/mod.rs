@@ -26,6 +26,7 @@
 //! | [`metrics`] | Prometheus counters |
 //! | [`usage`] | injections of experiences in served answers, written to each library's `usage.json` |
 //! | [`request_id`] | the `x-request-id` of every response |
+//! | [`origin`] | what a web page in the user's browser cannot make the server do: Host, Origin and Content-Type checks |
 //! | [`traffic`] | served requests remembered for feedback, and the traffic log (`--traffic-log`) |
 //! | `feedback` | `POST /v1/feedback`: how a served answer did |
 //! | [`governance`] | `/v1/gov`: proposals, their review diffs and votes of the ledger in `--gov-dir` |
@@ -47,6 +48,7 @@ pub mod ivf;
 pub mod keys;
 mod library_api;
 pub mod metrics;
+pub mod origin;
 #[cfg(feature = "qdrant")]
 pub mod qdrant;
 pub mod request_id;

@@ -305,3 +305,24 @@ pub fn embedder() -> Option<std::sync::Arc<dyn gym::embed::Embedder>> {
     #[cfg(not(feature = "embed"))]
     None
 }
+
+/// A child process killed when dropped, so a failing test does not leave its server running
+/// (holding the test's output pipe open).
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The records of a traffic log (its header line left out).
+pub fn traffic_records(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|record| record["kind"] != "header")
+        .collect()
+}

@@ -56,6 +56,7 @@ mod serve_api;
 mod serve_follow;
 #[cfg(feature = "llama")]
 mod serve_limits;
+mod serve_origin;
 mod serve_parity;
 #[cfg(feature = "qdrant")]
 mod serve_qdrant;

@@ -26,6 +26,7 @@ use crate::gov_cli::Governed;
 
 #[cfg(feature = "chain")]
 mod anchor;
+mod attacks;
 mod browser;
 
 use browser::{Browser, WAIT, browser_binaries};
