@@ -41,7 +41,12 @@ out["stream"] = {"id": raw.headers["x-request-id"], "text": "".join(pieces), "fi
 raw = client.chat.completions.with_raw_response.create(
     model="gym", messages=[{"role": "user", "content": "Say hi."}], max_tokens=4,
     extra_headers={"x-request-id": "client-chosen-7"})
-out["echoed"] = raw.headers["x-request-id"]
+out["echoed"] = raw.headers["x-client-request-id"]
+out["chosen"] = raw.headers["x-request-id"]
+raw = client.chat.completions.with_raw_response.create(
+    model="gym", messages=[{"role": "user", "content": "Say hi."}], max_tokens=4,
+    extra_headers={"x-request-id": "client-chosen-7"})
+out["retried"] = raw.headers["x-request-id"]
 raw = client.chat.completions.with_raw_response.create(
     model="gym", messages=[{"role": "user", "content": "Say hi."}], max_tokens=4,
     extra_headers={"x-request-id": "not valid: has spaces"})
@@ -68,7 +73,7 @@ out["feedback"] = {
     "up": feedback({"request_id": plain_id, "thumbs": "up"}),
     "again": feedback({"request_id": plain_id, "choice": 0, "reward": 0.0}),
     "stream": feedback({"request_id": stream_id, "reward": 0.25, "reference": "3"}),
-    "reference_only": feedback({"request_id": "client-chosen-7", "reference": "Hi!"}),
+    "reference_only": feedback({"request_id": out["chosen"], "reference": "Hi!"}),
     "no_key": feedback({"request_id": plain_id, "thumbs": "up"}, with_key=False),
     "unknown": feedback({"request_id": "req-never-served", "thumbs": "up"}),
     "bad_reward": feedback({"request_id": plain_id, "reward": 2}),
@@ -190,7 +195,11 @@ fn served_requests_and_feedback_reach_the_traffic_log_and_usage_counts() {
         "{out}"
     );
     assert_ne!(plain_id, stream_id);
+    // The client's own id comes back beside the server's; sent twice, it names two requests
+    // with ids of their own.
     assert_eq!(out["echoed"], "client-chosen-7");
+    assert!(out["chosen"].as_str().unwrap().starts_with("req-"), "{out}");
+    assert_ne!(out["chosen"], out["retried"]);
     assert!(
         out["replaced"].as_str().unwrap().starts_with("req-"),
         "{out}"
@@ -295,6 +304,14 @@ fn served_requests_and_feedback_reach_the_traffic_log_and_usage_counts() {
         ),
         (Some(404), Some(0))
     );
+    // The retried request is a record of its own, the client's id kept beside each.
+    let retried: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["client_request_id"] == "client-chosen-7")
+        .collect();
+    assert_eq!(retried.len(), 2, "{records:#?}");
+    assert_eq!(retried[0]["request_id"], out["chosen"]);
+    assert_eq!(retried[1]["request_id"], out["retried"]);
     let feedback: Vec<&Value> = records.iter().filter(|r| r["kind"] == "feedback").collect();
     assert_eq!(feedback.len(), 4, "{feedback:#?}");
     assert_eq!(feedback[0]["request_id"], plain_id);

@@ -54,7 +54,12 @@ pub struct TrafficHeader {
 /// A served request: what was asked, what was answered, with which library.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrafficRequest {
+    /// The server's id (`x-request-id` of the reply), unique in the log.
     pub request_id: String,
+    /// The id the client sent (`x-client-request-id`, or `x-request-id`), if it sent a valid
+    /// one; clients may send the same one twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_request_id: Option<String>,
     /// RFC 3339 UTC.
     #[serde(default)]
     pub at: String,
@@ -135,9 +140,6 @@ impl TrafficFeedback {
 /// A record as read, with where it is.
 pub(crate) struct Located<T> {
     pub record: T,
-    /// Index into the files read.
-    pub file: usize,
-    pub line: usize,
     /// Order over all files: later is newer.
     pub position: usize,
 }
@@ -203,7 +205,7 @@ pub(crate) fn read_log(path: &Path) -> Result<Log, DataError> {
     };
     let mut budget = MAX_SOURCE_BYTES;
     let mut position = 0;
-    for (index, file) in files.iter().enumerate() {
+    for file in &files {
         let bytes = source::read_bounded(file, budget)?;
         let mut first = true;
         budget -= bytes.len() as u64;
@@ -249,8 +251,6 @@ pub(crate) fn read_log(path: &Path) -> Result<Log, DataError> {
                     }
                     log.requests.push(Located {
                         record: request,
-                        file: index,
-                        line: number,
                         position,
                     });
                 }
@@ -260,8 +260,6 @@ pub(crate) fn read_log(path: &Path) -> Result<Log, DataError> {
                     }
                     log.feedback.push(Located {
                         record: feedback,
-                        file: index,
-                        line: number,
                         position,
                     });
                 }

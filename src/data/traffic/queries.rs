@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 
 use super::super::conversation;
-use super::super::error::{DataError, RecordError};
+use super::super::error::DataError;
 use super::super::source::{Candidate, LeftOut, LeftOutCounts, Strength};
 use super::{Log, Thumbs, TrafficFeedback};
 use crate::data::Sample;
@@ -26,45 +26,48 @@ pub(crate) fn candidates(
     approve_reward: f64,
     left_out: &mut LeftOutCounts,
 ) -> Result<Vec<Candidate>, DataError> {
-    let mut first_seen: HashMap<&str, (usize, usize)> = HashMap::new();
-    for located in &log.requests {
+    // Servers before request ids were made unique kept a client's `x-request-id`, so an old
+    // log can hold one id twice (a proxy retrying a 429 sends it again). Each logged request is
+    // a query of its own: the first keeps the id, the n-th becomes `ID#n`; feedback goes to the
+    // newest request with its id logged before it.
+    let mut seen: HashMap<&str, Vec<(usize, usize)>> = HashMap::new();
+    let mut keys: Vec<String> = Vec::with_capacity(log.requests.len());
+    for (index, located) in log.requests.iter().enumerate() {
         let id = located.record.request_id.as_str();
-        if let Some(&(file, line)) = first_seen.get(id) {
-            return Err(DataError::Record {
-                path: log.files[located.file].clone(),
-                line: located.line,
-                reason: RecordError::Invalid {
-                    message: format!(
-                        "request id {id:?} was logged before ({} line {line})",
-                        log.files[file].display()
-                    ),
-                },
-            });
-        }
-        first_seen.insert(id, (located.file, located.line));
+        let earlier = seen.entry(id).or_default();
+        earlier.push((located.position, index));
+        keys.push(match earlier.len() {
+            1 => id.to_owned(),
+            n => format!("{id}#{n}"),
+        });
     }
     // The last feedback per (request, choice), with its position.
-    let mut last: HashMap<(&str, usize), (usize, &TrafficFeedback)> = HashMap::new();
+    let mut last: HashMap<(usize, usize), (usize, &TrafficFeedback)> = HashMap::new();
     for located in &log.feedback {
         let feedback = &located.record;
-        if !first_seen.contains_key(feedback.request_id.as_str()) {
+        let target = seen.get(feedback.request_id.as_str()).and_then(|requests| {
+            requests
+                .iter()
+                .rev()
+                .find(|(position, _)| *position < located.position)
+                .or_else(|| requests.first())
+                .map(|&(_, index)| index)
+        });
+        let Some(index) = target else {
             left_out.add(LeftOut::OrphanFeedback, &feedback.request_id);
             continue;
-        }
-        last.insert(
-            (feedback.request_id.as_str(), feedback.choice),
-            (located.position, feedback),
-        );
+        };
+        last.insert((index, feedback.choice), (located.position, feedback));
     }
-    let mut by_request: HashMap<&str, Vec<(usize, &TrafficFeedback)>> = HashMap::new();
+    let mut by_request: HashMap<usize, Vec<(usize, &TrafficFeedback)>> = HashMap::new();
     for ((request, _), entry) in last {
         by_request.entry(request).or_default().push(entry);
     }
     let mut candidates = Vec::new();
-    for located in &log.requests {
+    for (index, located) in log.requests.iter().enumerate() {
         let request = &located.record;
-        let id = request.request_id.as_str();
-        let feedback = by_request.remove(id).unwrap_or_default();
+        let id = keys[index].as_str();
+        let feedback = by_request.remove(&index).unwrap_or_default();
         let decided = decide(&feedback, &request.answers, approve_reward).and_then(
             |(reference, strength, position)| {
                 let question = conversation::question(&request.messages)?;

@@ -136,10 +136,6 @@ fn bad_lines_are_errors_naming_the_file_and_line() {
             vec![HEADER.into(), feedback("req-1", json!({}))],
             "line 2: feedback with none of reward, thumbs or reference",
         ),
-        (
-            vec![HEADER.into(), good.clone(), good.clone()],
-            "line 3: request id \"req-1\" was logged before",
-        ),
         (vec![good.clone()], "is not a Gym traffic log"),
         (
             vec![r#"{"kind":"header","gym_traffic":2}"#.into()],
@@ -168,6 +164,40 @@ fn bad_lines_are_errors_naming_the_file_and_line() {
         error.ends_with("t.jsonl: line 2: not valid UTF-8"),
         "{error}"
     );
+}
+
+#[test]
+fn one_id_logged_twice_is_two_requests_each_with_the_feedback_after_it() {
+    // A server before unique ids kept the client's `x-request-id`; a proxy retried with it.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.jsonl");
+    write(
+        &path,
+        &[
+            HEADER.into(),
+            request("dup", "What is 6 times 7?", &["42"]),
+            feedback("dup", json!({"thumbs": "up"})),
+            request("dup", "Capital of France?", &["Lyon"]),
+            feedback("dup", json!({"reference": "Paris"})),
+            request("dup", "Capital of Spain?", &["Madrid"]),
+        ],
+        "",
+    );
+    let dataset = load_train(&path, 0.0).unwrap();
+    let got: Vec<(&str, &str, &str)> = dataset
+        .samples
+        .iter()
+        .map(|s| (s.id.as_str(), s.question.as_str(), s.answer.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("dup", "What is 6 times 7?", "42"),
+            ("dup#2", "Capital of France?", "Paris"),
+        ]
+    );
+    let report = dataset.source.unwrap();
+    assert_eq!(report.count(LeftOut::NoFeedback), 1, "dup#3 had none");
 }
 
 #[test]

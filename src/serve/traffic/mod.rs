@@ -293,6 +293,7 @@ impl Injected {
 struct Pending {
     traffic: Arc<Traffic>,
     request_id: String,
+    client_request_id: Option<String>,
     at: String,
     route: &'static str,
     prompt: Prompt,
@@ -306,6 +307,7 @@ impl Pending {
         let Self {
             traffic,
             request_id,
+            client_request_id,
             at,
             route,
             prompt,
@@ -330,6 +332,7 @@ impl Pending {
         }
         let record = TrafficRequest {
             request_id,
+            client_request_id,
             at,
             route: route.to_owned(),
             model: prompt.model,
@@ -364,6 +367,10 @@ pub async fn record(State(app): State<AppState>, request: Request, next: Next) -
         .extensions()
         .get::<RequestId>()
         .map_or_else(super::request_id::fresh, |id| id.0.clone());
+    let client_request_id = request
+        .extensions()
+        .get::<super::request_id::ClientRequestId>()
+        .map(|id| id.0.clone());
     let (parts, body) = request.into_parts();
     let limit = app.config.max_body_bytes;
     let Ok(body) = axum::body::to_bytes(body, limit).await else {
@@ -374,6 +381,7 @@ pub async fn record(State(app): State<AppState>, request: Request, next: Next) -
     let pending = Pending {
         traffic: Arc::clone(&app.traffic),
         request_id,
+        client_request_id,
         at,
         route,
         prompt,
