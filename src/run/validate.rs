@@ -64,12 +64,7 @@ pub(super) async fn gate(
         None => {
             let held_apart = validation_queries(&runner.samples, queries, step, count);
             if held_apart.is_empty() {
-                runner.events.emit(RunEvent::Log {
-                    level: "warn".into(),
-                    text: format!(
-                        "step {step}: no training query outside the batch to validate on; committing unvalidated"
-                    ),
-                });
+                warn_unvalidated(runner, step);
                 return Ok(Gate::Pass(None));
             }
             let limits = Limits {
@@ -133,6 +128,16 @@ pub(super) async fn gate(
     }
 }
 
+/// Says that step `step` commits unvalidated: every training query is in its batch.
+fn warn_unvalidated(runner: &Runner, step: u32) {
+    runner.events.emit(RunEvent::Log {
+        level: "warn".into(),
+        text: format!(
+            "step {step}: no training query outside the batch to validate on; committing unvalidated"
+        ),
+    });
+}
+
 /// `--validate-each`: judges each prompt-changing change of `changes` on its own against the
 /// current library `state`; the verdicts are journaled (and read back on resume).
 async fn gate_each(
@@ -154,12 +159,7 @@ async fn gate_each(
             let held_apart =
                 validation_queries(&runner.samples, queries, step, runner.config.validate);
             if held_apart.is_empty() {
-                runner.events.emit(RunEvent::Log {
-                    level: "warn".into(),
-                    text: format!(
-                        "step {step}: no training query outside the batch to validate on; committing unvalidated"
-                    ),
-                });
+                warn_unvalidated(runner, step);
                 return Ok(Gate::Pass(None));
             }
             let judged = changes.iter().filter(|c| prompts(c)).count();

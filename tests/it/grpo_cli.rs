@@ -324,8 +324,17 @@ fn assert_journal_is_clean(path: &Path) {
 /// Runs `gym grpo` against a policy server whose answers the lesson makes better or worse
 /// (see [`FakeOpenAi::policy`]), with the validation gate on; returns (stdout, journal).
 fn gated_run(lesson_helps: bool) -> (String, Vec<Value>, Scratch) {
+    gated(FakeOpenAi::policy(lesson_helps), &[])
+}
+
+/// `gym grpo` in both roles against the fake server `start` starts: 8 queries, 2 steps of 4,
+/// the gate on 4 queries, `extra` flags; returns (stdout, journal, scratch).
+fn gated(
+    start: impl std::future::Future<Output = FakeOpenAi>,
+    extra: &[&str],
+) -> (String, Vec<Value>, Scratch) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let server = runtime.block_on(FakeOpenAi::policy(lesson_helps));
+    let server = runtime.block_on(start);
     let scratch = Scratch::new();
     scratch.write_sevens(8);
     let mut args = vec![
@@ -348,6 +357,7 @@ fn gated_run(lesson_helps: bool) -> (String, Vec<Value>, Scratch) {
         "gated",
         "--no-eval",
     ];
+    args.extend(extra);
     let both_roles = server.both_roles_flags();
     args.extend(both_roles.iter().map(String::as_str));
     let output = scratch.model_command(&args).output().unwrap();
@@ -457,42 +467,10 @@ fn the_validation_gate_rejects_a_worse_candidate_and_journals_it() {
 }
 
 /// `gym grpo` against a server whose distiller proposes a lesson that helps and one that
-/// hurts in the same step ([`FakeOpenAi::two_lessons`]), the gate on 4 queries, `extra` flags.
+/// hurts in the same step ([`FakeOpenAi::two_lessons`]); step 1 learns from 4 queries and is
+/// validated on the other 4.
 fn two_lesson_run(extra: &[&str]) -> (String, Vec<Value>, Scratch) {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let server = runtime.block_on(FakeOpenAi::two_lessons());
-    let scratch = Scratch::new();
-    // Step 1 learns from 4 and is validated on the other 4.
-    scratch.write_sevens(8);
-    let mut args = vec![
-        "grpo",
-        "--dataset",
-        "sevens.jsonl",
-        "--reward",
-        "numeric",
-        "--batch-size",
-        "4",
-        "--group-size",
-        "2",
-        "--epochs",
-        "1",
-        "--validate",
-        "4",
-        "--library",
-        "gated",
-        "--run-id",
-        "gated",
-        "--no-eval",
-    ];
-    args.extend(extra);
-    let both_roles = server.both_roles_flags();
-    args.extend(both_roles.iter().map(String::as_str));
-    let output = scratch.model_command(&args).output().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
-    let entries = scratch.journal("gated");
-    (stdout, entries, scratch)
+    gated(FakeOpenAi::two_lessons(), extra)
 }
 
 #[test]
