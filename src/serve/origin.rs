@@ -73,10 +73,10 @@ impl HostPolicy {
         let authority = authority.to_ascii_lowercase();
         match &self.allowed {
             None => true,
+            // An entry without a port (its host part is all of it) allows every port.
             Some(allowed) => allowed.iter().any(|entry| {
                 entry == &authority
-                    || (!entry.contains(':') || entry.starts_with('[') && !entry.contains("]:"))
-                        && host_part(&authority) == entry.as_str()
+                    || host_part(entry) == entry && host_part(&authority) == entry.as_str()
             }),
         }
     }

@@ -317,6 +317,43 @@ impl Drop for Killed {
     }
 }
 
+/// `gym serve` in front of `upstream` (the fake OpenAI server) with `--traffic-log
+/// traffic.jsonl`; returns the server (killed when dropped), its address (`127.0.0.1:PORT`) and
+/// the log's path.
+pub fn serve_logged(
+    scratch: &Scratch,
+    upstream: &crate::fake_openai::FakeOpenAi,
+) -> (Killed, String, PathBuf) {
+    let upstreams = upstream.upstreams_file(scratch.dir.path());
+    let log = scratch.dir.path().join("traffic.jsonl");
+    let (server, url) = scratch.serve(&[
+        "--upstreams",
+        upstreams.to_str().unwrap(),
+        "--traffic-log",
+        log.to_str().unwrap(),
+    ]);
+    let address = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1")
+        .to_owned();
+    (Killed(server), address, log)
+}
+
+/// The whole response (status line, headers, body) to `GET path` at `address`.
+pub fn get_raw(address: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nhost: {address}\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
 /// The records of a traffic log (its header line left out).
 pub fn traffic_records(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)

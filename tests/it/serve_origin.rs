@@ -11,7 +11,7 @@ use std::io::{Read, Write};
 
 use serde_json::Value;
 
-use crate::common::{Killed, Scratch, traffic_records};
+use crate::common::{Scratch, get_raw, serve_logged, traffic_records};
 use crate::fake_openai::FakeOpenAi;
 
 const BODY: &str = r#"{"model": "upstream-model", "messages": [{"role": "user", "content": "What is 3 + 4?"}], "max_tokens": 8}"#;
@@ -50,19 +50,7 @@ fn a_web_page_cannot_make_the_server_generate_log_or_answer_a_rebound_name() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let upstream = runtime.block_on(FakeOpenAi::start(true, "Answer: 7"));
     let scratch = Scratch::new();
-    let upstreams = upstream.upstreams_file(scratch.dir.path());
-    let log = scratch.dir.path().join("traffic.jsonl");
-    let (server, url) = scratch.serve(&[
-        "--upstreams",
-        upstreams.to_str().unwrap(),
-        "--traffic-log",
-        log.to_str().unwrap(),
-    ]);
-    let server = Killed(server);
-    let address = url
-        .trim_start_matches("http://")
-        .trim_end_matches("/v1")
-        .to_owned();
+    let (server, address, log) = serve_logged(&scratch, &upstream);
     let own_origin = format!("http://{address}");
     let json = ("content-type", "application/json");
     let host = ("host", address.as_str());
@@ -157,7 +145,7 @@ fn a_web_page_cannot_make_the_server_generate_log_or_answer_a_rebound_name() {
         "the web pages answer at the server's own address"
     );
 
-    let metrics = reqwest_metrics(&address);
+    let metrics = get_raw(&address, "/metrics");
     assert!(
         metrics.contains(r#"gym_requests_total{route="(refused)",status="403"} 12"#)
             && metrics.contains(r#"gym_requests_total{route="(refused)",status="415"} 4"#),
@@ -166,16 +154,4 @@ fn a_web_page_cannot_make_the_server_generate_log_or_answer_a_rebound_name() {
     drop(server);
     let logged = traffic_records(&log);
     assert_eq!(logged.len(), 3, "{logged:?}");
-}
-
-fn reqwest_metrics(address: &str) -> String {
-    let mut stream = std::net::TcpStream::connect(address).unwrap();
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nhost: {address}\r\nconnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
 }

@@ -10,42 +10,15 @@ use std::time::Instant;
 use axum::response::Html;
 
 use super::browser::{Browser, WAIT};
-use crate::common::{Killed, Scratch, traffic_records};
+use crate::common::{Scratch, get_raw, serve_logged, traffic_records};
 use crate::fake_openai::FakeOpenAi;
-
-/// `/metrics` of the server at `base` (`http://127.0.0.1:PORT`).
-async fn metrics(base: &str) -> String {
-    let address = base.trim_start_matches("http://").to_owned();
-    tokio::task::spawn_blocking(move || {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(&address).unwrap();
-        write!(
-            stream,
-            "GET /metrics HTTP/1.1\r\nhost: {address}\r\nconnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        response
-    })
-    .await
-    .unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_on_another_site_cannot_make_the_server_generate_in_chromium() {
     let upstream = FakeOpenAi::start(true, "Answer: 7").await;
     let scratch = Scratch::new();
-    let upstreams = upstream.upstreams_file(scratch.dir.path());
-    let log = scratch.dir.path().join("traffic.jsonl");
-    let (server, url) = scratch.serve(&[
-        "--upstreams",
-        upstreams.to_str().unwrap(),
-        "--traffic-log",
-        log.to_str().unwrap(),
-    ]);
-    let server = Killed(server);
-    let gym = url.trim_end_matches("/v1").to_owned();
+    let (server, address, log) = serve_logged(&scratch, &upstream);
+    let gym = format!("http://{address}");
 
     // The attacker's site: another origin on this machine.
     let page = format!(
@@ -78,7 +51,9 @@ Promise.allSettled([
     // The no-cors request went out and came back opaque; the JSON one died at its preflight.
     assert_eq!(title, "done fulfilled,rejected");
 
-    let counted = metrics(&gym).await;
+    let counted = tokio::task::spawn_blocking(move || get_raw(&address, "/metrics"))
+        .await
+        .unwrap();
     assert!(
         counted.contains(r#"gym_requests_total{route="(refused)",status="403"} 2"#),
         "the server saw and refused the POST and the preflight: {counted}"
