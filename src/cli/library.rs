@@ -166,6 +166,9 @@ enum LibraryCommand {
     /// (leave-one-out, or --shapley N orders), paired by query. Leave-one-out draws
     /// (experiences + 1) x --queries x --group-size answers.
     Credit(Box<super::library_credit::CreditArgs>),
+    /// How distinct the experiences are: the MiniLM cosine of every pair, most similar first
+    /// (the similarity `gym grpo` merges near-duplicates by).
+    Similar(super::library_similar::SimilarArgs),
     /// Serve the library to agents over the Model Context Protocol on stdin and stdout:
     /// search, get, show_version, diff (and propose_change with --allow-propose).
     #[cfg(feature = "mcp")]
@@ -201,6 +204,7 @@ impl LibraryArgs {
             #[cfg(feature = "mcp")]
             LibraryCommand::McpServe(args) => return args.run(root),
             LibraryCommand::Credit(args) => return args.run(root),
+            LibraryCommand::Similar(args) => return args.run(root),
             LibraryCommand::Init { name, max_words } => {
                 let library = Library::init(root, &name, Settings { max_words })?;
                 writeln!(

@@ -21,6 +21,7 @@ mod library_credit;
 mod library_dir;
 #[cfg(feature = "mcp")]
 mod library_mcp;
+mod library_similar;
 mod pack;
 mod run_settings;
 mod serve;

@@ -67,9 +67,9 @@ pub enum Decision {
 /// [`MOST_NEIGHBOURS`]. `similarities` gives each active lesson's similarity to the candidate,
 /// in the order of `library.active()`.
 ///
-/// Related: the same topic, or a similarity of at least `related`. A near-duplicate: the same
-/// topic and a similarity of at least `duplicate`, or any topic and at least halfway from
-/// `duplicate` to 1 (0.95 for the default 0.9).
+/// Related: the same topic, or a similarity of at least `related`. A near-duplicate: a
+/// similarity of at least `duplicate`, whatever the topics (see
+/// [`crate::embed::DEFAULT_DUPLICATE_THRESHOLD`] for why a topic label cannot gate it).
 pub fn neighbours(
     library: &State,
     topic: Option<&str>,
@@ -85,8 +85,7 @@ pub fn neighbours(
             let same_topic = topic
                 .as_deref()
                 .is_some_and(|t| normalize(&experience.domain) == t);
-            let near_duplicate =
-                is_near_duplicate(similarity, same_topic || topic.is_none(), duplicate);
+            let near_duplicate = is_near_duplicate(similarity, duplicate);
             (same_topic || similarity >= related).then(|| Neighbour {
                 id: experience.id,
                 text: experience.text.clone(),
@@ -103,10 +102,9 @@ pub fn neighbours(
     found
 }
 
-/// Whether a lesson at `similarity` is the same lesson: at least `duplicate` within one topic,
-/// at least halfway from `duplicate` to 1 across topics.
-pub fn is_near_duplicate(similarity: f32, same_topic: bool, duplicate: f32) -> bool {
-    similarity >= duplicate + (1.0 - duplicate) / 2.0 || same_topic && similarity >= duplicate
+/// Whether a lesson at `similarity` is the same lesson: at least `duplicate`, in any topic.
+pub fn is_near_duplicate(similarity: f32, duplicate: f32) -> bool {
+    similarity >= duplicate
 }
 
 /// Similarity of two texts by their words, for runs without an embedder: the Jaccard index of

@@ -97,26 +97,25 @@ fn quotes_an_instance(text: &str) -> Option<String> {
     (!quoted.is_empty()).then(|| quoted.to_owned())
 }
 
-/// Whether some four words occur twice, some word pair three times, or one word makes up half
-/// the text: the loops a small model falls into ("12: 12: 12: …", "The Crown, The Crown, …",
-/// "X, which is the answer directly from the question, X, which is the answer …").
+/// Whether the text loops: some six words occur twice, some three words four times, some word
+/// pair five times, or one word makes up half the text: the loops a small model falls into
+/// ("12: 12: 12: …", "The Crown, The Crown, …", "X, which is the answer directly from the
+/// question, X, which is the answer …"). A condition and its strategy naturally share a short
+/// phrase ("divide the total time in minutes by 60 to get the total time in hours", "the number
+/// of" three times), so four words twice is not a loop: 23 of the 1.5B policy's natural lessons
+/// in one run were dropped for it.
 fn repeats_itself(normalized: &str) -> bool {
     let words: Vec<&str> = normalized.split(' ').filter(|w| !w.is_empty()).collect();
-    let mut runs: HashMap<&[&str], usize> = HashMap::new();
-    for run in words.windows(4) {
-        let count = runs.entry(run).or_default();
-        *count += 1;
-        if *count >= 2 {
-            return true;
-        }
-    }
-    let mut pairs: HashMap<(&str, &str), usize> = HashMap::new();
-    for pair in words.windows(2) {
-        let count = pairs.entry((pair[0], pair[1])).or_default();
-        *count += 1;
-        if *count >= 3 {
-            return true;
-        }
+    let occurs = |length: usize, times: usize| {
+        let mut runs: HashMap<&[&str], usize> = HashMap::new();
+        words.windows(length).any(|run| {
+            let count = runs.entry(run).or_default();
+            *count += 1;
+            *count >= times
+        })
+    };
+    if occurs(6, 2) || occurs(3, 4) || occurs(2, 5) {
+        return true;
     }
     let mut counts: HashMap<&str, usize> = HashMap::new();
     for word in &words {
@@ -138,6 +137,10 @@ mod tests {
             "When adding 2 prices, line up the decimal points before adding.",
             "When a word's letters repeat, don't skip the second one.",
             "When counting letters in a word, spell it out letter by letter.",
+            // Written by the 1.5B policy; a shared phrase is not a loop.
+            "When converting minutes to hours, divide the total time in minutes by 60 to get the total time in hours.",
+            "When calculating the total time spent on football in 3 weeks, multiply the weekly total time in hours by the number of weeks to get the total time in hours.",
+            "When increasing a price by a percentage of the original price, multiply the original price by the percentage, and then add the result to the original price.",
         ] {
             assert_eq!(lesson_flaw(text), None, "{text}");
         }
@@ -158,6 +161,14 @@ mod tests {
             ),
             (
                 "When the crown, the crown the crown the crown the crown.",
+                "repeats a phrase",
+            ),
+            (
+                "When X, which is the answer directly from the question, X, which is the answer directly.",
+                "repeats a phrase",
+            ),
+            (
+                "When adding, add the tens, add the tens, add the tens, add the tens.",
                 "repeats a phrase",
             ),
             (

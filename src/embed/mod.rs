@@ -53,21 +53,26 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     (dot / (norm_a.sqrt() * norm_b.sqrt())).clamp(-1.0, 1.0)
 }
 
-/// The cosine at or above which two experiences count as saying the same thing.
+/// The cosine at or above which two experiences count as the same situation, whatever their
+/// topics: a new lesson that close to a library lesson refines or confirms it (the integrate
+/// stage rewrites it to keep what both say) instead of being added beside it.
 ///
 /// Calibrated on MiniLM-L6 with "When <condition>, <strategy>." sentences (the pairs are in
 /// `calibration_pairs_fall_on_the_right_side` in the tests): light rewordings of one rule score
-/// 0.90–0.98 (one of seven 0.81); looser paraphrases 0.70–0.86; rules on the same topic with different advice
-/// 0.36–0.895; unrelated rules 0.24–0.37. The bands overlap, so the threshold sits above the
-/// different-advice band: a distinct rule is kept even when a loose paraphrase slips through,
-/// since dropping a real lesson costs more than one redundant line in the prompt.
+/// 0.90–0.98 (one of seven 0.81); looser paraphrases 0.70–0.86; rules on the same topic with
+/// different advice 0.36–0.895; unrelated rules 0.24–0.37. The bands overlap. The threshold
+/// sits at the distinctness bar a reviewer holds a library to (no two lessons at 0.85 or
+/// more), so a pair above it is never added: it is merged by an update that keeps both pieces
+/// of advice ("solve the steps one at a time" and "write down each intermediate result", 0.88,
+/// become one lesson). Topics do not gate it: the 1.5B policy labelled one rule "subtraction"
+/// and then "math", so a label cannot tell two situations apart.
 ///
 /// An embedding does not read negation or swapped operations: "divide the total by the number
 /// of people" and "multiply the share by the number of people" under the same condition score
 /// 0.96. A hit therefore means "about the same situation, in about the same words", which a
 /// caller should treat as a candidate update of the matched experience, not as proof of
 /// agreement.
-pub const DEFAULT_DUPLICATE_THRESHOLD: f32 = 0.9;
+pub const DEFAULT_DUPLICATE_THRESHOLD: f32 = 0.85;
 
 /// What a near-duplicate candidate repeats.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -145,6 +150,40 @@ pub fn find_near_duplicates(
         }
     }
     Ok(duplicates)
+}
+
+/// Two texts and their cosine similarity, by index.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pair {
+    /// The earlier text's index.
+    pub first: usize,
+    /// The later text's index.
+    pub second: usize,
+    /// Their cosine similarity.
+    pub similarity: f32,
+}
+
+/// Every pair of `texts` with its cosine similarity, most similar first (ties in index order):
+/// how distinct a library's lessons are. Everything is embedded in one call.
+pub fn closest_pairs(embedder: &dyn Embedder, texts: &[String]) -> Result<Vec<Pair>, EmbedError> {
+    if texts.len() < 2 {
+        return Ok(Vec::new());
+    }
+    let vectors = embed_checked(embedder, texts)?;
+    let mut pairs: Vec<Pair> = (0..texts.len())
+        .flat_map(|first| (first + 1..texts.len()).map(move |second| (first, second)))
+        .map(|(first, second)| Pair {
+            first,
+            second,
+            similarity: cosine(&vectors[first], &vectors[second]),
+        })
+        .collect();
+    pairs.sort_by(|a, b| {
+        b.similarity
+            .total_cmp(&a.similarity)
+            .then((a.first, a.second).cmp(&(b.first, b.second)))
+    });
+    Ok(pairs)
 }
 
 /// Embeds `texts` and checks that the embedder kept its promises (one vector per text, each of
@@ -234,11 +273,14 @@ mod tests {
                     "When a word problem has multiple steps, work through each step in order.",
                 ), // 0.946
             ];
-            let different = [
+            // Same situation, different advice: merged into one lesson by an update.
+            let merged = [
                 (
                     "When a word problem has several steps, solve them one at a time in order.",
                     "When a word problem has several steps, write down each intermediate result.",
                 ), // 0.880
+            ];
+            let different = [
                 (
                     "When a price is discounted by a percentage, multiply the price by one minus the rate.",
                     "When a price increases by a percentage, multiply the price by one plus the rate.",
@@ -256,7 +298,7 @@ mod tests {
                     "When a recipe is scaled, multiply every ingredient by the same factor.",
                 ), // 0.367
             ];
-            for (pairs, duplicate) in [(&same, true), (&different, false)] {
+            for (pairs, duplicate) in [(&same[..], true), (&merged, true), (&different, false)] {
                 for (a, b) in pairs {
                     let vectors = embedder().embed(&strings(&[a, b])).expect("embed");
                     let similarity = cosine(&vectors[0], &vectors[1]);
@@ -326,7 +368,6 @@ mod tests {
                 "When sharing items equally, check whether the total divides evenly before answering.",
                 "When sharing items equally, give any remainder back instead of splitting it.",
                 "When a word problem has several steps, solve them one at a time in order.",
-                "When a word problem has several steps, write down each intermediate result.",
             ]);
             let found = find_near_duplicates(
                 embedder(),
@@ -366,6 +407,21 @@ mod tests {
                     .expect_err("a threshold outside -1..=1");
                 assert!(matches!(error, EmbedError::InvalidThreshold { .. }));
             }
+        }
+
+        #[test]
+        fn the_closest_pair_comes_first_and_every_pair_once() {
+            let texts = strings(&[
+                "When subtracting a number from another number, subtract the smaller number from the larger number.",
+                "When calculating the final price after a discount, subtract the discount from the original price.",
+                "When subtracting amounts, subtract the smaller number from the larger number to find the difference.",
+                "When a recipe is scaled, multiply every ingredient by the same factor.",
+            ]);
+            let pairs = closest_pairs(embedder(), &texts).expect("embed");
+            assert_eq!(pairs.len(), 6);
+            assert_eq!((pairs[0].first, pairs[0].second), (0, 2), "{pairs:?}");
+            assert!(pairs.windows(2).all(|w| w[0].similarity >= w[1].similarity));
+            assert!(closest_pairs(embedder(), &texts[..1]).unwrap().is_empty());
         }
     }
 }

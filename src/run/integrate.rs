@@ -82,8 +82,8 @@ pub(super) async fn similarities(
     })
 }
 
-/// Merges adds of the batch that are near-duplicates of an earlier add of the same topic (or
-/// closer still, of any topic; see [`distill::neighbours`]) into that add: their evidence joins
+/// Merges adds of the batch that are near-duplicates of an earlier add (of any topic; see
+/// [`distill::neighbours`]) into that add: their evidence joins
 /// it. Consolidation is asked to do this, but a small model or its fallback may not. Returns
 /// the proposals and similarity rows left, and how many adds were merged.
 pub(super) fn merge_twins(
@@ -97,18 +97,16 @@ pub(super) fn merge_twins(
     let mut rows = Vec::new();
     let mut merged = 0;
     for proposal in proposals {
-        let ProposedOp::Add { topic, .. } = &proposal.op else {
+        if !matches!(proposal.op, ProposedOp::Add { .. }) {
             kept.push(proposal);
             continue;
-        };
+        }
         let me = add_index;
         add_index += 1;
-        let twin = kept_adds.iter().find(|(other, at)| {
+        let twin = kept_adds.iter().find(|(other, _)| {
             let similarity = measured.among.get(me).and_then(|r| r.get(*other)).copied();
             let similarity = similarity.unwrap_or(0.0);
-            let same_topic = kept[*at].op.topic().map(distill::normalize)
-                == topic.as_deref().map(distill::normalize);
-            distill::is_near_duplicate(similarity, same_topic, measured.duplicate)
+            distill::is_near_duplicate(similarity, measured.duplicate)
         });
         match twin {
             Some(&(_, at)) => {

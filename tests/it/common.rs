@@ -310,6 +310,22 @@ pub fn embedder() -> Option<std::sync::Arc<dyn gym::embed::Embedder>> {
 /// (holding the test's output pipe open).
 pub struct Killed(pub std::process::Child);
 
+impl Killed {
+    /// SIGTERM, and a successful exit: `gym serve` finishes what is in flight and writes what
+    /// its traffic log has queued (a SIGKILL would lose it).
+    pub fn stop(mut self) {
+        let pid = self.0.id().to_string();
+        assert!(
+            std::process::Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        assert!(self.0.wait().unwrap().success());
+    }
+}
+
 impl Drop for Killed {
     fn drop(&mut self) {
         let _ = self.0.kill();

@@ -192,3 +192,54 @@ fn help_lists_every_library_command() {
     let scratch = Scratch::new();
     insta::assert_snapshot!("help", scratch.ok(&["library", "--help"]));
 }
+
+#[cfg(feature = "embed")]
+#[test]
+fn similar_lists_the_closest_pairs_and_marks_near_duplicates() {
+    let scratch = Scratch::new();
+    scratch.ok(&["library", "init", "share"]);
+    for (domain, text) in [
+        (
+            "sharing",
+            "When sharing items equally, divide the total by the number of people.",
+        ),
+        (
+            "recipes",
+            "When a recipe is scaled, multiply every ingredient by the same factor.",
+        ),
+        (
+            "math",
+            "When sharing items equally among people, divide the total by the number of people.",
+        ),
+    ] {
+        scratch.ok(&[
+            "library", "add", "share", "--domain", domain, "--text", text,
+        ]);
+    }
+    // With the models folder, where MiniLM is.
+    let similar = |args: &[&str]| {
+        let output = scratch.model_command(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "gym {args:?}: {stderr}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let json: serde_json::Value =
+        serde_json::from_str(&similar(&["library", "similar", "share", "--json"])).unwrap();
+    assert_eq!(json["near_duplicates"], 1, "{json}");
+    let pairs = json["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), 3);
+    assert_eq!(
+        (&pairs[0]["first"], &pairs[0]["second"]),
+        (&"E0001".into(), &"E0003".into())
+    );
+    assert!(pairs[0]["cosine"].as_f64().unwrap() > 0.95, "{json}");
+    assert!(pairs[1]["cosine"].as_f64().unwrap() < 0.6, "{json}");
+    // Cosines differ in the last digit between CPUs; the listing's shape does not.
+    redacted(&scratch, &[], &[(r"\b[01]\.\d{3}\b", "[cosine]")], || {
+        insta::assert_snapshot!(
+            "similar",
+            similar(&["library", "similar", "share", "--top", "2"])
+        );
+        insta::assert_snapshot!("similar_v1", similar(&["library", "similar", "share@1"]));
+    });
+}

@@ -8,7 +8,7 @@ use std::process::{Child, Command};
 use gym::library::{Change, ExperienceId, Library, Provenance, Settings};
 use serde_json::Value;
 
-use crate::common::{Scratch, python};
+use crate::common::{Killed, Scratch, python};
 
 const KEY: &str = "alice-key-0123456789";
 
@@ -117,16 +117,8 @@ fn serve(scratch: &Scratch, log: &Path, extra: &[&str]) -> (Child, String) {
 }
 
 /// SIGTERM, and the exit that writes what is queued and the usage counts.
-fn stop(mut server: Child) {
-    let pid = server.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    assert!(server.wait().unwrap().success());
+fn stop(server: Child) {
+    Killed(server).stop();
 }
 
 /// The records of a traffic log and its rotated files, oldest first, as a reader takes them:
