@@ -378,14 +378,19 @@ impl LibraryArgs {
                 let mut library = Library::open(root, &name)?;
                 let summary = exchange::import(&mut library, &file, domain.as_deref())?;
                 match summary.version {
-                    Some(version) => writeln!(
-                        out,
-                        "Imported {} experiences from {} ({}) as version {version}, root {}.",
-                        summary.added,
-                        file.display(),
-                        summary.format,
-                        library.head_record().root
-                    )?,
+                    Some(version) => {
+                        writeln!(
+                            out,
+                            "Imported {} experiences from {} ({}) as version {version}, root {}.",
+                            summary.added,
+                            file.display(),
+                            summary.format,
+                            library.head_record().root
+                        )?;
+                        if let Some(note) = super::governed::note(&name, version) {
+                            eprintln!("{note}");
+                        }
+                    }
                     None => writeln!(
                         out,
                         "Imported nothing from {}: every entry is already in the library.",
@@ -428,6 +433,9 @@ fn commit_manual(
         version.count,
         version.root.short(12)
     )?;
+    if let Some(note) = super::governed::note(name, version.version) {
+        eprintln!("{note}");
+    }
     Ok(())
 }
 

@@ -15,6 +15,7 @@ mod finetune;
 mod gov;
 #[cfg(feature = "chain")]
 mod gov_chain;
+mod governed;
 mod grpo;
 mod library;
 mod library_credit;

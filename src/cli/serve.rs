@@ -317,13 +317,45 @@ impl ServeArgs {
                 Duration::from_secs_f64(self.upstream_cooldown),
             ),
         };
-        let catalog = Arc::new(Catalog::new(
-            self.library_dir.to_path_buf(),
-            Duration::from_secs_f64(self.library_refresh),
-        ));
+        let catalog = Arc::new(
+            Catalog::new(
+                self.library_dir.to_path_buf(),
+                Duration::from_secs_f64(self.library_refresh),
+            )
+            .governed_by(&self.gov_dir),
+        );
+        // What the ledger governs is what requests get: say it now, and refuse to start on a
+        // ledger that does not verify.
+        let governed = catalog
+            .governance()
+            .map(|governance| governance.heads())
+            .transpose()
+            .map_err(|error| anyhow::anyhow!("{error}"))
+            .with_context(|| {
+                format!(
+                    "reading the governance ledger in {}",
+                    self.gov_dir.display()
+                )
+            })?
+            .unwrap_or_default();
+        let governed: Vec<String> = governed
+            .iter()
+            .map(|(library, heads)| {
+                format!(
+                    "gym serve: library `{library}` is governed ({}): requests get its governed head v{}{}",
+                    self.gov_dir.display(),
+                    heads.governed,
+                    match heads.pending.len() {
+                        0 => String::new(),
+                        n => format!(", not the version(s) of its {n} proposal(s) not executed"),
+                    }
+                )
+            })
+            .collect();
         if let Some(library) = &self.library {
             catalog
-                .get(library, None)
+                .served(library, None, false)
+                .map_err(|error| anyhow::anyhow!("{error}"))
                 .with_context(|| format!("opening the default library `{library}`"))?;
         }
         let runtime = runtime()?;
@@ -389,6 +421,9 @@ impl ServeArgs {
                 self.library.as_deref().unwrap_or("(none by default)"),
                 self.top_k
             );
+            for line in &governed {
+                println!("{line}");
+            }
             let web = gym::web::router(gym::web::WebState {
                 gov_dir: self.gov_dir.clone(),
                 library_dir: self.library_dir.to_path_buf(),

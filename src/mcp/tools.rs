@@ -528,6 +528,12 @@ impl Tools {
                     "ops": proposal.ops.len(),
                     "deadline": proposal.deadline,
                 });
+                // The commit bypasses the vote; `gym serve` with this ledger keeps serving the
+                // governed head until the proposal is executed.
+                result["served"] = json!(format!(
+                    "not yet: servers governed by this ledger inject v{} (the governed head) until proposal {} is executed",
+                    proposal.base_version, proposal.id
+                ));
             }
             Ok(result)
         })

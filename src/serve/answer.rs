@@ -115,6 +115,9 @@ pub struct Target {
     pub label: String,
     chosen: Option<LibraryRef>,
     top_k: usize,
+    /// The request carries one of the server's API keys (it may pin a version of a governed
+    /// library that no vote adopted).
+    keyed: bool,
 }
 
 /// What was injected into a request.
@@ -147,6 +150,7 @@ impl Target {
         Ok(Self {
             chosen: selection(from_model, headers, app.config.default_library.as_deref())?,
             top_k: top_k(headers, app.config.top_k)?,
+            keyed: app.keys.holder(headers).is_some(),
             model,
             label: requested.to_owned(),
         })
@@ -172,9 +176,11 @@ impl Target {
         };
         let started = Instant::now();
         let catalog = Arc::clone(&app.catalog);
-        let snapshot = tokio::task::spawn_blocking(move || catalog.get(&library, version))
-            .await
-            .map_err(|_| ApiError::ShuttingDown)??;
+        let keyed = self.keyed;
+        let snapshot =
+            tokio::task::spawn_blocking(move || catalog.served(&library, version, keyed))
+                .await
+                .map_err(|_| ApiError::ShuttingDown)??;
         let all = self.top_k == 0 || self.top_k >= snapshot.state.active_count();
         let ids: Vec<ExperienceId> = match (&app.retriever, all) {
             (Some(retriever), false) => {

@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::ApiError;
+use super::governed::{GovernedHeads, Served};
 use crate::library::{
     Change, Digest, ExperienceId, Library, LibraryError, Provenance, State, Usage, Version,
     stored_head,
@@ -35,6 +37,8 @@ pub struct Catalog {
     root: PathBuf,
     refresh: Duration,
     entries: Mutex<HashMap<String, Entry>>,
+    /// The ledger that decides which versions are served, if any.
+    governed: Option<GovernedHeads>,
 }
 
 impl Catalog {
@@ -43,6 +47,59 @@ impl Catalog {
             root: root.into(),
             refresh,
             entries: Mutex::new(HashMap::new()),
+            governed: None,
+        }
+    }
+
+    /// The same catalog, serving governed libraries at their governed head
+    /// ([`served`](Self::served)): the ledger in `gov_dir` decides (none there: nothing is
+    /// governed).
+    pub fn governed_by(mut self, gov_dir: impl Into<PathBuf>) -> Self {
+        self.governed = Some(GovernedHeads::new(gov_dir, self.refresh));
+        self
+    }
+
+    /// The governed heads, when the catalog is governed.
+    pub fn governance(&self) -> Option<&GovernedHeads> {
+        self.governed.as_ref()
+    }
+
+    /// The governed head of library `name`, when the catalog is governed and a proposal
+    /// brought the library under governance. Blocking.
+    pub fn governed_head(&self, name: &str) -> Result<Option<u64>, ApiError> {
+        let Some(governed) = &self.governed else {
+            return Ok(None);
+        };
+        Ok(governed.heads()?.get(name).map(|heads| heads.governed))
+    }
+
+    /// The version of library `name` a request is served: [`get`](Self::get) for an ungoverned
+    /// library; for a governed one the governed head, or the pinned version if a vote adopted
+    /// it or `keyed` (the request carries an API key), with the adopted root checked.
+    /// Blocking.
+    pub fn served(
+        &self,
+        name: &str,
+        pinned: Option<u64>,
+        keyed: bool,
+    ) -> Result<Arc<Snapshot>, ApiError> {
+        let served = match &self.governed {
+            None => Served::Ungoverned(pinned),
+            Some(governed) => governed.serve(name, pinned, keyed)?,
+        };
+        match served {
+            Served::Ungoverned(version) => Ok(self.get(name, version)?),
+            Served::Governed { version, root } => {
+                let snapshot = self.get(name, Some(version))?;
+                match root {
+                    Some(root) if snapshot.root != root => Err(ApiError::Governance(format!(
+                        "version {version} of library `{name}` has root {} on disk, but the governance ledger adopted {}: the library was changed behind the ledger, so it is not served",
+                        snapshot.root.to_hex(),
+                        root.to_hex()
+                    ))),
+                    _ => Ok(snapshot),
+                }
+            }
         }
     }
 

@@ -62,6 +62,10 @@ pub enum ApiError {
     /// A body that is not declared JSON.
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// The governance ledger cannot be read, or a governed version's root is not the one it
+    /// adopted ([`super::governed`]): nothing is served rather than an unvoted version.
+    #[error("{0}")]
+    Governance(String),
 }
 
 impl ApiError {
@@ -98,6 +102,7 @@ impl ApiError {
             Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             Self::Forbidden { .. } => StatusCode::FORBIDDEN,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::Governance(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -134,6 +139,7 @@ impl ApiError {
             Self::Busy { .. } => Some("queue_full"),
             Self::Forbidden { code, .. } => Some(code),
             Self::UnsupportedMediaType(_) => Some("unsupported_media_type"),
+            Self::Governance(_) => Some("governance_unavailable"),
             _ => None,
         }
     }

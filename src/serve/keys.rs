@@ -99,6 +99,15 @@ impl ApiKeys {
         self.by_digest.get(&digest(key)).map(String::as_str)
     }
 
+    /// The name of the key a request carries, if it carries one of ours.
+    pub fn holder(&self, headers: &HeaderMap) -> Option<&str> {
+        self.check(
+            headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok()),
+        )
+    }
+
     /// The name of the key a request carries ([`check`](Self::check) of its `Authorization`
     /// header), or the 401 that says what `needs` the key and what the request lacked.
     pub fn require(&self, headers: &HeaderMap, needs: &str) -> Result<&str, ApiError> {

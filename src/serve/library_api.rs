@@ -158,6 +158,21 @@ pub async fn commit(
         author: Some(author.to_owned()),
     };
     let catalog = Arc::clone(&app.catalog);
-    let version = blocking(move || catalog.commit(&name, &changes, provenance)).await?;
-    Ok((StatusCode::CREATED, Json(version_summary(&version))).into_response())
+    let committed = name.clone();
+    let version = blocking(move || catalog.commit(&committed, &changes, provenance)).await?;
+    let mut summary = version_summary(&version);
+    // A write bypasses the vote: say that it is not what requests get.
+    let catalog = Arc::clone(&app.catalog);
+    let governed = tokio::task::spawn_blocking(move || catalog.governed_head(&name))
+        .await
+        .map_err(|_| ApiError::ShuttingDown)??;
+    if let Some(head) = governed {
+        summary["served"] = json!(false);
+        summary["governed_head"] = json!(head);
+        summary["note"] = json!(format!(
+            "this library is governed: requests get its governed head v{head} until `gym gov propose` puts v{} to a vote and `gym gov execute` adopts it",
+            version.version
+        ));
+    }
+    Ok((StatusCode::CREATED, Json(summary)).into_response())
 }

@@ -43,6 +43,7 @@ pub mod deadline;
 pub mod error;
 mod feedback;
 pub mod governance;
+pub mod governed;
 pub mod inject;
 pub mod ivf;
 pub mod keys;

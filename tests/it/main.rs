@@ -54,6 +54,7 @@ mod serve_abandon;
 mod serve_agent;
 mod serve_api;
 mod serve_follow;
+mod serve_governed;
 #[cfg(feature = "llama")]
 mod serve_limits;
 mod serve_origin;

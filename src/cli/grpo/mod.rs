@@ -454,6 +454,11 @@ impl GrpoArgs {
         };
         let report = gym::run::finish(&dir, &summary, &self.library, evaluated.map(|e| &e.report))?;
         print!("{}", summary.render(&self.library));
+        if summary.library_version_end > summary.library_version_start
+            && let Some(note) = super::governed::note(&self.library, summary.library_version_end)
+        {
+            println!("{note}");
+        }
         if let Some(evaluated) = evaluated {
             let header = format!(
                 "dataset {} (heldout, {} queries)\nmodel   {}, k={}, reward {}",
