@@ -199,12 +199,15 @@ pub struct ServeArgs {
     #[arg(long, env = "GYM_TRAFFIC_LOG")]
     traffic_log: Option<PathBuf>,
 
-    /// Rotate the traffic log to FILE.1 once it reaches this many bytes.
-    #[arg(long, default_value_t = 100 << 20, requires = "traffic_log", value_parser = clap::value_parser!(u64).range(1..))]
+    /// Rotate the traffic log to FILE.1 once it reaches this many bytes. With the default
+    /// --traffic-keep, the whole log (8 × 32 MiB) is what `gym grpo --from-traffic` reads at
+    /// most (256 MiB; past that it reads the newest files).
+    #[arg(long, default_value_t = 32 << 20, requires = "traffic_log", value_parser = clap::value_parser!(u64).range(1..))]
     traffic_max_bytes: u64,
 
-    /// Rotated traffic log files kept (FILE.1 … FILE.N); older ones are deleted.
-    #[arg(long, default_value_t = 5, requires = "traffic_log")]
+    /// Rotated traffic log files kept (FILE.1 … FILE.N); older ones are deleted, except the
+    /// requests feedback names and their feedback, which are carried into the live file.
+    #[arg(long, default_value_t = 7, requires = "traffic_log")]
     traffic_keep: usize,
 
     /// Seconds traffic is kept: rotated files last written longer ago are deleted, and the live

@@ -50,6 +50,9 @@ pub enum LeftOut {
     UnknownKind,
     /// A span with no GenAI messages (an HTTP or database span of the same trace).
     NotGenAi,
+    /// An older rotated file of a traffic log, past the reader's byte budget (the newest files
+    /// are read first): counted per file.
+    OlderFile,
 }
 
 impl LeftOut {
@@ -72,6 +75,9 @@ impl LeftOut {
             LeftOut::OrphanFeedback => "feedback on a request not in the log",
             LeftOut::UnknownKind => "lines of a kind this gym does not know (ignored)",
             LeftOut::NotGenAi => "spans without GenAI messages (ignored)",
+            LeftOut::OlderFile => {
+                "older rotated log files past the 256 MiB read budget (the newest are read)"
+            }
         }
     }
 }

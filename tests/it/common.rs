@@ -379,3 +379,68 @@ pub fn traffic_records(path: &Path) -> Vec<serde_json::Value> {
         .filter(|record| record["kind"] != "header")
         .collect()
 }
+
+/// A response read off a raw socket.
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub json: serde_json::Value,
+}
+
+impl Reply {
+    /// The value of header `name` (lowercase), if the response has it.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Sends one HTTP/1.1 request with exactly `headers` (plus `host: ADDRESS` when they have no
+/// host) over a new connection to `address`; returns the status, headers and JSON body (null
+/// when the body is not JSON). No HTTP client in between, so a test controls every byte.
+pub fn send(
+    address: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Reply {
+    use std::io::{Read, Write};
+
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    let mut head = format!("{method} {path} HTTP/1.1\r\n");
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        head.push_str(&format!("host: {address}\r\n"));
+    }
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str(&format!(
+        "content-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    ));
+    stream.write_all(head.as_bytes()).unwrap();
+    // A server may answer (and close) before reading a large body to its end.
+    let _ = stream.write_all(body.as_bytes());
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let response = String::from_utf8_lossy(&response);
+    let status = response[9..12].parse().unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let headers = head
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    Reply {
+        status,
+        headers,
+        json: serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
+    }
+}

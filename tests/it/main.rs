@@ -69,6 +69,7 @@ mod serve_stream;
 mod serve_tools;
 #[cfg(feature = "llama")]
 mod serve_traffic;
+mod serve_traffic_bounds;
 mod setup_models;
 mod tools;
 mod web_browser;

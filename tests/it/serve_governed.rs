@@ -8,7 +8,7 @@ use gym::gov::{Ballot, Choice, Draft, Governance, Rules, Voter, new_key};
 use gym::library::{Change, Library, Provenance, Settings};
 use serde_json::{Value, json};
 
-use crate::common::{Killed, Scratch};
+use crate::common::{Killed, Scratch, send};
 use crate::fake_openai::FakeOpenAi;
 
 const FIRST: &str = "When a problem says each, multiply first.";
@@ -51,26 +51,28 @@ impl Governed {
 
 /// A chat request for `library` (`NAME` or `NAME@V`); returns the status, the served version
 /// header and the body.
-async fn ask(base: &str, library: &str, key: Option<&str>) -> (u16, Option<String>, Value) {
-    let mut request = reqwest::Client::new()
-        .post(format!("{base}/chat/completions"))
-        .header("content-type", "application/json")
-        .header("x-gym-library", library)
-        .body(
-            json!({"model": "upstream-model", "messages": [{"role": "user", "content": "What is 3 + 4?"}]})
-                .to_string(),
-        );
-    if let Some(key) = key {
-        request = request.header("authorization", format!("Bearer {key}"));
-    }
-    let response = request.send().await.unwrap();
-    let status = response.status().as_u16();
-    let version = response
-        .headers()
-        .get("x-gym-library-version")
-        .map(|v| v.to_str().unwrap().to_owned());
-    let body = response.json().await.unwrap_or(Value::Null);
-    (status, version, body)
+fn ask(base: &str, library: &str, key: Option<&str>) -> (u16, Option<String>, Value) {
+    let authorization = key.map(|key| format!("Bearer {key}"));
+    let mut headers = vec![
+        ("content-type", "application/json"),
+        ("x-gym-library", library),
+    ];
+    headers.extend(authorization.as_deref().map(|a| ("authorization", a)));
+    let body = json!({"model": "upstream-model", "messages": [{"role": "user", "content": "What is 3 + 4?"}]});
+    let reply = send(
+        address(base),
+        "POST",
+        "/v1/chat/completions",
+        &headers,
+        &body.to_string(),
+    );
+    let version = reply.header("x-gym-library-version").map(str::to_owned);
+    (reply.status, version, reply.json)
+}
+
+/// `127.0.0.1:PORT` of a base URL `http://127.0.0.1:PORT/v1`.
+fn address(base: &str) -> &str {
+    base.trim_start_matches("http://").trim_end_matches("/v1")
 }
 
 /// The text of the last request the upstream model received.
@@ -126,38 +128,39 @@ fn only_versions_a_vote_adopted_are_injected() {
     ]);
     let server = Killed(server);
 
-    runtime.block_on(async {
-        let (status, version, _) = ask(&base, "arith", None).await;
+    {
+        let (status, version, _) = ask(&base, "arith", None);
         assert_eq!((status, version.as_deref()), (200, Some("1")));
         assert!(last_prompt(&upstream).contains(FIRST));
-        let (status, version, _) = ask(&base, "free", None).await;
+        let (status, version, _) = ask(&base, "free", None);
         assert_eq!((status, version.as_deref()), (200, Some("1")));
 
         // A key holder writes v2: committed, and the answer says it is not served.
-        let written: Value = reqwest::Client::new()
-            .post(format!("{base}/libraries/arith/changes"))
-            .header("content-type", "application/json")
-            .header("authorization", format!("Bearer {KEY}"))
-            .body(json!({"changes": [{"op": "add", "text": SECOND}]}).to_string())
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let authorization = format!("Bearer {KEY}");
+        let written = send(
+            address(&base),
+            "POST",
+            "/v1/libraries/arith/changes",
+            &[
+                ("content-type", "application/json"),
+                ("authorization", &authorization),
+            ],
+            &json!({"changes": [{"op": "add", "text": SECOND}]}).to_string(),
+        )
+        .json;
         assert_eq!(written["version"], 2, "{written}");
         assert_eq!(
             (&written["served"], &written["governed_head"]),
             (&json!(false), &json!(1)),
             "{written}"
         );
-        let (_, version, _) = ask(&base, "arith", None).await;
+        let (_, version, _) = ask(&base, "arith", None);
         assert_eq!(version.as_deref(), Some("1"), "a write is not served");
         assert!(!last_prompt(&upstream).contains(SECOND));
 
         // Proposed and open: still not served.
         let open = gov.propose("arith");
-        let (_, version, _) = ask(&base, "arith", None).await;
+        let (_, version, _) = ask(&base, "arith", None);
         assert_eq!(
             version.as_deref(),
             Some("1"),
@@ -167,7 +170,7 @@ fn only_versions_a_vote_adopted_are_injected() {
 
         // Pinning the unvoted version needs a key; a voted one does not.
         let before = upstream.requests();
-        let (status, _, body) = ask(&base, "arith@2", None).await;
+        let (status, _, body) = ask(&base, "arith@2", None);
         assert_eq!(status, 403, "{body}");
         assert_eq!(body["error"]["code"], "version_not_governed", "{body}");
         assert_eq!(
@@ -175,10 +178,10 @@ fn only_versions_a_vote_adopted_are_injected() {
             before,
             "a refused request reaches no model"
         );
-        let (status, version, _) = ask(&base, "arith@2", Some(KEY)).await;
+        let (status, version, _) = ask(&base, "arith@2", Some(KEY));
         assert_eq!((status, version.as_deref()), (200, Some("2")));
         assert!(last_prompt(&upstream).contains(SECOND));
-        let (status, version, _) = ask(&base, "arith@1", None).await;
+        let (status, version, _) = ask(&base, "arith@1", None);
         assert_eq!((status, version.as_deref()), (200, Some("1")));
 
         // Voted and executed: served from the next request on.
@@ -190,7 +193,7 @@ fn only_versions_a_vote_adopted_are_injected() {
         }
         let opened = Library::open(&libraries, "arith").unwrap();
         Governance::execute(&gov.dir, open, &opened, &gov.voters[1], Utc::now()).unwrap();
-        let (_, version, _) = ask(&base, "arith", None).await;
+        let (_, version, _) = ask(&base, "arith", None);
         assert_eq!(version.as_deref(), Some("2"));
         assert!(last_prompt(&upstream).contains(SECOND));
 
@@ -202,13 +205,13 @@ fn only_versions_a_vote_adopted_are_injected() {
         assert_ne!(forged, original);
         std::fs::write(&ledger, &forged).unwrap();
         let before = upstream.requests();
-        let (status, _, body) = ask(&base, "arith", None).await;
+        let (status, _, body) = ask(&base, "arith", None);
         assert_eq!(status, 503, "{body}");
         assert_eq!(body["error"]["code"], "governance_unavailable", "{body}");
         assert_eq!(upstream.requests(), before);
         std::fs::write(&ledger, &original).unwrap();
-        let (status, version, _) = ask(&base, "arith", None).await;
+        let (status, version, _) = ask(&base, "arith", None);
         assert_eq!((status, version.as_deref()), (200, Some("2")));
-    });
+    }
     server.stop();
 }

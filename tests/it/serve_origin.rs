@@ -7,11 +7,9 @@
 //! counts the refusals. The server's own pages, and programs that send no `Origin`, still work.
 //! The same attack from a real page in Chromium is in `web_browser/attacks.rs`.
 
-use std::io::{Read, Write};
-
 use serde_json::Value;
 
-use crate::common::{Scratch, get_raw, serve_logged, traffic_records};
+use crate::common::{self, Scratch, get_raw, serve_logged, traffic_records};
 use crate::fake_openai::FakeOpenAi;
 
 const BODY: &str = r#"{"model": "upstream-model", "messages": [{"role": "user", "content": "What is 3 + 4?"}], "max_tokens": 8}"#;
@@ -24,25 +22,8 @@ fn send(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, Value) {
-    let mut stream = std::net::TcpStream::connect(address).unwrap();
-    let mut head = format!("{method} {path} HTTP/1.1\r\n");
-    for (name, value) in headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head.push_str(&format!(
-        "content-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    ));
-    stream.write_all(head.as_bytes()).unwrap();
-    stream.write_all(body.as_bytes()).unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response[9..12].parse().unwrap();
-    let json = response
-        .split_once("\r\n\r\n")
-        .and_then(|(_, body)| serde_json::from_str(body).ok())
-        .unwrap_or(Value::Null);
-    (status, json)
+    let reply = common::send(address, method, path, headers, body);
+    (reply.status, reply.json)
 }
 
 #[test]

@@ -28,6 +28,9 @@ use super::{Dataset, Split};
 pub const TRAFFIC_FORMAT: u32 = 1;
 
 /// One line of a traffic log.
+// A request is larger than the other lines; records are made and read one at a time, so
+// boxing it would cost an allocation per line for no memory saved.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TrafficRecord {
@@ -92,6 +95,10 @@ pub struct TrafficRequest {
     /// Some answer text was cut at the server's capture bound (absent when nothing was).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+    /// Why the messages and answers are not in the record (absent when they are): the request
+    /// failed, or its record was over the server's size bound for one line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub omitted: Option<String>,
 }
 
 /// Thumbs on an answer.
@@ -191,10 +198,17 @@ pub(crate) struct Log {
     pub feedback: Vec<Located<TrafficFeedback>>,
     pub torn_lines: usize,
     pub unknown: Vec<String>,
+    /// Older files past the read budget, oldest first: not read.
+    pub older: Vec<PathBuf>,
 }
 
 /// Reads the log `path` and its rotated siblings.
 pub(crate) fn read_log(path: &Path) -> Result<Log, DataError> {
+    read_log_within(path, MAX_SOURCE_BYTES)
+}
+
+/// [`read_log`], reading at most `budget` bytes: the newest files that fit.
+pub(crate) fn read_log_within(path: &Path, budget: u64) -> Result<Log, DataError> {
     let files = log_files(path)?;
     let mut log = Log {
         files: Vec::new(),
@@ -202,13 +216,28 @@ pub(crate) fn read_log(path: &Path) -> Result<Log, DataError> {
         feedback: Vec::new(),
         torn_lines: 0,
         unknown: Vec::new(),
+        older: Vec::new(),
     };
-    let mut budget = MAX_SOURCE_BYTES;
-    let mut position = 0;
-    for file in &files {
+    // The newest files first, as many as the budget holds; older ones are left out (a server
+    // keeps what its retention says, which may be more than one run reads).
+    let mut budget = budget;
+    let mut read: Vec<(&PathBuf, Vec<u8>)> = Vec::new();
+    for file in files.iter().rev() {
+        let size = std::fs::metadata(file).map_or(0, |m| m.len());
+        if !log.older.is_empty() || (size > budget && !read.is_empty()) {
+            log.older.push(file.clone());
+            continue;
+        }
         let bytes = source::read_bounded(file, budget)?;
-        let mut first = true;
         budget -= bytes.len() as u64;
+        read.push((file, bytes));
+    }
+    read.reverse();
+    log.older.reverse();
+    let mut position = 0;
+    for (file, bytes) in read {
+        let file = file.clone();
+        let mut first = true;
         let (lines, torn) = crate::durable::split_lines(&bytes);
         log.torn_lines += usize::from(torn.is_some());
         for (at, line) in lines.iter().enumerate() {
@@ -285,6 +314,9 @@ pub(crate) fn load(
     let mut left_out = LeftOutCounts::default();
     for place in &log.unknown {
         left_out.add(LeftOut::UnknownKind, place);
+    }
+    for file in &log.older {
+        left_out.add(LeftOut::OlderFile, &file.display().to_string());
     }
     let candidates = queries::candidates(&log, options.approve_reward, &mut left_out)?;
     let name = path

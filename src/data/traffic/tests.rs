@@ -267,3 +267,38 @@ fn records_round_trip_as_the_contract_spells_them() {
         })
     );
 }
+
+#[test]
+fn the_newest_files_within_the_budget_are_read_and_older_ones_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("traffic.jsonl");
+    let file = |n: usize| -> Vec<String> {
+        vec![
+            HEADER.to_owned(),
+            request(&format!("r{n}"), &format!("Question {n}?"), &["a"]),
+            feedback(&format!("r{n}"), json!({"reference": "a"})),
+        ]
+    };
+    write(&dir.path().join("traffic.jsonl.2"), &file(2), "");
+    write(&dir.path().join("traffic.jsonl.1"), &file(1), "");
+    write(&path, &file(0), "");
+    let size = std::fs::metadata(&path).unwrap().len();
+    // Room for two files: the live one and .1; .2 is left out, not an error.
+    let log = read_log_within(&path, 2 * size + 10).unwrap();
+    assert_eq!(
+        log.files,
+        [dir.path().join("traffic.jsonl.1"), path.clone()]
+    );
+    assert_eq!(log.older, [dir.path().join("traffic.jsonl.2")]);
+    let ids: Vec<&str> = log
+        .requests
+        .iter()
+        .map(|r| r.record.request_id.as_str())
+        .collect();
+    assert_eq!(ids, ["r1", "r0"], "oldest first, as written");
+    // The live file alone over the budget is still an error.
+    assert!(matches!(
+        read_log_within(&path, size - 1),
+        Err(DataError::TooLarge { .. })
+    ));
+}

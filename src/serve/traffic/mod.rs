@@ -51,6 +51,14 @@ pub const REMEMBERED: usize = 100_000;
 pub const REMEMBERED_IDS: usize = 4_000_000;
 /// Records waiting for the writer before new ones are dropped.
 pub const QUEUE: usize = 4096;
+/// Bytes waiting for the writer before new records are dropped: the queue is bounded in bytes
+/// too, since one record can be as large as [`MAX_RECORD_BYTES`].
+pub const QUEUE_BYTES: u64 = 64 << 20;
+/// The longest line one request may write. A record over it keeps its ids, route, status and
+/// what was injected, and says why its messages and answers were left out. Answered requests
+/// are bounded by the model's context anyway; this bounds what a client's body alone can make
+/// the server write.
+pub const MAX_RECORD_BYTES: usize = 1 << 20;
 
 /// What a served request had: for feedback to find the experiences it counts for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,7 +148,7 @@ impl Traffic {
     pub fn with_log(file: LogFile) -> Result<Self, writer::TrafficError> {
         let counters = Arc::<Counters>::default();
         let log_path = Some(file.path().to_owned());
-        let (queue, handle) = writer::spawn(file, QUEUE, Arc::clone(&counters))?;
+        let (queue, handle) = writer::spawn(file, QUEUE, QUEUE_BYTES, Arc::clone(&counters))?;
         Ok(Self {
             queue: Mutex::new(Some(queue)),
             writer: Mutex::new(Some(handle)),
@@ -161,7 +169,27 @@ impl Traffic {
         let Some(queue) = queue.as_ref() else {
             return false;
         };
-        let bytes = serde_json::to_vec(line).expect("a traffic line serializes");
+        let mut bytes = serde_json::to_vec(line).expect("a traffic line serializes");
+        if bytes.len() > MAX_RECORD_BYTES
+            && let TrafficRecord::Request(request) = line
+        {
+            let omitted = TrafficRequest {
+                messages: Vec::new(),
+                answers: Vec::new(),
+                omitted: Some(format!(
+                    "the record was {} bytes, over the bound of {MAX_RECORD_BYTES}",
+                    bytes.len()
+                )),
+                ..request.clone()
+            };
+            bytes = serde_json::to_vec(&TrafficRecord::Request(omitted))
+                .expect("a traffic line serializes");
+        }
+        if bytes.len() > MAX_RECORD_BYTES {
+            // Ids, a model name or feedback text a client made huge: not written.
+            self.counters.dropped.fetch_add(1, Relaxed);
+            return false;
+        }
         queue.send(bytes)
     }
 
@@ -219,13 +247,16 @@ impl Traffic {
         let _ = writeln!(
             out,
             "# HELP gym_traffic_records_total Traffic log records by outcome: written, dropped \
-             (the writer's queue was full), failed (a write error).\n\
+             (the writer's queue was full in records or bytes, or the record was over the line \
+             bound), failed (a write error), carried (a rated request or its feedback carried \
+             into the live file by a rotation).\n\
              # TYPE gym_traffic_records_total counter"
         );
         for (outcome, count) in [
             ("written", &c.written),
             ("dropped", &c.dropped),
             ("failed", &c.failed),
+            ("carried", &c.carried),
         ] {
             let _ = writeln!(
                 out,
@@ -330,6 +361,19 @@ impl Pending {
         if traffic.log_path.is_none() {
             return;
         }
+        // A request the server did not answer is logged without its body: the body may be
+        // anything a client sends (a failed request costs no model time), and it teaches
+        // nothing.
+        let answered = (200..300).contains(&status);
+        let (messages, answers_logged, omitted) = if answered {
+            (prompt.messages, answers.texts.clone(), None)
+        } else {
+            (
+                Vec::new(),
+                Vec::new(),
+                Some(format!("the request failed (HTTP {status})")),
+            )
+        };
         let record = TrafficRequest {
             request_id,
             client_request_id,
@@ -340,11 +384,12 @@ impl Pending {
             version: injected.version,
             root: injected.root,
             experiences: injected.experiences,
-            messages: prompt.messages,
-            answers: answers.texts.clone(),
+            messages,
+            answers: answers_logged,
             finish_reasons: answers.finish_reasons(),
             status,
             truncated: answers.truncated,
+            omitted,
         };
         traffic.log(&TrafficRecord::Request(record));
     }

@@ -55,7 +55,9 @@ impl Prompt {
             }
             _ => {
                 if let Some(list) = body["messages"].as_array() {
-                    messages.extend(list.iter().map(|m| {
+                    // Only message objects: `[0, 0, …]` is not a conversation, and each item
+                    // must not grow into a record of its own.
+                    messages.extend(list.iter().filter(|m| m.is_object()).map(|m| {
                         message(
                             m["role"].as_str().unwrap_or_default(),
                             text_of(&m["content"]),

@@ -5,11 +5,12 @@
 //! runtime never waits for the disk and a full queue drops records (counted) instead of
 //! holding requests.
 
+use std::collections::HashSet;
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::time::{Duration, SystemTime};
 
 use super::record::{TRAFFIC_FORMAT, TrafficHeader, TrafficRecord, now};
@@ -65,6 +66,31 @@ pub struct LogFile {
     size: u64,
     created: SystemTime,
     retention: Retention,
+    /// Requests that feedback names (feedback needs an API key, so this grows only with
+    /// feedback): rotation carries them and their feedback forward instead of deleting them,
+    /// so anonymous traffic cannot rotate a rated answer out of the log.
+    rated: HashSet<String>,
+    /// Records carried forward so far.
+    pub carried: u64,
+}
+
+/// Most request ids remembered as rated.
+const MAX_RATED: usize = 1_000_000;
+
+/// The fields of a line that rotation looks at.
+#[derive(serde::Deserialize)]
+struct Kind {
+    kind: String,
+    #[serde(default)]
+    request_id: String,
+}
+
+fn kind_of(line: &[u8]) -> Option<Kind> {
+    serde_json::from_slice(line).ok()
+}
+
+fn is_feedback(line: &[u8]) -> bool {
+    line.starts_with(br#"{"kind":"feedback""#)
 }
 
 impl LogFile {
@@ -103,15 +129,33 @@ impl LogFile {
                 SystemTime::now()
             }
         };
-        let file = Self {
+        let mut file = Self {
             path: path.to_owned(),
             log,
             lock,
             size,
             created,
             retention,
+            rated: HashSet::new(),
+            carried: 0,
         };
         file.expire()?;
+        // The rated requests of what is kept: the live file and the rotated ones, one file
+        // in memory at a time.
+        for line in bytes.split(|&b| b == b'\n').filter(|l| is_feedback(l)) {
+            file.note_feedback(line);
+        }
+        drop(bytes);
+        for n in 1..=file.retention.keep {
+            let rotated = match std::fs::read(file.rotated(n)) {
+                Ok(bytes) => bytes,
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(error) => return Err(io("read", &file.rotated(n))(error)),
+            };
+            for line in rotated.split(|&b| b == b'\n').filter(|l| is_feedback(l)) {
+                file.note_feedback(line);
+            }
+        }
         Ok(file)
     }
 
@@ -124,6 +168,9 @@ impl LogFile {
     pub fn append(&mut self, line: &[u8]) -> Result<bool, TrafficError> {
         self.log.append(line)?;
         self.size += line.len() as u64 + 1;
+        if is_feedback(line) {
+            self.note_feedback(line);
+        }
         if self.size >= self.retention.max_bytes || self.too_old() {
             self.rotate()?;
             return Ok(true);
@@ -149,9 +196,66 @@ impl LogFile {
             .is_some_and(|age| self.created.elapsed().is_ok_and(|elapsed| elapsed > age))
     }
 
+    fn note_feedback(&mut self, line: &[u8]) {
+        if self.rated.len() < MAX_RATED
+            && let Some(kind) = kind_of(line)
+            && !kind.request_id.is_empty()
+        {
+            self.rated.insert(kind.request_id);
+        }
+    }
+
+    /// The lines of `doomed` (the file a rotation deletes) worth keeping: requests that
+    /// feedback names, and the feedback on them, in their order; the newest of them within
+    /// half the live file's size limit.
+    fn worth_carrying(&self, doomed: &Path) -> Result<Vec<Vec<u8>>, TrafficError> {
+        if self.rated.is_empty() {
+            return Ok(Vec::new());
+        }
+        let bytes = match std::fs::read(doomed) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(error) => return Err(io("read", doomed)(error)),
+        };
+        let (lines, _torn) = crate::durable::split_lines(&bytes);
+        let mut carried_requests = HashSet::new();
+        let mut kept: Vec<&[u8]> = Vec::new();
+        for line in lines {
+            let Some(kind) = kind_of(line) else { continue };
+            let keep = match kind.kind.as_str() {
+                "request" if self.rated.contains(&kind.request_id) => {
+                    carried_requests.insert(kind.request_id);
+                    true
+                }
+                "feedback" => carried_requests.contains(&kind.request_id),
+                _ => false,
+            };
+            if keep {
+                kept.push(line);
+            }
+        }
+        let budget = self.retention.max_bytes / 2;
+        let mut total = 0;
+        let start = kept
+            .iter()
+            .rposition(|line| {
+                total += line.len() as u64 + 1;
+                total > budget
+            })
+            .map_or(0, |over| over + 1);
+        Ok(kept[start..].iter().map(|line| line.to_vec()).collect())
+    }
+
     /// `FILE.n` → `FILE.n+1` (the last kept one deleted), `FILE` → `FILE.1`, a new `FILE`.
+    /// The deleted file's rated requests and their feedback open the new file.
     fn rotate(&mut self) -> Result<(), TrafficError> {
         let keep = self.retention.keep;
+        let doomed = if keep == 0 {
+            self.path.clone()
+        } else {
+            self.rotated(keep)
+        };
+        let carried = self.worth_carrying(&doomed)?;
         remove_if_there(&self.rotated(keep.max(1)))?;
         for n in (1..keep).rev() {
             let from = self.rotated(n);
@@ -171,6 +275,11 @@ impl LogFile {
         let lock = File::open(&self.path).map_err(io("open", &self.path))?;
         take_lock(&lock, &self.path)?;
         self.lock = lock;
+        for line in &carried {
+            self.log.append(line)?;
+            self.size += line.len() as u64 + 1;
+        }
+        self.carried += carried.len() as u64;
         self.expire()
     }
 
@@ -274,32 +383,42 @@ pub struct Counters {
     /// Records that could not be written (the error went to stderr).
     pub failed: AtomicU64,
     pub rotations: AtomicU64,
+    /// Bytes queued and not yet written.
+    pub queued_bytes: AtomicU64,
+    /// Records carried from a file rotation was about to delete into the live file, because
+    /// feedback names them.
+    pub carried: AtomicU64,
 }
 
 /// The sending end of the writer's queue.
 pub struct Queue {
     sender: SyncSender<Vec<u8>>,
     counters: Arc<Counters>,
+    max_bytes: u64,
 }
 
 impl Queue {
-    /// Queues one record without waiting; a full queue drops it. Returns whether it was queued.
+    /// Queues one record without waiting; a full queue (in records or in bytes) drops it.
+    /// Returns whether it was queued.
     pub fn send(&self, line: Vec<u8>) -> bool {
-        match self.sender.try_send(line) {
-            Ok(()) => true,
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.counters.dropped.fetch_add(1, Relaxed);
-                false
-            }
+        let length = line.len() as u64;
+        let before = self.counters.queued_bytes.fetch_add(length, Relaxed);
+        let queued = before + length <= self.max_bytes && self.sender.try_send(line).is_ok();
+        if !queued {
+            self.counters.queued_bytes.fetch_sub(length, Relaxed);
+            self.counters.dropped.fetch_add(1, Relaxed);
         }
+        queued
     }
 }
 
-/// Starts the writer thread for `file` with a queue of `capacity` records. Dropping every
-/// [`Queue`] ends the thread once it has written what was queued.
+/// Starts the writer thread for `file` with a queue of `capacity` records and at most
+/// `max_bytes` bytes. Dropping every [`Queue`] ends the thread once it has written what was
+/// queued.
 pub fn spawn(
     file: LogFile,
     capacity: usize,
+    max_bytes: u64,
     counters: Arc<Counters>,
 ) -> Result<(Queue, std::thread::JoinHandle<()>), TrafficError> {
     let (sender, receiver) = std::sync::mpsc::sync_channel(capacity);
@@ -311,7 +430,14 @@ pub fn spawn(
             "start the writer thread of",
             Path::new("the traffic log"),
         ))?;
-    Ok((Queue { sender, counters }, handle))
+    Ok((
+        Queue {
+            sender,
+            counters,
+            max_bytes,
+        },
+        handle,
+    ))
 }
 
 fn write_all(mut file: LogFile, receiver: &Receiver<Vec<u8>>, counters: &Counters) {
@@ -321,15 +447,19 @@ fn write_all(mut file: LogFile, receiver: &Receiver<Vec<u8>>, counters: &Counter
     };
     loop {
         match receiver.recv_timeout(IDLE_CHECK) {
-            Ok(line) => match file.append(&line) {
-                Ok(rotated) => {
-                    counters.written.fetch_add(1, Relaxed);
-                    if rotated {
-                        counters.rotations.fetch_add(1, Relaxed);
+            Ok(line) => {
+                counters.queued_bytes.fetch_sub(line.len() as u64, Relaxed);
+                match file.append(&line) {
+                    Ok(rotated) => {
+                        counters.written.fetch_add(1, Relaxed);
+                        counters.carried.store(file.carried, Relaxed);
+                        if rotated {
+                            counters.rotations.fetch_add(1, Relaxed);
+                        }
                     }
+                    Err(error) => report(error),
                 }
-                Err(error) => report(error),
-            },
+            }
             Err(RecvTimeoutError::Timeout) => match file.tidy() {
                 Ok(true) => {
                     counters.rotations.fetch_add(1, Relaxed);
@@ -482,6 +612,50 @@ mod tests {
     }
 
     #[test]
+    fn rotation_carries_rated_requests_and_their_feedback_forward() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let request = |id: &str| {
+            format!(
+                r#"{{"kind":"request","request_id":"{id}","pad":"{}"}}"#,
+                "x".repeat(100)
+            )
+        };
+        let mut file = LogFile::open(&path, retention(600, 1)).unwrap();
+        file.append(request("rated").as_bytes()).unwrap();
+        file.append(request("plain").as_bytes()).unwrap();
+        file.append(br#"{"kind":"feedback","request_id":"rated","choice":0}"#)
+            .unwrap();
+        // Anonymous requests rotate the file twice over: without the carry, "rated" is gone.
+        for n in 0..12 {
+            file.append(request(&format!("spam{n}")).as_bytes())
+                .unwrap();
+        }
+        let kept: Vec<serde_json::Value> = [dir.path().join("t.jsonl.1"), path.clone()]
+            .iter()
+            .flat_map(|p| lines(p))
+            .collect();
+        let ids: Vec<(&str, &str)> = kept
+            .iter()
+            .filter(|l| l["kind"] != "header")
+            .map(|l| {
+                (
+                    l["kind"].as_str().unwrap(),
+                    l["request_id"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert!(ids.contains(&("request", "rated")), "{ids:?}");
+        assert!(ids.contains(&("feedback", "rated")), "{ids:?}");
+        assert!(!ids.contains(&("request", "plain")), "{ids:?}");
+        assert!(file.carried >= 2);
+        // A reopened log knows what is rated from its files.
+        drop(file);
+        let reopened = LogFile::open(&path, retention(600, 1)).unwrap();
+        assert!(reopened.rated.contains("rated"));
+    }
+
+    #[test]
     fn a_full_queue_drops_and_counts() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.jsonl");
@@ -491,15 +665,20 @@ mod tests {
         let queue = Queue {
             sender,
             counters: Arc::clone(&counters),
+            max_bytes: 20,
         };
-        // Nobody reads yet: the third record finds the queue full.
+        // Nobody reads yet: a record over the byte bound is dropped, then the third record
+        // finds the queue full.
         assert!(queue.send(b"{\"n\":1}".to_vec()));
+        assert!(!queue.send(format!("{{\"n\":\"{}\"}}", "x".repeat(20)).into_bytes()));
         assert!(queue.send(b"{\"n\":2}".to_vec()));
         assert!(!queue.send(b"{\"n\":3}".to_vec()));
-        assert_eq!(counters.dropped.load(Relaxed), 1);
+        assert_eq!(counters.dropped.load(Relaxed), 2);
+        assert_eq!(counters.queued_bytes.load(Relaxed), 14);
         drop(queue);
         write_all(file, &receiver, &counters);
         assert_eq!(counters.written.load(Relaxed), 2);
+        assert_eq!(counters.queued_bytes.load(Relaxed), 0);
         assert_eq!(lines(&path).len(), 3);
     }
 }
