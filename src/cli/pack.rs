@@ -398,7 +398,23 @@ fn read_and_verify(
         limits.max_archive_bytes()
     );
     let started = Instant::now();
-    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    // Read with the bound, not the size the file claims: `/dev/zero` and a file still growing
+    // claim less than they hold.
+    let mut bytes = Vec::new();
+    std::fs::File::open(file)
+        .and_then(|opened| {
+            use std::io::Read as _;
+            opened
+                .take(limits.max_archive_bytes() + 1)
+                .read_to_end(&mut bytes)
+        })
+        .with_context(|| format!("cannot read {}", file.display()))?;
+    anyhow::ensure!(
+        bytes.len() as u64 <= limits.max_archive_bytes(),
+        "{}: refused: more than the {} bytes a pack may have",
+        file.display(),
+        limits.max_archive_bytes()
+    );
     let verified = gym::pack::verify(&bytes, &limits, signer)
         .with_context(|| format!("{} does not verify", file.display()))?;
     Ok((verified, size, started.elapsed().as_secs_f64()))
@@ -415,6 +431,22 @@ impl VerifyArgs {
     }
 }
 
+/// A string of a receipt as it may be printed: control characters (a newline that fakes a
+/// "signed by" line, an escape sequence that moves the cursor) and bidirectional overrides are
+/// written as `\u{…}`. The receipt is the signer's text, and a signature says who wrote it,
+/// not that it is harmless to a terminal.
+fn shown(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') {
+                format!("\\u{{{:x}}}", u32::from(c))
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// What `gym pack verify` prints about a pack that verified.
 fn render_verified(file: &Path, v: &Verified, size: u64, seconds: f64) -> String {
     let r = &v.receipt;
@@ -428,22 +460,28 @@ fn render_verified(file: &Path, v: &Verified, size: u64, seconds: f64) -> String
     let _ = writeln!(
         out,
         "library   {}@{} ({} experiences, versions 0-{}), root {}",
-        r.library.name, r.library.version, r.library.experiences, r.library.version, r.library.root
+        shown(&r.library.name),
+        r.library.version,
+        r.library.experiences,
+        r.library.version,
+        r.library.root
     );
     let _ = writeln!(out, "signed    by {}", v.signer);
     if let Some(run) = &r.run {
         let _ = writeln!(
             out,
             "run       {} (distiller {}, stage prompts {})",
-            run.id, run.distill_model, run.stage_prompts_sha256
+            shown(&run.id),
+            shown(&run.distill_model),
+            shown(&run.stage_prompts_sha256.to_string())
         );
     }
     if let (Some(e), Some(results)) = (&r.evaluation, &r.results) {
         let _ = writeln!(
             out,
             "model     {} {}{}",
-            e.model.backend,
-            e.model.name,
+            shown(&e.model.backend.to_string()),
+            shown(&e.model.name),
             e.model
                 .sha256
                 .map(|s| format!(", sha256 {s}"))
@@ -452,7 +490,10 @@ fn render_verified(file: &Path, v: &Verified, size: u64, seconds: f64) -> String
         let _ = writeln!(
             out,
             "data      {} ({}, {} queries), sha256 {}",
-            e.dataset.source, e.dataset.split, e.dataset.queries, e.dataset.sha256
+            shown(&e.dataset.source),
+            shown(&e.dataset.split.to_string()),
+            e.dataset.queries,
+            e.dataset.sha256
         );
         let d = &e.decoding;
         let _ = writeln!(
@@ -460,7 +501,11 @@ fn render_verified(file: &Path, v: &Verified, size: u64, seconds: f64) -> String
             "decoding  temperature {}, top-p {}, top-k {}, max tokens {}, seed {}",
             d.temperature, d.top_p, d.top_k, d.max_tokens, d.seed
         );
-        let _ = writeln!(out, "prompts   sha256 {}", e.prompts_sha256);
+        let _ = writeln!(
+            out,
+            "prompts   sha256 {}",
+            shown(&e.prompts_sha256.to_string())
+        );
         out.push_str(&render_results(results));
     } else {
         let _ = writeln!(out, "no held-out results in this pack");
@@ -488,7 +533,8 @@ fn render_results(results: &Results) -> String {
     for (label, mean, pass, signed) in figures(results) {
         let _ = writeln!(
             out,
-            "  {label:<22} {:<26} {}",
+            "  {:<22} {:<26} {}",
+            shown(&label),
             interval(&mean, signed),
             interval(&pass, signed)
         );
@@ -546,5 +592,20 @@ impl ImportArgs {
             verified.signer
         );
         Ok(ExitCode::SUCCESS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown;
+
+    #[test]
+    fn receipt_strings_cannot_write_lines_or_move_the_cursor() {
+        assert_eq!(shown("run-20261127-1"), "run-20261127-1");
+        assert_eq!(shown("é ü 漢"), "é ü 漢");
+        assert_eq!(
+            shown("x\nsigned    by 0xEVIL\u{1b}[1A\u{202e}"),
+            "x\\u{a}signed    by 0xEVIL\\u{1b}[1A\\u{202e}"
+        );
     }
 }

@@ -162,6 +162,41 @@ pub fn recover_signer(signature: &str, message: &str) -> Result<Address, VoteRej
         })
 }
 
+/// [`recover_signer`] for a signature in its one canonical form: `v` is 27 or 28 and `s` is in
+/// the lower half of the curve order (what `sign_message` writes). Every ECDSA signature has a
+/// twin (`n − s`, the other `v`) and `v` can also be spelled 0/1: both recover the same key, so
+/// accepting them would give one signed document several valid bytes (and hashes).
+pub fn recover_canonical_signer(signature: &str, message: &str) -> Result<Address, VoteRejected> {
+    let malformed = |reason: &str| VoteRejected::MalformedSignature {
+        reason: reason.to_owned(),
+    };
+    let digits = signature.strip_prefix("0x").unwrap_or(signature);
+    let bytes = hex::decode(digits).map_err(|error| VoteRejected::MalformedSignature {
+        reason: format!("not hex: {error}"),
+    })?;
+    if bytes.len() != 65 {
+        return Err(malformed("not 65 bytes"));
+    }
+    if !matches!(bytes[64], 27 | 28) {
+        return Err(malformed(
+            "not in canonical form: its last byte (v) must be 27 or 28",
+        ));
+    }
+    let s = alloy::primitives::U256::from_be_slice(&bytes[32..64]);
+    if s > SECP256K1_HALF_ORDER {
+        return Err(malformed(
+            "not in canonical form: its s is in the upper half of the curve order (the twin of a low-s signature)",
+        ));
+    }
+    recover_signer(signature, message)
+}
+
+/// ⌊n / 2⌋ for the secp256k1 group order n.
+const SECP256K1_HALF_ORDER: alloy::primitives::U256 = alloy::primitives::U256::from_be_bytes([
+    0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+    0x5d, 0x57, 0x6e, 0x73, 0x57, 0xa4, 0x50, 0x1d, 0xdf, 0xe9, 0x2f, 0x46, 0x68, 0x1b, 0x20, 0xa0,
+]);
+
 fn parse_signature(text: &str) -> Result<Signature, VoteRejected> {
     let malformed = |reason: String| VoteRejected::MalformedSignature { reason };
     let digits = text.strip_prefix("0x").unwrap_or(text);
@@ -205,6 +240,40 @@ pub fn new_key() -> (PrivateKeySigner, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_canonical_spelling_of_a_signature_is_accepted_where_asked() {
+        let (key, _) = new_key();
+        let signature = sign_message(&key, "a pack").unwrap();
+        let bytes = hex::decode(&signature[2..]).unwrap();
+        assert!(
+            matches!(bytes[64], 27 | 28),
+            "sign_message writes v as 27/28"
+        );
+        assert_eq!(
+            recover_canonical_signer(&signature, "a pack").unwrap(),
+            key.address()
+        );
+        // The twin: s' = n - s and the other v. It recovers the same key.
+        use alloy::primitives::U256;
+        let n: U256 = (SECP256K1_HALF_ORDER << 1) + U256::from(1);
+        let s: U256 = U256::from_be_slice(&bytes[32..64]);
+        let mut twin = bytes.clone();
+        let high: U256 = n - s;
+        twin[32..64].copy_from_slice(&high.to_be_bytes::<32>());
+        twin[64] = 55 - bytes[64];
+        let twin = format!("0x{}", hex::encode(&twin));
+        assert_eq!(recover_signer(&twin, "a pack").unwrap(), key.address());
+        let refused = recover_canonical_signer(&twin, "a pack").unwrap_err();
+        assert!(refused.to_string().contains("upper half"), "{refused}");
+        // v spelled 0/1.
+        let mut zero_one = bytes.clone();
+        zero_one[64] -= 27;
+        let zero_one = format!("0x{}", hex::encode(&zero_one));
+        assert_eq!(recover_signer(&zero_one, "a pack").unwrap(), key.address());
+        let refused = recover_canonical_signer(&zero_one, "a pack").unwrap_err();
+        assert!(refused.to_string().contains("27 or 28"), "{refused}");
+    }
 
     fn subject(proposal: u64, choice: Choice) -> VoteSubject<'static> {
         VoteSubject {

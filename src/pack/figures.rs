@@ -27,7 +27,10 @@ fn bad(message: String) -> PackError {
 pub fn check(report: &EvalReport, seed: u64) -> Result<(), PackError> {
     let conditions = report.conditions.len();
     let queries = report.conditions.first().map_or(0, |c| c.queries);
-    if conditions == 0 || queries == 0 || report.results.len() != conditions * queries {
+    if conditions == 0
+        || queries == 0
+        || conditions.checked_mul(queries) != Some(report.results.len())
+    {
         return Err(bad(format!(
             "{} rows for {conditions} conditions of {queries} queries",
             report.results.len()

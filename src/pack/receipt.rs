@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::PackError;
 use crate::backend::Sampling;
-use crate::gov::vote::{recover_signer, sign_message};
+use crate::gov::vote::{recover_canonical_signer, sign_message};
 use crate::library::Digest;
 use crate::rollout::eval::{Control, EvalReport};
 use crate::rollout::stats::Estimate;
@@ -276,10 +276,11 @@ pub fn check(
         });
     }
     let text = message(&receipt.library, Digest::of(receipt_bytes));
-    let recovered =
-        recover_signer(&signature.signature, &text).map_err(|error| PackError::Signature {
+    let recovered = recover_canonical_signer(&signature.signature, &text).map_err(|error| {
+        PackError::Signature {
             message: error.to_string(),
-        })?;
+        }
+    })?;
     if recovered != signature.signer {
         return Err(PackError::Signature {
             message: format!(

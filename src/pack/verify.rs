@@ -148,6 +148,18 @@ fn check_files(receipt: &Receipt, files: &[Entry]) -> Result<(), PackError> {
 /// they verify as a library (hash chain, every op replayed, every Merkle root recomputed), and
 /// the last version is the one the receipt names.
 fn check_library(receipt: &Receipt, files: &[Entry]) -> Result<State, PackError> {
+    // One file per version: a version past the files there are cannot be right, and must not
+    // size a list (u64::MAX versions).
+    if receipt.library.version >= files.len() as u64 {
+        return Err(PackError::Library {
+            path: LIBRARY_PREFIX.trim_end_matches('/').to_owned(),
+            message: format!(
+                "holds {} files, too few for versions 0 to {}",
+                files.len(),
+                receipt.library.version
+            ),
+        });
+    }
     let expected: Vec<String> = std::iter::once("library.json".to_owned())
         .chain((0..=receipt.library.version).map(|n| format!("versions/{}", Version::file_name(n))))
         .collect();

@@ -400,3 +400,98 @@ fn forge_figures(pack: &[u8]) -> Vec<u8> {
     entries[1].bytes = receipt::file_bytes(&signature);
     archive::write(&entries).unwrap()
 }
+
+#[test]
+fn a_signature_in_another_spelling_is_refused() {
+    use alloy::primitives::U256;
+    use gym::pack::{Limits, archive};
+    let scratch = Scratch::new();
+    manual_library(&scratch);
+    let key = key_file(&scratch);
+    scratch.ok(&[
+        "pack",
+        "arith@3",
+        "--out",
+        "arith.pack",
+        "--key-file",
+        &key,
+        "--no-results",
+    ]);
+    let pack = std::fs::read(scratch.dir.path().join("arith.pack")).unwrap();
+    let entries = archive::read(&pack, &Limits::default()).unwrap();
+    let at = entries
+        .iter()
+        .position(|e| e.path == "signature.json")
+        .unwrap();
+    let signed: serde_json::Value = serde_json::from_slice(&entries[at].bytes).unwrap();
+    let bytes = hex::decode(&signed["signature"].as_str().unwrap()[2..]).unwrap();
+    // The same signer recovers from both: the ECDSA twin (n - s, the other v) and v as 0/1.
+    let half = U256::from_str_radix(
+        "7fffffffffffffffffffffffffffffff5d576e7357a4501ddfe92f46681b20a0",
+        16,
+    )
+    .unwrap();
+    let n: U256 = (half << 1) + U256::from(1);
+    let s: U256 = U256::from_be_slice(&bytes[32..64]);
+    let mut twin = bytes.clone();
+    twin[32..64].copy_from_slice(&(n - s).to_be_bytes::<32>());
+    twin[64] = 55 - bytes[64];
+    let mut zero_one = bytes.clone();
+    zero_one[64] -= 27;
+    for (spelling, why) in [(twin, "upper half"), (zero_one, "27 or 28")] {
+        // The same file with only the signature's digits changed.
+        let original = signed["signature"].as_str().unwrap();
+        let text = String::from_utf8(entries[at].bytes.clone()).unwrap();
+        let mut changed = entries.clone();
+        changed[at].bytes = text
+            .replace(original, &format!("0x{}", hex::encode(&spelling)))
+            .into_bytes();
+        std::fs::write(
+            scratch.dir.path().join("twin.pack"),
+            archive::write(&changed).unwrap(),
+        )
+        .unwrap();
+        let error = scratch.fails(&["pack", "verify", "twin.pack"]);
+        assert!(
+            error.contains("canonical") && error.contains(why),
+            "{error}"
+        );
+    }
+}
+
+#[test]
+fn a_self_signed_receipt_naming_u64_max_versions_is_refused_without_a_panic() {
+    use gym::pack::receipt::{self, Receipt};
+    use gym::pack::{Limits, archive};
+    let scratch = Scratch::new();
+    manual_library(&scratch);
+    let key = key_file(&scratch);
+    scratch.ok(&[
+        "pack",
+        "arith@3",
+        "--out",
+        "arith.pack",
+        "--key-file",
+        &key,
+        "--no-results",
+    ]);
+    let pack = std::fs::read(scratch.dir.path().join("arith.pack")).unwrap();
+    let mut entries = archive::read(&pack, &Limits::default()).unwrap();
+    let mut forged: Receipt = serde_json::from_slice(&entries[0].bytes).unwrap();
+    forged.library.version = u64::MAX;
+    let bytes = receipt::file_bytes(&forged);
+    let signature = receipt::sign(&forged, &bytes, &gym::gov::new_key().0).unwrap();
+    entries[0].bytes = bytes;
+    entries[1].bytes = receipt::file_bytes(&signature);
+    std::fs::write(
+        scratch.dir.path().join("max.pack"),
+        archive::write(&entries).unwrap(),
+    )
+    .unwrap();
+    let error = scratch.fails(&["pack", "verify", "max.pack"]);
+    assert!(
+        error.contains("too few for versions 0 to 18446744073709551615"),
+        "{error}"
+    );
+    assert!(!error.contains("panicked"), "{error}");
+}
