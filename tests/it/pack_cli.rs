@@ -364,6 +364,50 @@ fn rerun_measures_the_packed_results_again_on_the_local_model() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());
     assert!(stderr.contains("is not the packed one"), "{stderr}");
+
+    // A pack cannot choose what the verifier reads or pays for: a model "name" that is a path
+    // is refused before anything is read, an API model must be named by the verifier.
+    let pack = std::fs::read(scratch.dir.path().join("letters.pack")).unwrap();
+    for (name, args, why) in [
+        ("/dev/zero", vec![], "is not a file in the models folder"),
+        (
+            "../../etc/passwd",
+            vec![],
+            "is not a file in the models folder",
+        ),
+        (
+            "SmolLM2-135M-Instruct.Q4_1.gguf",
+            vec!["--backend", "openai"],
+            "pass --backend llama",
+        ),
+    ] {
+        std::fs::write(
+            scratch.dir.path().join("named.pack"),
+            forge_model_name(&pack, name),
+        )
+        .unwrap();
+        let mut command = vec!["pack", "verify", "named.pack", "--rerun"];
+        command.extend(args);
+        let output = scratch.model_command(&command).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success());
+        assert!(stderr.contains(why), "{name}: {stderr}");
+    }
+}
+
+/// The pack with its receipt naming `name` as the evaluated model, signed again with a fresh
+/// key.
+fn forge_model_name(pack: &[u8], name: &str) -> Vec<u8> {
+    use gym::pack::receipt::{self, Receipt};
+    use gym::pack::{Limits, archive};
+    let mut entries = archive::read(pack, &Limits::default()).unwrap();
+    let mut forged: Receipt = serde_json::from_slice(&entries[0].bytes).unwrap();
+    forged.evaluation.as_mut().unwrap().model.name = name.to_owned();
+    let bytes = receipt::file_bytes(&forged);
+    let signature = receipt::sign(&forged, &bytes, &gym::gov::new_key().0).unwrap();
+    entries[0].bytes = bytes;
+    entries[1].bytes = receipt::file_bytes(&signature);
+    archive::write(&entries).unwrap()
 }
 
 /// The pack with the library's Mean@k raised by 0.5 in `results/eval.json` and the receipt,

@@ -18,6 +18,11 @@ use super::super::backend_args::{BackendArgs, BackendKind, runtime};
 use super::super::eval::{DatasetArgs, RewardArgs};
 use super::{figures, interval, model_ref};
 
+/// The most answers per query and condition a re-run draws.
+const MAX_RERUN_K: usize = 64;
+/// The longest answer a re-run asks for.
+const MAX_RERUN_TOKENS: u32 = 8192;
+
 /// Measures the pack's results again on the same model and data, and says which figures
 /// fall within their packed intervals. Exit 1 when any does not.
 pub(super) fn rerun(
@@ -29,15 +34,53 @@ pub(super) fn rerun(
     let (Some(evaluation), Some(packed)) = (&receipt.evaluation, &receipt.results) else {
         anyhow::bail!("--rerun: the pack has no held-out results to measure again");
     };
+    // The verifier's backend and model, compared with the pack's, never taken from it: a pack
+    // must not choose what the verifier pays for (an API model) or which file it reads (a
+    // model "name" such as `/dev/zero` or `../secret`).
     let mut backend = user_backend.clone();
-    backend.backend = BackendKind::from_str(&evaluation.model.backend, true)
+    let packed_backend = BackendKind::from_str(&evaluation.model.backend, true)
         .map_err(|_| anyhow::anyhow!("--rerun: unknown backend `{}`", evaluation.model.backend))?;
-    if backend.backend == BackendKind::Openai {
-        backend.model = Some(evaluation.model.name.clone());
-    } else if backend.model.is_none() {
-        let path = gym::backend::models_dir().join(&evaluation.model.name);
+    anyhow::ensure!(
+        backend.backend == packed_backend,
+        "--rerun: the pack was measured with backend `{}`; pass --backend {} (and the model) to measure it again",
+        evaluation.model.backend,
+        evaluation.model.backend
+    );
+    if backend.model.is_none() {
+        let name = &evaluation.model.name;
+        let bare =
+            !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0']);
+        let path = gym::backend::models_dir().join(name);
+        anyhow::ensure!(
+            backend.backend != BackendKind::Openai,
+            "--rerun: pass --model to choose the API model to measure with (the pack names `{}`)",
+            name.escape_debug()
+        );
+        anyhow::ensure!(
+            bare && path.is_file(),
+            "--rerun: the pack's model `{}` is not a file in the models folder {}; pass --model PATH",
+            name.escape_debug(),
+            gym::backend::models_dir().display()
+        );
         backend.model = Some(path.to_string_lossy().into_owned());
     }
+    if backend.backend == BackendKind::Openai {
+        anyhow::ensure!(
+            backend.model.as_deref() == Some(evaluation.model.name.as_str()),
+            "--rerun: the pack was measured on `{}`, not on `{}`",
+            evaluation.model.name.escape_debug(),
+            backend.model.as_deref().unwrap_or_default()
+        );
+    }
+    // What the re-run costs is the pack's queries × conditions × k answers of up to its max
+    // tokens: bounded here, before anything runs.
+    anyhow::ensure!(
+        (1..=MAX_RERUN_K).contains(&evaluation.k)
+            && evaluation.decoding.max_tokens <= MAX_RERUN_TOKENS,
+        "--rerun: the pack asks for k = {} and {} max tokens; a re-run measures at most k = {MAX_RERUN_K} and {MAX_RERUN_TOKENS} tokens",
+        evaluation.k,
+        evaluation.decoding.max_tokens
+    );
     let model = model_ref(&backend)?;
     anyhow::ensure!(
         model.sha256 == evaluation.model.sha256,
@@ -119,7 +162,11 @@ pub(super) fn rerun(
     let settings = EvalSettings {
         k: evaluation.k,
         sampling: evaluation.decoding.clone(),
-        concurrency: evaluation.concurrency,
+        // The verifier's own --concurrency bounds the load (the pack's, if lower, keeps its
+        // batches).
+        concurrency: evaluation
+            .concurrency
+            .clamp(1, user_backend.concurrency.max(1)),
         instruction: dataset.instruction.clone(),
         agent: None,
     };
