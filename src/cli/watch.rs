@@ -31,6 +31,11 @@ pub struct WatchArgs {
     /// Seconds between reconnection attempts after the stream drops.
     #[arg(long, default_value_t = 2.0)]
     retry: f64,
+
+    /// Environment variable holding one of the server's API keys, sent as a bearer token when
+    /// set: runs that learned from served traffic or imported traces need it.
+    #[arg(long, default_value = "GYM_API_KEY")]
+    api_key_env: String,
 }
 
 /// The dashboard URL for what the user typed.
@@ -171,8 +176,17 @@ impl WatchArgs {
         // rustls needs a process-wide crypto provider (for https URLs); a second install is a
         // harmless no-op.
         let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Ok(key) = std::env::var(&self.api_key_env) {
+            let mut value =
+                reqwest::header::HeaderValue::from_str(&format!("Bearer {}", key.trim()))
+                    .with_context(|| format!("{} is not a valid API key", self.api_key_env))?;
+            value.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
+            .default_headers(headers)
             .build()
             .context("building the HTTP client")?;
         let mut printed = Vec::new();

@@ -52,6 +52,39 @@ fn run_dir(app: &AppState, id: &str) -> Result<PathBuf, ApiError> {
     Ok(dir)
 }
 
+/// Whether a run learned from users' conversations (`--from-traffic`, `--from-traces`, a
+/// `traffic:` or `traces:` dataset), as its `args.json` says: its journal and events then hold
+/// those prompts and answers, so following it needs an API key. A run whose `args.json` cannot
+/// be read counts as one (fail closed); a run from before `args.json` existed does not.
+fn learned_from_users(dir: &std::path::Path) -> bool {
+    let bytes = match std::fs::read(dir.join("args.json")) {
+        Ok(bytes) => bytes,
+        Err(error) => return error.kind() != std::io::ErrorKind::NotFound,
+    };
+    let Ok(args) = serde_json::from_slice::<Value>(&bytes) else {
+        return true;
+    };
+    let settings = &args["settings"];
+    let set = |name: &str| !settings[name]["value"].is_null();
+    let dataset = settings["dataset"]["value"].as_str().unwrap_or_default();
+    set("from-traffic")
+        || set("from-traces")
+        || dataset.starts_with("traffic:")
+        || dataset.starts_with("traces:")
+}
+
+/// The run's folder, after checking the request may follow it.
+fn followed_dir(app: &AppState, id: &str, headers: &HeaderMap) -> Result<PathBuf, ApiError> {
+    let dir = run_dir(app, id)?;
+    if learned_from_users(&dir) {
+        app.keys.require(
+            headers,
+            "following a run that learned from served traffic or imported traces",
+        )?;
+    }
+    Ok(dir)
+}
+
 pub async fn list(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
     let root = app.config.runs_dir.clone();
     let runs = tokio::task::spawn_blocking(move || {
@@ -96,7 +129,7 @@ pub async fn journal(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     let skip = from.or(last_seen).unwrap_or(0);
-    let path = run_dir(&app, &id)?.join(JOURNAL_FILE);
+    let path = followed_dir(&app, &id, &headers)?.join(JOURNAL_FILE);
     let tail = open(&path, app.config.follow_idle).await?;
     // The journal's lines from `skip` on, then the new ones, until the run's `finished` line.
     let events = futures::stream::unfold(Some(tail), move |tail| async move {
@@ -168,8 +201,9 @@ fn event_stream(events: impl futures::Stream<Item = Event> + Send + 'static) -> 
 pub async fn dashboard(
     State(app): State<AppState>,
     Path(id): Path<String>,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let path = run_dir(&app, &id)?.join(EVENTS_FILE);
+    let path = followed_dir(&app, &id, &headers)?.join(EVENTS_FILE);
     if !path.is_file() {
         return Err(ApiError::NotFound {
             message: format!("run `{id}` has no {EVENTS_FILE} (it predates the dashboard stream)"),

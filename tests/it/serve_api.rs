@@ -532,3 +532,52 @@ proptest::proptest! {
         })?;
     }
 }
+
+#[tokio::test]
+async fn runs_that_learned_from_users_are_followed_only_with_a_key() {
+    let runs = tempfile::tempdir().unwrap();
+    let f = fixture(ServeConfig {
+        runs_dir: runs.path().to_owned(),
+        ..ServeConfig::default()
+    })
+    .await;
+    let finished =
+        "{\"kind\":\"started\",\"at\":\"t\",\"resumed\":false}\n{\"kind\":\"finished\"}\n";
+    for (id, dataset) in [
+        ("traffic-run", "traffic:traffic.jsonl"),
+        ("traces-run", "traces:spans.json"),
+        ("suite-run", "builtin:gsm"),
+    ] {
+        let dir = runs.path().join(id);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("journal.jsonl"), finished).unwrap();
+        std::fs::write(dir.join("events.jsonl"), "").unwrap();
+        let args = serde_json::json!({"format": 2, "settings": {"dataset": {"value": dataset, "source": {"from": "flag"}}}});
+        std::fs::write(dir.join("args.json"), args.to_string()).unwrap();
+    }
+    let get = |path: &str, key: Option<&str>| {
+        let mut request = Request::get(path);
+        if let Some(key) = key {
+            request = request.header("authorization", format!("Bearer {key}"));
+        }
+        request.body(Body::empty()).unwrap()
+    };
+    for id in ["traffic-run", "traces-run"] {
+        for route in ["journal", "dashboard"] {
+            let path = format!("/v1/runs/{id}/{route}");
+            let (status, _, body) = call(&f.state, get(&path, None)).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
+            let text = String::from_utf8_lossy(&body);
+            assert!(text.contains("learned from served traffic"), "{text}");
+            let (status, _, _) = call(&f.state, get(&path, Some("wrong-key-0123456789"))).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
+        }
+        let (status, _, body) =
+            call(&f.state, get(&format!("/v1/runs/{id}/journal"), Some(KEY))).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(String::from_utf8_lossy(&body).contains("event: finished"));
+    }
+    // A run on a built-in suite holds no user's words: open, as before.
+    let (status, _, _) = call(&f.state, get("/v1/runs/suite-run/journal", None)).await;
+    assert_eq!(status, StatusCode::OK);
+}

@@ -256,6 +256,7 @@ impl GrpoArgs {
         );
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
+        private_dir(&dir)?;
         // Every setting of this start and where it came from (flag, environment, config file,
         // default), so --resume rebuilds the same run without them.
         let mut settings = self.settings.clone();
@@ -535,4 +536,18 @@ fn open_or_init(dir: &Path, name: &str) -> anyhow::Result<Library> {
         }
         Err(error) => Err(error.into()),
     }
+}
+
+/// A run's folder is its owner's alone (0700): its journal and events hold every prompt and
+/// answer, and with `--from-traffic` or `--from-traces` those are users' conversations.
+fn private_dir(dir: &std::path::Path) -> anyhow::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("cannot make {} private", dir.display()))?;
+    }
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
 }
