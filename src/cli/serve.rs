@@ -164,6 +164,11 @@ pub struct ServeArgs {
     #[arg(long, env = "GYM_RPC_URL")]
     rpc_url: Option<String>,
 
+    /// Seconds a reading of the chain (for the review pages) is reused for the same governed
+    /// head: every viewer's page reloads every 5 s, and the node must not be called for each.
+    #[arg(long, default_value_t = gym::web::anchor::CHAIN_CACHE.as_secs_f64())]
+    chain_cache: f64,
+
     /// Another host name (or `name:port`) the server answers to, besides the address it
     /// listens on and localhost; repeatable. Requests with any other `Host` get 403 (DNS
     /// rebinding). Listening on every interface (0.0.0.0) without this flag accepts any `Host`.
@@ -294,6 +299,7 @@ impl ServeArgs {
             ("--follow-idle", self.follow_idle),
             ("--body-timeout", self.body_timeout),
             ("--traffic-max-age", self.traffic_max_age),
+            ("--chain-cache", self.chain_cache),
         ] {
             anyhow::ensure!(
                 value.is_finite() && value >= 0.0,
@@ -431,6 +437,7 @@ impl ServeArgs {
                 gov_dir: self.gov_dir.clone(),
                 library_dir: self.library_dir.to_path_buf(),
                 rpc_url: self.rpc_url.clone(),
+                chain_cache: Duration::from_secs_f64(self.chain_cache),
             });
             let flusher = tokio::spawn(gym::serve::usage::flush_every(
                 Arc::clone(&usage),

@@ -49,6 +49,8 @@ pub struct WebState {
     pub library_dir: PathBuf,
     /// JSON-RPC URL of the chain an anchored ledger's registry is on.
     pub rpc_url: Option<String>,
+    /// How long a chain reading is reused ([`anchor::CHAIN_CACHE`] in `gym serve`).
+    pub chain_cache: std::time::Duration,
 }
 
 /// The Content-Security-Policy of every page, script, style and data response here.

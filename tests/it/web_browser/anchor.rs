@@ -40,7 +40,8 @@ async fn the_review_page_shows_whether_the_governed_head_is_the_root_accepted_on
             "--voting-period",
             "1h",
         ]);
-        let (server, base) = serve(s, &["--rpc-url", &rpc]);
+        // Chain readings reused for 1 s, not 30: the page must see the execution on chain.
+        let (server, base) = serve(s, &["--rpc-url", &rpc, "--chain-cache", "1"]);
         (g, server, base)
     })
     .await
