@@ -445,13 +445,10 @@ fn forge_figures(pack: &[u8]) -> Vec<u8> {
     archive::write(&entries).unwrap()
 }
 
-#[test]
-fn a_signature_in_another_spelling_is_refused() {
-    use alloy::primitives::U256;
-    use gym::pack::{Limits, archive};
-    let scratch = Scratch::new();
-    manual_library(&scratch);
-    let key = key_file(&scratch);
+/// The files of `arith@3` (edited by hand) packed without results, as read back.
+fn packed_by_hand(scratch: &Scratch) -> Vec<gym::pack::Entry> {
+    manual_library(scratch);
+    let key = key_file(scratch);
     scratch.ok(&[
         "pack",
         "arith@3",
@@ -462,7 +459,15 @@ fn a_signature_in_another_spelling_is_refused() {
         "--no-results",
     ]);
     let pack = std::fs::read(scratch.dir.path().join("arith.pack")).unwrap();
-    let entries = archive::read(&pack, &Limits::default()).unwrap();
+    gym::pack::archive::read(&pack, &gym::pack::Limits::default()).unwrap()
+}
+
+#[test]
+fn a_signature_in_another_spelling_is_refused() {
+    use alloy::primitives::U256;
+    use gym::pack::archive;
+    let scratch = Scratch::new();
+    let entries = packed_by_hand(&scratch);
     let at = entries
         .iter()
         .position(|e| e.path == "signature.json")
@@ -505,22 +510,10 @@ fn a_signature_in_another_spelling_is_refused() {
 
 #[test]
 fn a_self_signed_receipt_naming_u64_max_versions_is_refused_without_a_panic() {
+    use gym::pack::archive;
     use gym::pack::receipt::{self, Receipt};
-    use gym::pack::{Limits, archive};
     let scratch = Scratch::new();
-    manual_library(&scratch);
-    let key = key_file(&scratch);
-    scratch.ok(&[
-        "pack",
-        "arith@3",
-        "--out",
-        "arith.pack",
-        "--key-file",
-        &key,
-        "--no-results",
-    ]);
-    let pack = std::fs::read(scratch.dir.path().join("arith.pack")).unwrap();
-    let mut entries = archive::read(&pack, &Limits::default()).unwrap();
+    let mut entries = packed_by_hand(&scratch);
     let mut forged: Receipt = serde_json::from_slice(&entries[0].bytes).unwrap();
     forged.library.version = u64::MAX;
     let bytes = receipt::file_bytes(&forged);
