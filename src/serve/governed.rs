@@ -135,11 +135,6 @@ impl GovernedHeads {
             }),
         }
     }
-
-    /// The governance directory.
-    pub fn dir(&self) -> &std::path::Path {
-        &self.dir
-    }
 }
 
 fn unreadable(error: &str) -> ApiError {

@@ -158,14 +158,14 @@ pub async fn commit(
         author: Some(author.to_owned()),
     };
     let catalog = Arc::clone(&app.catalog);
-    let committed = name.clone();
-    let version = blocking(move || catalog.commit(&committed, &changes, provenance)).await?;
+    let (version, governed) = tokio::task::spawn_blocking(move || {
+        let version = catalog.commit(&name, &changes, provenance)?;
+        Ok::<_, ApiError>((version, catalog.governed_head(&name)?))
+    })
+    .await
+    .map_err(|_| ApiError::ShuttingDown)??;
     let mut summary = version_summary(&version);
     // A write bypasses the vote: say that it is not what requests get.
-    let catalog = Arc::clone(&app.catalog);
-    let governed = tokio::task::spawn_blocking(move || catalog.governed_head(&name))
-        .await
-        .map_err(|_| ApiError::ShuttingDown)??;
     if let Some(head) = governed {
         summary["served"] = json!(false);
         summary["governed_head"] = json!(head);
