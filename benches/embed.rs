@@ -25,7 +25,7 @@ use gym::embed::Embedder;
 use gym::embed::lookup::{StaticEmbedder, default_static_dir};
 use gym::embed::minilm::{MiniLmEmbedder, default_minilm_dir, default_onnxruntime_path};
 use gym::library::{Change, ExperienceId, Library, Provenance, Settings};
-use gym::serve::{Catalog, IvfConfig, IvfIndex, Retriever};
+use gym::serve::{Catalog, IvfConfig, IvfIndex, Keep, Retriever};
 
 const CONDITIONS: [&str; 40] = [
     "counting how often a letter occurs in a word",
@@ -226,11 +226,13 @@ fn main() {
     let table: Arc<dyn Embedder> = Arc::new(table);
     let retrievers = [
         ("minilm", retriever(minilm.clone())),
-        ("static", retriever(table.clone()).in_space("static")),
+        ("static", retriever(table.clone())),
     ];
     for (name, retriever) in &retrievers {
         let started = Instant::now();
-        runtime.block_on(retriever.index(&snapshot)).unwrap();
+        runtime
+            .block_on(retriever.index(&snapshot, Keep::Index))
+            .unwrap();
         println!(
             "{name}: embedded {} experiences in {:.1} s",
             texts.len(),
@@ -245,7 +247,7 @@ fn main() {
     for question in questions.iter().take(5) {
         for (_, retriever) in &retrievers {
             runtime
-                .block_on(retriever.retrieve(&snapshot, question, 8))
+                .block_on(retriever.retrieve(&snapshot, question, 8, Keep::Index))
                 .unwrap();
         }
     }
@@ -253,7 +255,7 @@ fn main() {
         for (slot, (_, retriever)) in retrievers.iter().enumerate() {
             let started = Instant::now();
             let hits = runtime
-                .block_on(retriever.retrieve(&snapshot, question, 8))
+                .block_on(retriever.retrieve(&snapshot, question, 8, Keep::Index))
                 .unwrap();
             let shown: Vec<gym::rollout::prompt::PromptExperience> = hits
                 .iter()

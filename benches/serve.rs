@@ -23,9 +23,9 @@ use axum::http::Request;
 use divan::Bencher;
 use futures::future::BoxFuture;
 use gym::backend::{Backend, BackendError, Completion, FinishReason, Group, GroupRequest, Usage};
-use gym::library::{Change, ExperienceId, Library, Provenance, Settings};
+use gym::library::{Change, Digest, ExperienceId, Library, Provenance, Settings};
 use gym::serve::{
-    AppState, Catalog, IvfConfig, IvfIndex, Metrics, Retriever, ServeConfig, VectorIndex, app,
+    AppState, Catalog, IvfConfig, IvfIndex, Keep, Metrics, Retriever, ServeConfig, VectorIndex, app,
 };
 use rand::{Rng, SeedableRng};
 use tower::ServiceExt;
@@ -62,13 +62,15 @@ fn bench_search(bencher: Bencher, index: IvfIndex, size: usize) {
         .enumerate()
         .map(|(i, v)| (ExperienceId::new(i as u32 + 1).unwrap(), Arc::new(v)))
         .collect();
-    runtime.block_on(index.upsert("bench", 1, points)).unwrap();
+    runtime
+        .block_on(index.upsert("bench", Digest([1; 32]), points))
+        .unwrap();
     let queries = random_vectors(64, 2);
     let mut next = 0;
     bencher.bench_local(|| {
         next = (next + 1) % queries.len();
         runtime
-            .block_on(index.search("bench", 1, &queries[next], 8))
+            .block_on(index.search("bench", Digest([1; 32]), &queries[next], 8))
             .unwrap()
     });
 }
@@ -172,7 +174,13 @@ static SERVED: LazyLock<Option<Served>> = LazyLock::new(|| {
     let snapshot = state.catalog.get("big", None).unwrap();
     // Embeds the 10k texts once, outside the measurements.
     runtime
-        .block_on(state.retriever.as_ref().unwrap().index(&snapshot))
+        .block_on(
+            state
+                .retriever
+                .as_ref()
+                .unwrap()
+                .index(&snapshot, Keep::Index),
+        )
         .unwrap();
     Some(Served {
         _dir: root,
@@ -205,7 +213,7 @@ fn retrieve_and_inject(bencher: Bencher, questions_asked: &str) {
         };
         let hits = served
             .runtime
-            .block_on(retriever.retrieve(&snapshot, &question, 8))
+            .block_on(retriever.retrieve(&snapshot, &question, 8, Keep::Index))
             .unwrap();
         let shown: Vec<_> = hits
             .iter()

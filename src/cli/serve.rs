@@ -387,11 +387,11 @@ impl ServeArgs {
         };
         let index = self.vector_index(&runtime)?;
         let retriever = embedder.map(|embedder| {
-            let retriever = Retriever::with_query_cache(embedder, index, self.query_cache);
-            Arc::new(match self.query_embedder {
-                QueryEmbedder::Minilm => retriever,
-                QueryEmbedder::Static => retriever.in_space("static"),
-            })
+            Arc::new(Retriever::with_query_cache(
+                embedder,
+                index,
+                self.query_cache,
+            ))
         });
         let usage = Arc::new(gym::serve::usage::ServedUsage::default());
         let traffic = Arc::new(self.traffic()?);

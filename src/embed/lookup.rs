@@ -241,6 +241,12 @@ impl Embedder for StaticEmbedder {
         self.dimensions
     }
 
+    /// `static-` and the start of the table's SHA-256 (checked at load).
+    fn space(&self) -> String {
+        let hash = &self.manifest.table_sha256;
+        format!("static-{}", &hash[..hash.len().min(12)])
+    }
+
     fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         texts.iter().map(|text| self.embed_one(text)).collect()
     }

@@ -51,6 +51,9 @@ pub fn default_onnxruntime_path() -> PathBuf {
 pub struct MiniLmEmbedder {
     model: Mutex<TextEmbedding>,
     dimensions: usize,
+    /// `minilm-` and the start of the ONNX file's SHA-256: another export or quantization of
+    /// the model gives other vectors.
+    space: String,
 }
 
 impl std::fmt::Debug for MiniLmEmbedder {
@@ -74,6 +77,13 @@ impl MiniLmEmbedder {
     /// only checked to exist.
     pub fn load_with_runtime(dir: &Path, onnxruntime: &Path) -> Result<Self, EmbedError> {
         let onnx_file = read(&dir.join(MINILM_MODEL_FILE))?;
+        let space = {
+            use sha2::Digest as _;
+            format!(
+                "minilm-{}",
+                hex::encode(&sha2::Sha256::digest(&onnx_file)[..6])
+            )
+        };
         let config_path = dir.join("config.json");
         let config_file = read(&config_path)?;
         let dimensions = hidden_size(&config_path, &config_file)?;
@@ -99,6 +109,7 @@ impl MiniLmEmbedder {
         Ok(Self {
             model: Mutex::new(model),
             dimensions,
+            space,
         })
     }
 }
@@ -106,6 +117,10 @@ impl MiniLmEmbedder {
 impl Embedder for MiniLmEmbedder {
     fn dimensions(&self) -> usize {
         self.dimensions
+    }
+
+    fn space(&self) -> String {
+        self.space.clone()
     }
 
     fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {

@@ -29,8 +29,36 @@ pub trait Embedder: Send + Sync {
     /// The length of every vector this embedder returns.
     fn dimensions(&self) -> usize;
 
+    /// A name for the space its vectors live in, made of ASCII letters, digits, `.`, `_` and
+    /// `-`: two embedders with the same space give the same vector for the same text. Vector
+    /// indexes keep each space's vectors apart, since cosines across two models' spaces mean
+    /// nothing, even when their widths agree.
+    fn space(&self) -> String;
+
     /// One vector per text, in order.
     fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
+}
+
+/// `name` as a space name: characters outside `[A-Za-z0-9._-]` become `_`, and when any did,
+/// the first 8 hex digits of the name's SHA-256 follow, so two names never share a space.
+pub fn space_name(name: &str) -> String {
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if safe == name {
+        safe
+    } else {
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::digest(name.as_bytes());
+        format!("{safe}-{}", hex::encode(&digest[..4]))
+    }
 }
 
 /// Cosine similarity of two vectors, in `-1..=1`.

@@ -94,6 +94,12 @@ impl Embedder for OpenAiEmbedder {
         self.dimensions
     }
 
+    /// The model's name and the width the endpoint answers with: an endpoint that serves the
+    /// same model name gives the same vectors (a shortened `dimensions` variant differs in width).
+    fn space(&self) -> String {
+        super::space_name(&format!("openai-{}-{}", self.model, self.dimensions))
+    }
+
     fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let mut out = Vec::with_capacity(texts.len());
         for batch in texts.chunks(BATCH) {

@@ -59,6 +59,6 @@ pub use state::{State, Undo, diff};
 pub use store::{
     DEFAULT_MAX_WORDS, Library, Settings, check_name, library_dir, list_libraries, stored_head,
 };
-pub use verify::{Problem, Report, verify};
+pub use verify::{Problem, Report, verify, verify_within};
 pub use version::Version;
 pub(crate) use version::millis;

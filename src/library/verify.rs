@@ -66,6 +66,17 @@ impl Report {
 ///
 /// Only a missing library or an unreadable directory is an `Err`; everything else is reported.
 pub fn verify(root: &Path, name: &str) -> Result<Report, LibraryError> {
+    verify_within(root, name, u64::MAX)
+}
+
+/// [`verify`], hashing at most `leaf_budget` leaves in all: recomputing version `v`'s root
+/// hashes its `n_v` active experiences, so a history costs `Σ n_v`. That sum can grow with the
+/// square of a library's size (a version that deletes one experience of 100k costs 100k), and
+/// no incremental tree avoids it: a deletion shifts every later leaf's position, and positions
+/// are what the tree pairs. A library from an untrusted source (a pack) is checked within a
+/// budget linear in its size instead; past it, the version where the budget ran out is reported
+/// and nothing later is replayed.
+pub fn verify_within(root: &Path, name: &str, leaf_budget: u64) -> Result<Report, LibraryError> {
     let dir = library_dir(root, name)?;
     if !dir.is_dir() {
         return Err(LibraryError::NotFound {
@@ -112,6 +123,7 @@ pub fn verify(root: &Path, name: &str) -> Result<Report, LibraryError> {
     // on their own (form and hash) so every damaged file is named.
     let mut replaying = true;
     let mut roots_checked = 0;
+    let mut leaves_hashed: u64 = 0;
     for (number, path) in &files {
         let version: Version = match read_canonical(path) {
             Ok(version) => version,
@@ -143,6 +155,16 @@ pub fn verify(root: &Path, name: &str) -> Result<Report, LibraryError> {
                     problems.push(problem(format!("op {} does not apply: {error}", index + 1)));
                     replaying = false;
                 }
+            }
+        }
+        if replaying {
+            leaves_hashed = leaves_hashed.saturating_add(state.active_count() as u64);
+            if leaves_hashed > leaf_budget {
+                problems.push(problem(format!(
+                    "checking the roots up to this version means hashing {leaves_hashed} leaves \
+                     (every version's experiences), more than the {leaf_budget} allowed"
+                )));
+                replaying = false;
             }
         }
         if replaying {
@@ -205,5 +227,44 @@ fn locate(error: &LibraryError) -> (Option<PathBuf>, String) {
             action,
         } => (Some(path.clone()), format!("cannot {action}: {source}")),
         other => (None, other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::library::{Change, Library, Provenance, Settings};
+
+    /// Ten experiences added one per version, then deleted one per version: the roots hash
+    /// 1 + 2 + … + 10 + 9 + … + 0 = 100 leaves.
+    #[test]
+    fn the_leaf_budget_stops_replay_where_it_runs_out() {
+        let root = tempfile::tempdir().unwrap();
+        let mut library = Library::init(root.path(), "lib", Settings::default()).unwrap();
+        let mut ids = Vec::new();
+        for n in 0..10 {
+            let change = Change::add(format!("When step {n} comes, check the units."));
+            library.commit(&[change], Provenance::Init).unwrap();
+            ids.push(library.head().active().last().unwrap().id);
+        }
+        for id in ids {
+            library
+                .commit(&[Change::delete(id)], Provenance::Init)
+                .unwrap();
+        }
+        let full = verify_within(root.path(), "lib", 100).unwrap();
+        assert!(full.is_ok(), "{:?}", full.problems);
+        assert_eq!(full.roots_checked, 21);
+
+        let cut = verify_within(root.path(), "lib", 99).unwrap();
+        assert_eq!(cut.problems.len(), 1, "{:?}", cut.problems);
+        let problem = &cut.problems[0];
+        // Versions 0..=19 hash 99 leaves; version 20 (no experience left) adds none, so the
+        // budget runs out at the last one holding an experience: version 19.
+        assert_eq!(problem.version, Some(19), "{problem}");
+        assert!(problem.message.contains("100 leaves"), "{problem}");
+        assert!(problem.message.contains("99 allowed"), "{problem}");
+        assert_eq!(cut.roots_checked, 19);
+        assert_eq!(cut.head_root, None);
     }
 }

@@ -199,6 +199,10 @@ mod tests {
             26
         }
 
+        fn space(&self) -> String {
+            "letters".into()
+        }
+
         fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
             Ok(texts
                 .iter()

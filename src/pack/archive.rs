@@ -33,15 +33,19 @@ pub struct Limits {
     pub max_entry_bytes: u64,
     /// Bytes of all entries' content together.
     pub max_total_bytes: u64,
+    /// Leaf hashes recomputing the library's Merkle roots may cost besides one per byte of
+    /// its files (see `verify`).
+    pub root_leaves_floor: u64,
 }
 
 impl Default for Limits {
-    /// 10,000 entries, 64 MiB per entry, 256 MiB in all.
+    /// 10,000 entries, 64 MiB per entry, 256 MiB in all, 2^24 leaf hashes beyond one per byte.
     fn default() -> Self {
         Self {
             max_entries: 10_000,
             max_entry_bytes: 64 << 20,
             max_total_bytes: 256 << 20,
+            root_leaves_floor: 1 << 24,
         }
     }
 }

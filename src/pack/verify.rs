@@ -89,7 +89,7 @@ pub fn verify(
             });
         }
     }
-    let state = check_library(&receipt, &library_files)?;
+    let state = check_library(&receipt, &library_files, limits.root_leaves_floor)?;
     let report = check_results(&receipt, eval_bytes.as_deref())?;
     Ok(Verified {
         receipt,
@@ -147,7 +147,18 @@ fn check_files(receipt: &Receipt, files: &[Entry]) -> Result<(), PackError> {
 /// The library's files are exactly `library.json` and versions 0 to the receipt's version,
 /// they verify as a library (hash chain, every op replayed, every Merkle root recomputed), and
 /// the last version is the one the receipt names.
-fn check_library(receipt: &Receipt, files: &[Entry]) -> Result<State, PackError> {
+///
+/// The roots may hash `root_leaves_floor` leaves plus one per byte of the library's files. A
+/// history's honest cost is versions × experiences (a library of 10k experiences and 1k
+/// versions, ~3 MB, hashes 10M); a hostile one that deletes one of n experiences per version
+/// costs n²/2 for ~n × 300 bytes, hours at 256 MiB. With the default floor (2^24) a 256 MiB
+/// pack's roots take at most about 45 s here (SHA-256 of a 64-byte pair: ~155 ns, `openssl
+/// speed -bytes 64 sha256`) and a small one's at most about 2.5 s.
+fn check_library(
+    receipt: &Receipt,
+    files: &[Entry],
+    root_leaves_floor: u64,
+) -> Result<State, PackError> {
     // One file per version: a version past the files there are cannot be right, and must not
     // size a list (u64::MAX versions).
     if receipt.library.version >= files.len() as u64 {
@@ -181,7 +192,9 @@ fn check_library(receipt: &Receipt, files: &[Entry]) -> Result<State, PackError>
     const NAME: &str = "packed";
     let dir = staging.path().join(NAME);
     write_library(&dir, files, false)?;
-    let report = library::verify(staging.path(), NAME)?;
+    let bytes: u64 = files.iter().map(|f| f.bytes.len() as u64).sum();
+    let budget = root_leaves_floor.saturating_add(bytes);
+    let report = library::verify_within(staging.path(), NAME, budget)?;
     if let Some(problem) = report.problems.first() {
         let relative = problem
             .file
@@ -325,5 +338,56 @@ mod tests {
                 bytes.len()
             );
         }
+    }
+
+    /// A hostile history: many experiences, then one deleted per version, so every version's
+    /// root rehashes what is left and the roots cost more leaf hashes than the pack has bytes.
+    /// With no floor the pack is refused, naming the version where the budget ran out; the
+    /// default floor admits it.
+    #[test]
+    fn recomputing_roots_is_bounded_by_the_pack_size() {
+        let root = tempfile::tempdir().unwrap();
+        let mut library = Library::init(root.path(), "arith", Settings::default()).unwrap();
+        let changes: Vec<Change> = (0..1500)
+            .map(|n| Change::add(format!("When step {n} is done, check.")))
+            .collect();
+        library.commit(&changes, Provenance::Init).unwrap();
+        let ids: Vec<_> = library.head().active().map(|e| e.id).take(400).collect();
+        for id in ids {
+            library
+                .commit(&[Change::delete(id)], Provenance::Init)
+                .unwrap();
+        }
+        let (key, _) = crate::gov::new_key();
+        let bytes = super::super::make(root.path(), "arith", 401, None, &key).unwrap();
+        let entries = archive::read(&bytes, &Limits::default()).unwrap();
+        let library_bytes: u64 = entries
+            .iter()
+            .filter(|e| e.path.starts_with(LIBRARY_PREFIX))
+            .map(|e| e.bytes.len() as u64)
+            .sum();
+        let leaves: u64 = 1500 + (1..=400).map(|k| 1500 - k).sum::<u64>();
+        assert!(
+            leaves > library_bytes,
+            "{leaves} leaves, {library_bytes} bytes"
+        );
+
+        let no_floor = Limits {
+            root_leaves_floor: 0,
+            ..Limits::default()
+        };
+        let error = verify(&bytes, &no_floor, Some(key.address())).unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains("leaves"), "{message}");
+        assert!(
+            message.contains(&format!("more than the {library_bytes} allowed")),
+            "{message}"
+        );
+        assert!(verify(&bytes, &Limits::default(), Some(key.address())).is_ok());
+        let huge = Limits {
+            root_leaves_floor: u64::MAX,
+            ..Limits::default()
+        };
+        assert!(verify(&bytes, &huge, Some(key.address())).is_ok());
     }
 }

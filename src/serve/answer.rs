@@ -28,6 +28,7 @@ use super::catalog::Snapshot;
 use super::error::ApiError;
 use super::inject::{inject, query_text};
 use super::metrics::Latency;
+use super::retrieve::Keep;
 use super::router::Routed;
 use super::stream::{self, Encoder, StreamPlan};
 use super::uncertainty;
@@ -189,8 +190,15 @@ impl Target {
                     .map(|messages| query_text(messages))
                     .collect::<Vec<_>>()
                     .join("\n");
+                // Anonymous pins of other versions are searched in a scratch index, so they
+                // cannot store every version in a shared Qdrant (`Keep`).
+                let keep = if version.is_none() || keyed {
+                    Keep::Index
+                } else {
+                    Keep::Scratch
+                };
                 retriever
-                    .retrieve(&snapshot, &query, self.top_k)
+                    .retrieve(&snapshot, &query, self.top_k, keep)
                     .await?
                     .into_iter()
                     .map(|hit| hit.id)

@@ -17,9 +17,9 @@ use rand::seq::SliceRandom;
 
 use super::retrieve::{Hit, IndexError, VectorIndex, dot, normalized};
 
-/// A library and one of its versions.
-type VersionKey = (String, u64);
-use crate::library::ExperienceId;
+/// A collection and one of its sets (a version's Merkle root).
+type SetKey = (String, Digest);
+use crate::library::{Digest, ExperienceId};
 
 /// How an [`IvfIndex`] is built and searched.
 #[derive(Debug, Clone, Copy)]
@@ -55,7 +55,7 @@ struct Lists {
 
 pub struct IvfIndex {
     config: IvfConfig,
-    sets: Mutex<VecDeque<(VersionKey, Arc<Lists>)>>,
+    sets: Mutex<VecDeque<(SetKey, Arc<Lists>)>>,
 }
 
 impl IvfIndex {
@@ -75,10 +75,10 @@ impl IvfIndex {
         }
     }
 
-    fn set(&self, collection: &str, version: u64) -> Option<Arc<Lists>> {
+    fn set(&self, collection: &str, key: Digest) -> Option<Arc<Lists>> {
         let sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
         sets.iter()
-            .find(|((c, v), _)| c == collection && *v == version)
+            .find(|((c, k), _)| c == collection && *k == key)
             .map(|(_, set)| Arc::clone(set))
     }
 }
@@ -194,14 +194,14 @@ impl Lists {
 }
 
 impl VectorIndex for IvfIndex {
-    fn contains<'a>(&'a self, collection: &'a str, version: u64) -> BoxFuture<'a, bool> {
-        Box::pin(async move { self.set(collection, version).is_some() })
+    fn contains<'a>(&'a self, collection: &'a str, set: Digest) -> BoxFuture<'a, bool> {
+        Box::pin(async move { self.set(collection, set).is_some() })
     }
 
     fn upsert<'a>(
         &'a self,
         collection: &'a str,
-        version: u64,
+        set: Digest,
         points: Vec<(ExperienceId, Arc<Vec<f32>>)>,
     ) -> BoxFuture<'a, Result<(), IndexError>> {
         Box::pin(async move {
@@ -224,11 +224,11 @@ impl VectorIndex for IvfIndex {
                 .await
                 .map_err(|e| IndexError::Backend(format!("building the index failed: {e}")))?;
             let mut sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
-            sets.retain(|((c, v), _)| !(c == collection && *v == version));
+            sets.retain(|((c, k), _)| !(c == collection && *k == set));
             if sets.len() >= self.config.capacity.max(1) {
                 sets.pop_front();
             }
-            sets.push_back(((collection.to_owned(), version), Arc::new(lists)));
+            sets.push_back(((collection.to_owned(), set), Arc::new(lists)));
             Ok(())
         })
     }
@@ -236,18 +236,18 @@ impl VectorIndex for IvfIndex {
     fn search<'a>(
         &'a self,
         collection: &'a str,
-        version: u64,
+        set: Digest,
         query: &'a [f32],
         k: usize,
     ) -> BoxFuture<'a, Result<Vec<Hit>, IndexError>> {
         Box::pin(async move {
-            let set = self
-                .set(collection, version)
+            let lists = self
+                .set(collection, set)
                 .ok_or_else(|| IndexError::Missing {
                     collection: collection.to_owned(),
-                    version,
+                    set,
                 })?;
-            set.search(query, k, self.config.probes)
+            lists.search(query, k, self.config.probes)
         })
     }
 }
@@ -256,6 +256,10 @@ impl VectorIndex for IvfIndex {
 mod tests {
     use super::*;
     use rand::Rng;
+
+    fn set(n: u8) -> Digest {
+        Digest([n; 32])
+    }
 
     /// Points in `clusters` tight groups on the sphere, as sentence embeddings of related texts
     /// are.
@@ -302,13 +306,13 @@ mod tests {
             ..IvfConfig::default()
         });
         let exact = IvfIndex::exact(1);
-        ivf.upsert("c", 1, points.clone()).await.unwrap();
-        exact.upsert("c", 1, points).await.unwrap();
+        ivf.upsert("c", set(1), points.clone()).await.unwrap();
+        exact.upsert("c", set(1), points).await.unwrap();
         let queries = clustered(50, 60, 32);
         let (mut found, mut total) = (0, 0);
         for query in &queries {
-            let truth = exact.search("c", 1, query, 8).await.unwrap();
-            let got = ivf.search("c", 1, query, 8).await.unwrap();
+            let truth = exact.search("c", set(1), query, 8).await.unwrap();
+            let got = ivf.search("c", set(1), query, 8).await.unwrap();
             assert_eq!(got.len(), 8);
             assert!(got.windows(2).all(|w| w[0].score >= w[1].score));
             total += truth.len();
@@ -327,15 +331,15 @@ mod tests {
         let points = numbered(&vectors);
         let ivf = IvfIndex::new(IvfConfig::default());
         let exact = IvfIndex::exact(1);
-        ivf.upsert("c", 1, points.clone()).await.unwrap();
-        exact.upsert("c", 1, points).await.unwrap();
+        ivf.upsert("c", set(1), points.clone()).await.unwrap();
+        exact.upsert("c", set(1), points).await.unwrap();
         let query = &vectors[17];
         assert_eq!(
-            ivf.search("c", 1, query, 5).await.unwrap(),
-            exact.search("c", 1, query, 5).await.unwrap()
+            ivf.search("c", set(1), query, 5).await.unwrap(),
+            exact.search("c", set(1), query, 5).await.unwrap()
         );
         assert!(matches!(
-            ivf.search("c", 2, query, 5).await,
+            ivf.search("c", set(2), query, 5).await,
             Err(IndexError::Missing { .. })
         ));
     }

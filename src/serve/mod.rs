@@ -82,7 +82,7 @@ pub use catalog::{Catalog, Snapshot};
 pub use error::ApiError;
 pub use ivf::{IvfConfig, IvfIndex};
 pub use metrics::Metrics;
-pub use retrieve::{Hit, Retriever, VectorIndex};
+pub use retrieve::{Hit, Keep, Retriever, VectorIndex};
 
 /// A model name every server answers to, whatever model it runs.
 pub const MODEL_ALIAS: &str = "gym";

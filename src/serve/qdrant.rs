@@ -1,11 +1,15 @@
 //! A [`VectorIndex`] in a Qdrant server (`gym serve --qdrant-url`), for libraries shared by
 //! many servers or too large to keep in every process.
 //!
-//! One collection per library (`gym_<library>`, cosine distance). Every version stores its own
-//! points, each with the payload `{"version": N, "experience": "E7"}`, and a search filters on
-//! `version`, so a request pinned to an old version sees exactly that version's experiences
-//! while newer versions are added beside it. A version's points go in one upsert that waits
-//! for the write, so a version is either searchable whole or not yet stored.
+//! One collection per library and embedding space (`gym_<library>@<space>`, cosine distance).
+//! Every stored version has its own points, each with the payload `{"root": "<hex>",
+//! "experience": "E7"}` (the version's Merkle root, which commits to its experiences' ids and
+//! texts), and a search filters on `root`, so a request pinned to an old version sees exactly
+//! that version's experiences while newer versions are added beside it, and a library made
+//! again under the same name never meets the old one's points. A version's points go in one
+//! upsert that waits for the write, so a version is either searchable whole or not yet stored.
+//! Which versions are stored at all is the [`Retriever`](super::Retriever)'s choice
+//! ([`Keep`](super::retrieve::Keep)).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -21,16 +25,16 @@ use qdrant_client::{Qdrant, QdrantError};
 use sha2::{Digest as _, Sha256};
 
 use super::retrieve::{Hit, IndexError, VectorIndex};
-use crate::library::ExperienceId;
+use crate::library::{Digest, ExperienceId};
 
-const VERSION_KEY: &str = "version";
+const ROOT_KEY: &str = "root";
 const EXPERIENCE_KEY: &str = "experience";
 
 /// Vector search in a Qdrant server over gRPC.
 pub struct QdrantIndex {
     client: Qdrant,
-    /// Versions known to be stored, so a request does not count points every time.
-    stored: Mutex<HashSet<(String, u64)>>,
+    /// Sets known to be stored, so a request does not count points every time.
+    stored: Mutex<HashSet<(String, Digest)>>,
 }
 
 impl QdrantIndex {
@@ -64,26 +68,26 @@ impl QdrantIndex {
         Ok(reply.version)
     }
 
-    /// The collection that holds `library`.
-    pub fn collection_name(library: &str) -> String {
-        format!("gym_{library}")
+    /// The Qdrant collection that holds index collection `collection` (`<library>@<space>`).
+    pub fn collection_name(collection: &str) -> String {
+        format!("gym_{collection}")
     }
 
-    fn remember(&self, collection: &str, version: u64) {
+    fn remember(&self, collection: &str, set: Digest) {
         self.stored
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert((collection.to_owned(), version));
+            .insert((collection.to_owned(), set));
     }
 
-    fn known(&self, collection: &str, version: u64) -> bool {
+    fn known(&self, collection: &str, set: Digest) -> bool {
         self.stored
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .contains(&(collection.to_owned(), version))
+            .contains(&(collection.to_owned(), set))
     }
 
-    /// Creates the collection (with an integer index on `version`) unless it exists, and checks
+    /// Creates the collection (with a keyword index on `root`) unless it exists, and checks
     /// that its vectors have `dimensions` components.
     async fn ensure_collection(&self, name: &str, dimensions: usize) -> Result<(), IndexError> {
         let exists = self
@@ -100,11 +104,11 @@ impl QdrantIndex {
                 .map_err(|e| backend("creating", name, e))?;
             self.client
                 .create_field_index(
-                    CreateFieldIndexCollectionBuilder::new(name, VERSION_KEY, FieldType::Integer)
+                    CreateFieldIndexCollectionBuilder::new(name, ROOT_KEY, FieldType::Keyword)
                         .wait(true),
                 )
                 .await
-                .map_err(|e| backend("indexing the version field of", name, e))?;
+                .map_err(|e| backend("indexing the root field of", name, e))?;
             return Ok(());
         }
         let info = self
@@ -137,46 +141,38 @@ fn backend(doing: &str, what: &str, error: impl std::fmt::Display) -> IndexError
     IndexError::Backend(format!("Qdrant: {doing} {what}: {error}"))
 }
 
-/// Qdrant payload integers are signed.
-fn version_value(version: u64) -> Result<i64, IndexError> {
-    i64::try_from(version)
-        .map_err(|_| IndexError::Backend(format!("version {version} is out of Qdrant's range")))
+fn set_filter(set: Digest) -> Filter {
+    Filter::must([Condition::matches(ROOT_KEY, set.to_hex())])
 }
 
-fn version_filter(version: u64) -> Result<Filter, IndexError> {
-    Ok(Filter::must([Condition::matches(
-        VERSION_KEY,
-        version_value(version)?,
-    )]))
-}
-
-/// A point id stable for (version, experience), so storing a version twice overwrites.
-fn point_id(version: u64, id: ExperienceId) -> u64 {
+/// A point id stable for (set, experience), so storing a set twice overwrites.
+fn point_id(set: Digest, id: ExperienceId) -> u64 {
     let digest = Sha256::new()
-        .chain_update(version.to_be_bytes())
+        .chain_update(set.0)
         .chain_update(id.number().to_be_bytes())
         .finalize();
     u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"))
 }
 
 impl VectorIndex for QdrantIndex {
-    fn contains<'a>(&'a self, collection: &'a str, version: u64) -> BoxFuture<'a, bool> {
+    fn contains<'a>(&'a self, collection: &'a str, set: Digest) -> BoxFuture<'a, bool> {
         Box::pin(async move {
-            if self.known(collection, version) {
+            if self.known(collection, set) {
                 return true;
             }
             let name = Self::collection_name(collection);
-            let Ok(filter) = version_filter(version) else {
-                return false;
-            };
             // Any error reads as "not stored": the caller then upserts, which reports it.
             match self
                 .client
-                .count(CountPointsBuilder::new(&name).filter(filter).exact(true))
+                .count(
+                    CountPointsBuilder::new(&name)
+                        .filter(set_filter(set))
+                        .exact(true),
+                )
                 .await
             {
                 Ok(reply) if reply.result.is_some_and(|r| r.count > 0) => {
-                    self.remember(collection, version);
+                    self.remember(collection, set);
                     true
                 }
                 _ => false,
@@ -187,13 +183,13 @@ impl VectorIndex for QdrantIndex {
     fn upsert<'a>(
         &'a self,
         collection: &'a str,
-        version: u64,
+        set: Digest,
         points: Vec<(ExperienceId, Arc<Vec<f32>>)>,
     ) -> BoxFuture<'a, Result<(), IndexError>> {
         Box::pin(async move {
             let Some(dimensions) = points.first().map(|(_, v)| v.len()) else {
                 // An empty version has nothing to find; searching it returns no hits.
-                self.remember(collection, version);
+                self.remember(collection, set);
                 return Ok(());
             };
             if let Some((_, v)) = points.iter().find(|(_, v)| v.len() != dimensions) {
@@ -204,15 +200,15 @@ impl VectorIndex for QdrantIndex {
             }
             let name = Self::collection_name(collection);
             self.ensure_collection(&name, dimensions).await?;
-            let version_value = version_value(version)?;
+            let root = set.to_hex();
             let points: Vec<PointStruct> = points
                 .into_iter()
                 .map(|(id, vector)| {
                     PointStruct::new(
-                        point_id(version, id),
+                        point_id(set, id),
                         vector.as_ref().clone(),
                         [
-                            (VERSION_KEY, version_value.into()),
+                            (ROOT_KEY, root.clone().into()),
                             (EXPERIENCE_KEY, id.to_string().into()),
                         ],
                     )
@@ -222,7 +218,7 @@ impl VectorIndex for QdrantIndex {
                 .upsert_points(UpsertPointsBuilder::new(&name, points).wait(true))
                 .await
                 .map_err(|e| backend("storing points in", &name, e))?;
-            self.remember(collection, version);
+            self.remember(collection, set);
             Ok(())
         })
     }
@@ -230,7 +226,7 @@ impl VectorIndex for QdrantIndex {
     fn search<'a>(
         &'a self,
         collection: &'a str,
-        version: u64,
+        set: Digest,
         query: &'a [f32],
         k: usize,
     ) -> BoxFuture<'a, Result<Vec<Hit>, IndexError>> {
@@ -244,7 +240,7 @@ impl VectorIndex for QdrantIndex {
                 .query(
                     QueryPointsBuilder::new(&name)
                         .query(query.to_vec())
-                        .filter(version_filter(version)?)
+                        .filter(set_filter(set))
                         .limit(k as u64)
                         .with_payload(true),
                 )
@@ -291,16 +287,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn point_ids_differ_by_version_and_experience() {
+    fn point_ids_differ_by_set_and_experience() {
         let a = ExperienceId::new(1).unwrap();
         let b = ExperienceId::new(2).unwrap();
-        assert_ne!(point_id(1, a), point_id(2, a));
-        assert_ne!(point_id(1, a), point_id(1, b));
-        assert_eq!(point_id(3, b), point_id(3, b));
+        let (one, two) = (Digest([1; 32]), Digest([2; 32]));
+        assert_ne!(point_id(one, a), point_id(two, a));
+        assert_ne!(point_id(one, a), point_id(one, b));
+        assert_eq!(point_id(two, b), point_id(two, b));
     }
 
     #[test]
     fn collection_names_are_prefixed() {
-        assert_eq!(QdrantIndex::collection_name("math"), "gym_math");
+        assert_eq!(
+            QdrantIndex::collection_name("math@minilm-0a1b2c"),
+            "gym_math@minilm-0a1b2c"
+        );
     }
 }

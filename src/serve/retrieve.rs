@@ -6,10 +6,22 @@
 //! retries, fixed prompts).
 //!
 //! Query and experience vectors always come from the same embedder: cosines between two
-//! models' spaces mean nothing. A retriever whose embedder is not the default names its space
-//! ([`Retriever::in_space`]), and the index then keeps that space's vectors in collections of
-//! their own (`<library>@<space>`), so a Qdrant server shared by servers with different
-//! embedders never serves one's vectors to the other's queries.
+//! models' spaces mean nothing. Every embedder names its space ([`Embedder::space`]), and the
+//! index keeps each space's vectors in collections of their own (`<library>@<space>`), so a
+//! Qdrant server shared by servers with different embedders, even of the same width, never
+//! serves one's vectors to the other's queries.
+//!
+//! A version's points are named by its Merkle root, not its number: the root commits to every
+//! active experience's id and text, so a name always means the same points. A library deleted
+//! and created again under its name, or imported from a pack over an older one, can never be
+//! searched with the vectors of the experiences it had before, and versions with the same
+//! experiences share one set.
+//!
+//! Only the versions a library serves by default, and those a key holder pins, go into the
+//! index ([`Keep::Index`]); a version pinned by a request without a key is searched in a small
+//! scratch index in this process ([`Keep::Scratch`]), so anonymous requests cannot make a
+//! shared Qdrant store a copy of every version of a library, nor push the served version out
+//! of the in-process index.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -18,8 +30,9 @@ use futures::future::BoxFuture;
 use sha2::{Digest as _, Sha256};
 
 use super::catalog::Snapshot;
+use super::ivf::IvfIndex;
 use crate::embed::{EmbedError, Embedder};
-use crate::library::ExperienceId;
+use crate::library::{Digest, ExperienceId};
 
 /// An experience a search found, with its cosine similarity to the query.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -30,8 +43,8 @@ pub struct Hit {
 
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
-    #[error("the index has no collection `{collection}` at version {version}")]
-    Missing { collection: String, version: u64 },
+    #[error("the index has no set {set} in collection `{collection}`")]
+    Missing { collection: String, set: Digest },
     #[error("vector of {got} dimensions where the index holds {expected}")]
     Dimensions { expected: usize, got: usize },
     #[error("the vector index failed: {0}")]
@@ -40,29 +53,44 @@ pub enum IndexError {
 
 /// Stores the experience vectors of library versions and finds the nearest ones to a query.
 ///
-/// A collection is a library; each version's set of points is addressed by its number, so a
-/// request pinned to an old version searches exactly that version's experiences.
+/// A collection is a library in one embedding space; each set of points is one version's
+/// active experiences, named by the version's Merkle root, so a request pinned to an old
+/// version searches exactly that version's experiences.
 pub trait VectorIndex: Send + Sync {
-    /// Whether `version` of `collection` is stored.
-    fn contains<'a>(&'a self, collection: &'a str, version: u64) -> BoxFuture<'a, bool>;
+    /// Whether the set `set` of `collection` is stored.
+    fn contains<'a>(&'a self, collection: &'a str, set: Digest) -> BoxFuture<'a, bool>;
 
-    /// Stores the points of `version` of `collection` (replacing any stored before).
+    /// Stores the points of set `set` of `collection` (replacing any stored before).
     fn upsert<'a>(
         &'a self,
         collection: &'a str,
-        version: u64,
+        set: Digest,
         points: Vec<(ExperienceId, Arc<Vec<f32>>)>,
     ) -> BoxFuture<'a, Result<(), IndexError>>;
 
-    /// The `k` points of `version` of `collection` most similar to `query`, best first.
+    /// The `k` points of set `set` of `collection` most similar to `query`, best first.
     fn search<'a>(
         &'a self,
         collection: &'a str,
-        version: u64,
+        set: Digest,
         query: &'a [f32],
         k: usize,
     ) -> BoxFuture<'a, Result<Vec<Hit>, IndexError>>;
 }
+
+/// Where a search keeps the vectors of the version it searches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// In the index (on a Qdrant server, shared by every server using it): the version a
+    /// library serves by default, and a version a request with an API key pins.
+    Index,
+    /// In a scratch index of [`SCRATCH_SETS`] versions in this process: a version pinned by a
+    /// request without a key.
+    Scratch,
+}
+
+/// Versions the scratch index holds; the oldest leaves first.
+pub const SCRATCH_SETS: usize = 4;
 
 pub(super) fn normalized(vector: &[f32]) -> impl Iterator<Item = f32> + '_ {
     let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
@@ -102,10 +130,12 @@ pub enum RetrieveError {
 pub struct Retriever {
     embedder: Arc<dyn Embedder>,
     index: Arc<dyn VectorIndex>,
+    /// Versions searched with [`Keep::Scratch`].
+    scratch: IvfIndex,
     cache: Mutex<HashMap<[u8; 32], Arc<Vec<f32>>>>,
     queries: Mutex<QueryCache>,
-    /// The embedder's space, when not the default one: part of the index's collection names.
-    space: Option<String>,
+    /// The embedder's space: part of the index's collection names.
+    space: String,
 }
 
 /// Query embeddings most recently used, at most `capacity` of them.
@@ -173,31 +203,30 @@ impl Retriever {
         index: Arc<dyn VectorIndex>,
         queries: usize,
     ) -> Self {
+        let space = embedder.space();
         Self {
             embedder,
             index,
+            scratch: IvfIndex::exact(SCRATCH_SETS),
             cache: Mutex::new(HashMap::new()),
             queries: Mutex::new(QueryCache {
                 capacity: queries,
                 ..QueryCache::default()
             }),
-            space: None,
+            space,
         }
-    }
-
-    /// The same retriever with its vectors kept apart in the index under `space` (e.g.
-    /// `static`), for an embedder other than the default MiniLM.
-    pub fn in_space(mut self, space: &str) -> Self {
-        self.space = Some(space.to_owned());
-        self
     }
 
     /// The index collection of `library` in this retriever's space. `@` is never in a library
     /// name, so no library's collection can be taken for another space's.
-    fn collection(&self, library: &str) -> String {
-        match &self.space {
-            Some(space) => format!("{library}@{space}"),
-            None => library.to_owned(),
+    pub fn collection(&self, library: &str) -> String {
+        format!("{library}@{}", self.space)
+    }
+
+    fn index_for(&self, keep: Keep) -> &dyn VectorIndex {
+        match keep {
+            Keep::Index => self.index.as_ref(),
+            Keep::Scratch => &self.scratch,
         }
     }
 
@@ -255,10 +284,12 @@ impl Retriever {
             .map_err(|e| EmbedError::Inference(format!("the embedding task failed: {e}")))?
     }
 
-    /// Makes sure the snapshot's experiences are in the index, embedding only texts not seen.
-    pub async fn index(&self, snapshot: &Snapshot) -> Result<(), RetrieveError> {
+    /// Makes sure the snapshot's experiences are in the index `keep` names, embedding only
+    /// texts not seen.
+    pub async fn index(&self, snapshot: &Snapshot, keep: Keep) -> Result<(), RetrieveError> {
         let collection = self.collection(&snapshot.library);
-        if self.index.contains(&collection, snapshot.version).await {
+        let index = self.index_for(keep);
+        if index.contains(&collection, snapshot.root).await {
             return Ok(());
         }
         let active: Vec<_> = snapshot.state.active().collect();
@@ -285,26 +316,26 @@ impl Retriever {
                 .filter_map(|e| cache.get(&text_key(&e.text)).map(|v| (e.id, Arc::clone(v))))
                 .collect()
         };
-        self.index
-            .upsert(&collection, snapshot.version, points)
-            .await?;
+        index.upsert(&collection, snapshot.root, points).await?;
         Ok(())
     }
 
-    /// The `k` experiences of the snapshot closest to `query`, best first.
+    /// The `k` experiences of the snapshot closest to `query`, best first, its vectors kept
+    /// where `keep` says.
     pub async fn retrieve(
         &self,
         snapshot: &Snapshot,
         query: &str,
         k: usize,
+        keep: Keep,
     ) -> Result<Vec<Hit>, RetrieveError> {
-        self.index(snapshot).await?;
+        self.index(snapshot, keep).await?;
         let vector = self.embed_query(query).await?;
         Ok(self
-            .index
+            .index_for(keep)
             .search(
                 &self.collection(&snapshot.library),
-                snapshot.version,
+                snapshot.root,
                 &vector,
                 k,
             )
@@ -315,7 +346,10 @@ impl Retriever {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::ivf::IvfIndex;
+
+    fn set(n: u8) -> Digest {
+        Digest([n; 32])
+    }
 
     fn id(n: u32) -> ExperienceId {
         format!("E{n:04}").parse().unwrap()
@@ -329,26 +363,26 @@ mod tests {
             (id(2), Arc::new(vec![0.6, 0.8])),
             (id(3), Arc::new(vec![0.0, -1.0])),
         ];
-        index.upsert("lib", 1, points).await.unwrap();
+        index.upsert("lib", set(1), points).await.unwrap();
         index
-            .upsert("lib", 2, vec![(id(3), Arc::new(vec![0.0, -2.0]))])
+            .upsert("lib", set(2), vec![(id(3), Arc::new(vec![0.0, -2.0]))])
             .await
             .unwrap();
-        let hits = index.search("lib", 1, &[2.0, 1.0], 2).await.unwrap();
+        let hits = index.search("lib", set(1), &[2.0, 1.0], 2).await.unwrap();
         assert_eq!(
             hits.iter().map(|h| h.id).collect::<Vec<_>>(),
             [id(1), id(2)]
         );
         assert!((hits[0].score - 2.0 / 5f32.sqrt()).abs() < 1e-6);
-        let hits = index.search("lib", 2, &[0.0, 1.0], 8).await.unwrap();
+        let hits = index.search("lib", set(2), &[0.0, 1.0], 8).await.unwrap();
         assert_eq!(hits.len(), 1);
         assert!((hits[0].score + 1.0).abs() < 1e-6);
         assert!(matches!(
-            index.search("lib", 3, &[1.0, 0.0], 1).await,
-            Err(IndexError::Missing { version: 3, .. })
+            index.search("lib", set(3), &[1.0, 0.0], 1).await,
+            Err(IndexError::Missing { set, .. }) if set == self::set(3)
         ));
         assert!(matches!(
-            index.search("lib", 1, &[1.0, 0.0, 0.0], 1).await,
+            index.search("lib", set(1), &[1.0, 0.0, 0.0], 1).await,
             Err(IndexError::Dimensions {
                 expected: 2,
                 got: 3
@@ -396,6 +430,10 @@ mod tests {
             self.width
         }
 
+        fn space(&self) -> String {
+            format!("letters-{}", self.width)
+        }
+
         fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
             Ok(texts
                 .iter()
@@ -410,34 +448,34 @@ mod tests {
         }
     }
 
+    fn library_with(dir: &std::path::Path, texts: &[&str]) {
+        use crate::library::{Change, Library, Provenance, Settings};
+        let mut library = Library::init(dir, "lib", Settings::default()).unwrap();
+        let changes: Vec<Change> = texts.iter().map(|text| Change::add(*text)).collect();
+        library.commit(&changes, Provenance::Init).unwrap();
+    }
+
     #[tokio::test]
     async fn retrievers_of_two_spaces_keep_their_vectors_apart_in_one_index() {
-        use crate::library::{Change, Library, Provenance, Settings};
         let dir = tempfile::tempdir().unwrap();
-        let mut library = Library::init(dir.path(), "lib", Settings::default()).unwrap();
-        library
-            .commit(
-                &[
-                    Change::add("When adding, carry."),
-                    Change::add("When in doubt, zoom."),
-                ],
-                Provenance::Init,
-            )
-            .unwrap();
+        library_with(dir.path(), &["When adding, carry.", "When in doubt, zoom."]);
         let catalog = super::super::Catalog::new(dir.path(), std::time::Duration::ZERO);
         let snapshot = catalog.get("lib", None).unwrap();
         let index: Arc<IvfIndex> = Arc::new(IvfIndex::exact(8));
-        let default = Retriever::new(Arc::new(Letters { width: 26 }), index.clone());
-        let other = Retriever::new(Arc::new(Letters { width: 5 }), index.clone()).in_space("other");
-        let hits = default.retrieve(&snapshot, "zoom", 1).await.unwrap();
-        assert_eq!(hits.len(), 1);
-        // In the default's collection, a 5-number query would be refused for its size.
-        let hits = other.retrieve(&snapshot, "zoom", 2).await.unwrap();
-        assert_eq!(hits.len(), 2);
-        assert!(index.contains("lib", snapshot.version).await);
-        assert!(index.contains("lib@other", snapshot.version).await);
+        let wide = Retriever::new(Arc::new(Letters { width: 26 }), index.clone());
+        let narrow = Retriever::new(Arc::new(Letters { width: 5 }), index.clone());
+        let hits = wide.retrieve(&snapshot, "zoom", 1, Keep::Index).await;
+        assert_eq!(hits.unwrap().len(), 1);
+        // In the wide one's collection, a 5-number query would be refused for its size.
+        let hits = narrow.retrieve(&snapshot, "zoom", 2, Keep::Index).await;
+        assert_eq!(hits.unwrap().len(), 2);
+        assert_eq!(wide.collection("lib"), "lib@letters-26");
+        assert!(index.contains("lib@letters-26", snapshot.root).await);
+        assert!(index.contains("lib@letters-5", snapshot.root).await);
         assert!(matches!(
-            index.search("lib", snapshot.version, &[1.0; 5], 1).await,
+            index
+                .search("lib@letters-26", snapshot.root, &[1.0; 5], 1)
+                .await,
             Err(IndexError::Dimensions {
                 expected: 26,
                 got: 5
@@ -445,16 +483,76 @@ mod tests {
         ));
     }
 
+    /// A library deleted and made again under its name reaches the same version numbers with
+    /// other experiences: they are searched, never the vectors stored for the first one.
+    #[tokio::test]
+    async fn a_library_made_again_under_its_name_is_never_searched_with_stale_vectors() {
+        let index: Arc<IvfIndex> = Arc::new(IvfIndex::exact(8));
+        let retriever = Retriever::new(Arc::new(Letters { width: 26 }), index.clone());
+        let first = tempfile::tempdir().unwrap();
+        library_with(first.path(), &["When in doubt, zoom."]);
+        let second = tempfile::tempdir().unwrap();
+        library_with(second.path(), &["Check each carry."]);
+        for (dir, text) in [
+            (&first, "When in doubt, zoom."),
+            (&second, "Check each carry."),
+        ] {
+            let catalog = super::super::Catalog::new(dir.path(), std::time::Duration::ZERO);
+            let snapshot = catalog.get("lib", None).unwrap();
+            assert_eq!(snapshot.version, 1);
+            let hits = retriever.retrieve(&snapshot, "zoom", 1, Keep::Index).await;
+            let hit = hits.unwrap()[0];
+            assert_eq!(snapshot.state.get_active(hit.id).unwrap().text, text);
+            let expected = retriever
+                .embedder
+                .embed(&["zoom".into(), text.into()])
+                .unwrap();
+            let cosine = crate::embed::cosine(&expected[0], &expected[1]);
+            assert!((hit.score - cosine).abs() < 1e-5, "{hit:?} vs {cosine}");
+        }
+    }
+
+    /// A pinned version searched with `Keep::Scratch` is not stored in the index, and does
+    /// not push the versions stored there out.
+    #[tokio::test]
+    async fn scratch_searches_leave_the_index_alone() {
+        use crate::library::{Change, Library, Provenance};
+        let dir = tempfile::tempdir().unwrap();
+        library_with(dir.path(), &["When adding, carry."]);
+        let mut library = Library::open(dir.path(), "lib").unwrap();
+        for n in 0..6 {
+            let text = format!("When step {n} is done, zoom.");
+            library
+                .commit(&[Change::add(text)], Provenance::Init)
+                .unwrap();
+        }
+        let catalog = super::super::Catalog::new(dir.path(), std::time::Duration::ZERO);
+        let index: Arc<IvfIndex> = Arc::new(IvfIndex::exact(2));
+        let retriever = Retriever::new(Arc::new(Letters { width: 26 }), index.clone());
+        let head = catalog.get("lib", None).unwrap();
+        retriever
+            .retrieve(&head, "zoom", 1, Keep::Index)
+            .await
+            .unwrap();
+        for version in 1..=6 {
+            let pinned = catalog.get("lib", Some(version)).unwrap();
+            let hits = retriever.retrieve(&pinned, "zoom", 9, Keep::Scratch).await;
+            assert_eq!(hits.unwrap().len(), version as usize);
+            assert!(!index.contains("lib@letters-26", pinned.root).await);
+        }
+        assert!(index.contains("lib@letters-26", head.root).await);
+    }
+
     #[tokio::test]
     async fn the_oldest_version_leaves_when_the_index_is_full() {
         let index = IvfIndex::exact(2);
         for version in 1..=3 {
             index
-                .upsert("lib", version, vec![(id(1), Arc::new(vec![1.0]))])
+                .upsert("lib", set(version), vec![(id(1), Arc::new(vec![1.0]))])
                 .await
                 .unwrap();
         }
-        assert!(!index.contains("lib", 1).await);
-        assert!(index.contains("lib", 2).await && index.contains("lib", 3).await);
+        assert!(!index.contains("lib", set(1)).await);
+        assert!(index.contains("lib", set(2)).await && index.contains("lib", set(3)).await);
     }
 }

@@ -1,7 +1,7 @@
 //! An in-process Qdrant gRPC server built on the server traits `qdrant-client` exports, so the
 //! real client talks the real protocol over a real socket (no Qdrant server can be installed
 //! here). It implements what `gym serve` uses — collections, a payload index, upsert, count and
-//! nearest-neighbour query with `must` integer-match filters, cosine distance — exactly, and
+//! nearest-neighbour query with `must` keyword-match filters, cosine distance — exactly, and
 //! answers anything else with `UNIMPLEMENTED`, so a new call in the client shows up as a failure.
 
 use std::collections::HashMap;
@@ -42,8 +42,8 @@ impl Store {
             .count()
     }
 
-    /// The experiences stored for `version` of `collection`, sorted.
-    pub fn experiences(&self, collection: &str, version: i64) -> Vec<String> {
+    /// The experiences stored in set `root` (hex) of `collection`, sorted.
+    pub fn experiences(&self, collection: &str, root: &str) -> Vec<String> {
         let collections = self.collections.lock().unwrap();
         let Some(collection) = collections.get(collection) else {
             return Vec::new();
@@ -51,7 +51,7 @@ impl Store {
         let mut ids: Vec<String> = collection
             .points
             .values()
-            .filter(|(_, payload)| integer(payload.get("version")) == Some(version))
+            .filter(|(_, payload)| keyword(payload.get("root")) == Some(root))
             .filter_map(
                 |(_, payload)| match payload.get("experience")?.kind.as_ref()? {
                     value::Kind::StringValue(text) => Some(text.clone()),
@@ -64,9 +64,9 @@ impl Store {
     }
 }
 
-fn integer(value: Option<&q::Value>) -> Option<i64> {
+fn keyword(value: Option<&q::Value>) -> Option<&str> {
     match value?.kind.as_ref()? {
-        value::Kind::IntegerValue(n) => Some(*n),
+        value::Kind::StringValue(text) => Some(text),
         _ => None,
     }
 }
@@ -75,7 +75,7 @@ fn missing(name: &str) -> Status {
     Status::not_found(format!("Collection `{name}` doesn't exist!"))
 }
 
-/// Whether `payload` passes `filter`; only `must` conditions matching an integer are supported.
+/// Whether `payload` passes `filter`; only `must` conditions matching a keyword are supported.
 fn passes(filter: Option<&q::Filter>, payload: &HashMap<String, q::Value>) -> Result<bool, Status> {
     let Some(filter) = filter else {
         return Ok(true);
@@ -87,12 +87,12 @@ fn passes(filter: Option<&q::Filter>, payload: &HashMap<String, q::Value>) -> Re
         let Some(condition::ConditionOneOf::Field(field)) = &condition.condition_one_of else {
             return Err(Status::unimplemented("only field conditions"));
         };
-        let Some(r#match::MatchValue::Integer(wanted)) =
+        let Some(r#match::MatchValue::Keyword(wanted)) =
             field.r#match.as_ref().and_then(|m| m.match_value.as_ref())
         else {
-            return Err(Status::unimplemented("only integer matches"));
+            return Err(Status::unimplemented("only keyword matches"));
         };
-        if integer(payload.get(&field.key)) != Some(*wanted) {
+        if keyword(payload.get(&field.key)) != Some(wanted.as_str()) {
             return Ok(false);
         }
     }
