@@ -23,7 +23,9 @@ pub struct ToolArgs {
     #[arg(long, default_value_t = 10.0, value_name = "SECS")]
     pub tool_timeout: f64,
 
-    /// Address-space limit of the python tool, in MiB.
+    /// Memory of one python tool call, in MiB: for all its processes together where a cgroup
+    /// can be made; otherwise per process (address space), so a call may hold up to 64 × this
+    /// (docs/tools.md).
     #[arg(long, default_value_t = 512, value_name = "MIB")]
     pub python_memory_mb: u64,
 

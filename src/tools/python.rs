@@ -1,7 +1,8 @@
 //! `python`: runs model-written Python in a sandbox the kernel enforces, not Python itself.
 //!
-//! Each call runs `python3 -I -c CODE` in a root built for it, with util-linux tools only
-//! (`unshare`, `mount`, `pivot_root`, `setpriv`, `prlimit`; no `unsafe` in the crate):
+//! Each call runs `python3 -I -` (the code on stdin, so it is on no command line `ps` shows) in
+//! a root built for it, with util-linux tools only (`unshare`, `mount`, `pivot_root`, `setpriv`,
+//! `prlimit`; no `unsafe` in the crate):
 //!
 //! - **What it sees.** The root is an empty tmpfs (read-only once built), switched to with
 //!   `pivot_root`; the host's tree is then detached, so nothing else is reachable. In it,
@@ -18,17 +19,46 @@
 //!   There is no `/etc` (no host users, no resolver configuration), no `/home`, `/root`,
 //!   `/tmp`, `/sys`, no repository or working directory. A pyenv interpreter under
 //!   `~/.pyenv` shows the path down to its version folder and nothing beside it.
+//! - **Namespaces.** Besides mount, PID and network: IPC (no host shared memory or message
+//!   queues) and cgroup (the call's cgroup is its `/`, so no host cgroup path is shown).
 //! - **Network.** A new network namespace has only a loopback interface that is down, so
 //!   nothing (not even 127.0.0.1 of the host, nor DNS) can be reached.
 //! - **Privileges.** Python runs as root of a new user namespace with no capabilities (bounding
-//!   set cleared, no-new-privs), so it cannot remount, mount or leave the root. When Gym runs as
+//!   set cleared, no-new-privs), so it cannot remount, mount or leave the root, and that
+//!   namespace's `user.max_user_namespaces` (with the other `max_*_namespaces`) is 0, so it
+//!   cannot make a nested user namespace to gain capabilities there either. When Gym runs as
 //!   the host's root, the namespaces are entered as `nobody` (uid 65534), because the kernel
 //!   does not apply the process limit to the host's uid 0.
-//! - **Limits.** A wall-clock limit kills the whole process group, and the PID namespace takes
-//!   every descendant down with Python; CPU time (the timeout plus one second), address space,
-//!   processes (RLIMIT_NPROC, counted in the sandbox's own user namespace), file size
-//!   (RLIMIT_FSIZE: a bigger write fails with EFBIG) and the scratch size are capped; at most
-//!   `output_bytes` of output are read, then the process group is killed.
+//! - **Descriptors.** Only stdin (the code, then end of file), stdout and stderr reach the
+//!   code: the sandboxed interpreter first closes every other descriptor (one Gym inherited, or
+//!   one a library opened without close-on-exec), then execs itself to read the code.
+//! - **Limits.** One memory and process budget per call where a cgroup can be made
+//!   ([`Budget::Cgroup`], see the `budget` module): `memory_mb` for all the call's processes
+//!   together (and its scratch files, which live in memory), no swap, `max_processes` (plus the
+//!   sandbox's own few); the kernel kills a process of the call, not of the host, when the
+//!   budget is reached, and what is left is killed and the cgroup removed after the call.
+//!   Without one ([`Budget::PerProcess`], e.g. a container with read-only cgroups) the limits
+//!   below are per process, so one call may hold up to `max_processes` × `memory_mb`; the tool
+//!   says so in its description and on stderr when it is built. Always: a wall-clock limit
+//!   kills the whole process group, and the PID namespace takes every descendant down with
+//!   Python; CPU time (the timeout plus one second), address space (RLIMIT_AS, `memory_mb` per
+//!   process, so one oversized allocation is a `MemoryError`), processes (RLIMIT_NPROC, counted
+//!   in the sandbox's own user namespace), file size (RLIMIT_FSIZE: a bigger write fails with
+//!   EFBIG) and the scratch size are capped; at most `output_bytes` of output are read, then
+//!   the process group is killed.
+//! - **No seccomp filter.** Installing one needs either `unsafe` code between fork and exec
+//!   (this crate forbids `unsafe`) or a tool beyond util-linux (its `setpriv` of Debian 12,
+//!   2.38, has no such option), and what such a filter is usually for is already closed:
+//!   mounting, remounting, `pivot_root`, `chroot`, `setns`, module loading, `reboot`, raw sockets,
+//!   `ptrace` of host processes, changing ids and the like need capabilities Python does not
+//!   have (in any namespace: no nested user namespace can be made) or name things it cannot
+//!   see. What stays reachable is what any unprivileged process may call: files in its own
+//!   root, memory, processes and signals within its budget and PID namespace, sockets in a
+//!   namespace with no network, and the kernel's own surface for unprivileged users (e.g.
+//!   `io_uring`, `bpf`, `perf_event_open`, `userfaultfd`, `keyctl`), which the host restricts
+//!   with its sysctls (`kernel.io_uring_disabled`, `kernel.unprivileged_bpf_disabled`,
+//!   `kernel.perf_event_paranoid`, `vm.unprivileged_userfaultfd`). A kernel bug there is the
+//!   remaining risk, the same as for any unprivileged local user.
 //!
 //! Every step runs under `set -e` before Python starts and prints a marker only once all
 //! succeeded; without the marker the call fails with the setup's error (no `unshare`, user
@@ -42,13 +72,16 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
+use super::python_sandbox::budget::{self, SETUP_PROCESSES};
+pub use super::python_sandbox::budget::{Budget, Cgroups};
 use super::python_sandbox::{READY, SCRATCH, Sandbox};
 use super::{Tool, ToolError};
 use crate::backend::ToolSpec;
 
-/// Longer code is refused (it is passed as one argument, and the kernel caps those at 128 KiB).
+/// Longer code is refused: a program the model writes has no need to be longer, and the model
+/// is told so rather than the call taking long to read it.
 pub const MAX_CODE_BYTES: usize = 100_000;
 
 /// Limits of the `python` tool.
@@ -58,7 +91,9 @@ pub struct PythonConfig {
     pub python: PathBuf,
     /// Wall-clock limit of one call; the CPU-time limit is this rounded up plus one second.
     pub timeout: Duration,
-    /// Address-space limit (RLIMIT_AS) in MiB.
+    /// Memory in MiB: of all the call's processes together (its cgroup's `memory.max`) where a
+    /// cgroup can be made, and always the address space of each process (RLIMIT_AS). Without a
+    /// cgroup only the latter holds, so a call may hold up to `max_processes` × this.
     pub memory_mb: u64,
     /// Output (stdout and stderr together) kept; the process is killed when it writes more.
     pub output_bytes: usize,
@@ -68,6 +103,9 @@ pub struct PythonConfig {
     pub file_mb: u64,
     /// Size of the scratch folder (a tmpfs), in MiB.
     pub scratch_mb: u64,
+    /// Give each call its own cgroup where one can be made ([`Budget`]); `false` keeps the
+    /// per-process limits only.
+    pub cgroup: bool,
 }
 
 impl Default for PythonConfig {
@@ -80,6 +118,7 @@ impl Default for PythonConfig {
             max_processes: 64,
             file_mb: 16,
             scratch_mb: 64,
+            cgroup: true,
         }
     }
 }
@@ -89,6 +128,7 @@ pub struct Python {
     spec: ToolSpec,
     config: PythonConfig,
     sandbox: Sandbox,
+    budget: Budget,
 }
 
 /// What one run printed and how it ended.
@@ -97,6 +137,10 @@ struct Run {
     output: Vec<u8>,
     cut: bool,
     status: ExitStatus,
+    /// Processes the kernel killed at the call's memory budget (its cgroup).
+    oom_kills: u64,
+    /// The call's memory budget in MiB, when it has one.
+    budget_mb: Option<u64>,
 }
 
 fn failed(message: impl Into<String>) -> ToolError {
@@ -112,6 +156,25 @@ impl Python {
     pub async fn new(mut config: PythonConfig) -> Result<Self, ToolError> {
         let sandbox = Sandbox::resolve(&config.python).await.map_err(failed)?;
         config.python = sandbox.executable.clone();
+        let budget = if config.cgroup {
+            budget::find()
+        } else {
+            Budget::PerProcess("turned off in the configuration".into())
+        };
+        let memory = match &budget {
+            Budget::Cgroup(_) => format!("{} MiB memory in all", config.memory_mb),
+            Budget::PerProcess(why) => {
+                // Said once per tool, where the operator sees it: the host is less protected.
+                eprintln!(
+                    "gym: python tool: {why}; memory is limited per process only ({} MiB of \
+                     address space each), so one call's {} processes may hold up to {} MiB",
+                    config.memory_mb,
+                    config.max_processes,
+                    config.memory_mb * u64::from(config.max_processes)
+                );
+                format!("{} MiB memory per process", config.memory_mb)
+            }
+        };
         let spec = ToolSpec {
             name: "python".into(),
             description: format!(
@@ -119,10 +182,9 @@ impl Python {
                  to see values. Only the standard library and installed packages are there: no \
                  network, no other files; files can be written only in the current folder \
                  ({SCRATCH}, {} MiB), which is empty and discarded after the call; limits: \
-                 {:.0} s, {} MiB memory, {} processes, {} MiB per file, {} bytes of output.",
+                 {:.0} s, {memory}, {} processes, {} MiB per file, {} bytes of output.",
                 config.scratch_mb,
                 config.timeout.as_secs_f64(),
-                config.memory_mb,
                 config.max_processes,
                 config.file_mb,
                 config.output_bytes
@@ -140,6 +202,7 @@ impl Python {
             spec,
             config,
             sandbox,
+            budget,
         };
         let probe = tool.execute("print(6 * 7)").await?;
         if String::from_utf8_lossy(&probe.output).trim() != "42" || !probe.status.success() {
@@ -153,6 +216,11 @@ impl Python {
 
     pub fn config(&self) -> &PythonConfig {
         &self.config
+    }
+
+    /// How one call's memory and processes are bounded here.
+    pub fn budget(&self) -> &Budget {
+        &self.budget
     }
 
     /// The host paths the sandbox shows (read-only, at the same paths), besides its own `/proc`
@@ -191,9 +259,22 @@ impl Python {
                     "cannot create a folder for the sandbox's root: {e}"
                 ))
             })?;
-        let mut command = self.sandbox.command(root.path(), &self.config, code);
+        // Declared before the child: dropped after it, killing what is left and removing it.
+        let cgroup = match &self.budget {
+            Budget::Cgroup(cgroups) => Some(
+                cgroups
+                    .create(
+                        self.config.memory_mb * 1024 * 1024,
+                        self.config.max_processes + SETUP_PROCESSES,
+                    )
+                    .map_err(|e| failed(format!("cannot set up the call's cgroup: {e}")))?,
+            ),
+            Budget::PerProcess(_) => None,
+        };
+        let procs = cgroup.as_ref().map(|c| c.procs_files()).unwrap_or_default();
+        let mut command = self.sandbox.command(root.path(), &self.config, &procs);
         command
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
@@ -208,8 +289,15 @@ impl Python {
         let group = GroupKiller(child.id());
         let mut stdout = child.stdout.take().expect("stdout is piped");
         let mut stderr = child.stderr.take().expect("stderr is piped");
+        let mut stdin = child.stdin.take().expect("stdin is piped");
         let limit = self.config.output_bytes;
         let work = async {
+            // Python reads the whole program, up to end of file, before running it. A sandbox
+            // that failed before reading it closes the pipe; its error is what counts then.
+            let write_code = async move {
+                let _ = stdin.write_all(code.as_bytes()).await;
+                drop(stdin);
+            };
             // `unshare` keeps the stderr pipe open until Python ends, so a program that is cut
             // off must be killed while stderr is still being read.
             let read_output = async {
@@ -219,7 +307,11 @@ impl Python {
                 }
                 out
             };
-            let (out, setup) = tokio::join!(read_output, read_at_most(&mut stderr, 64 * 1024));
+            let (out, setup, ()) = tokio::join!(
+                read_output,
+                read_at_most(&mut stderr, 64 * 1024),
+                write_code
+            );
             let (output, cut) = out.map_err(|e| failed(format!("reading the output: {e}")))?;
             let status = child
                 .wait()
@@ -245,7 +337,9 @@ impl Python {
             return Err(failed(format!(
                 "the sandbox could not be set up, so the code was not run (it needs util-linux \
                  `unshare`, `mount`, `pivot_root`, `setpriv` and `prlimit`, unprivileged user, \
-                 mount, network and PID namespaces, and a /proc that can be mounted again; \
+                 mount, network, PID, IPC and cgroup namespaces, a /proc that can be mounted \
+                 again with the namespace limits in /proc/sys/user, and, where the tool found \
+                 one, the call's cgroup to be joined; \
                  {status}): {}",
                 setup.trim()
             )));
@@ -254,6 +348,8 @@ impl Python {
             output,
             cut,
             status,
+            oom_kills: cgroup.as_ref().map_or(0, |c| c.oom_kills()),
+            budget_mb: cgroup.is_some().then_some(self.config.memory_mb),
         })
     }
 }
@@ -290,6 +386,15 @@ fn describe(run: &Run) -> String {
         }
         text.push_str(&line);
     };
+    if run.oom_kills > 0 {
+        note(format!(
+            "[memory: the call reached its budget of {} MiB for all its processes; the kernel \
+             killed {} process{}]",
+            run.budget_mb.unwrap_or_default(),
+            run.oom_kills,
+            if run.oom_kills == 1 { "" } else { "es" }
+        ));
+    }
     if run.cut {
         note(format!(
             "[output cut at {} bytes; the program was stopped]",
@@ -364,6 +469,8 @@ mod tests {
             output: output.as_bytes().to_vec(),
             cut,
             status: ExitStatus::from_raw(raw_status),
+            oom_kills: 0,
+            budget_mb: None,
         }
     }
 
@@ -385,6 +492,16 @@ mod tests {
         assert_eq!(
             describe(&run("", false, 24)),
             "[killed by signal 24 (CPU time limit)]"
+        );
+        let budget = Run {
+            oom_kills: 2,
+            budget_mb: Some(256),
+            ..run("3 5\n", false, 0)
+        };
+        assert_eq!(
+            describe(&budget),
+            "3 5\n[memory: the call reached its budget of 256 MiB for all its processes; the \
+             kernel killed 2 processes]"
         );
     }
 

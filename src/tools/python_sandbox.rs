@@ -1,6 +1,10 @@
 //! How the `python` tool's sandbox is built: which host paths it shows (found once, from the
-//! interpreter itself) and the two shell stages that build the root and enter it. See the
-//! [`python`](super::python) module docs for what the sandbox sees and why.
+//! interpreter itself), the shell stages that move the call into its cgroup ([`budget`]), build
+//! the root and enter it, and the small Python program that closes inherited descriptors before
+//! the model's code is read from stdin. See the [`python`](super::python) module docs for what
+//! the sandbox sees and why.
+
+pub(super) mod budget;
 
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -46,7 +50,9 @@ print(json.dumps({"executable": sys.executable, "dirs": [
 
 /// Stage 1, in a new mount namespace (as the host's root, or as root of a new user namespace):
 /// builds the root on a tmpfs mounted on an empty host folder, then starts stage 2 in new user,
-/// mount, network and PID namespaces (first dropping to `nobody` when it is the host's root).
+/// mount, network, PID, IPC (no host SysV or POSIX message queues or shared memory) and cgroup
+/// namespaces (its own cgroup is its `/`: no host cgroup path is shown), first dropping to
+/// `nobody` when it is the host's root.
 /// Arguments: root folder, bind list (source and target on alternate lines), stage 2 script,
 /// the command prefix that drops privileges (may be empty), then stage 2's arguments. `set -e`:
 /// any failed step ends the script before Python starts.
@@ -61,18 +67,32 @@ done
 mkdir "$new/proc" "$new/scratch"
 mount -o remount,ro,bind "$new"
 cd "$new"
-exec $drop unshare --user --map-root-user --mount --net --pid --fork --kill-child -- /bin/sh -c "$enter" gym-sandbox "$@"
+exec $drop unshare --user --map-root-user --mount --net --pid --ipc --cgroup --fork --kill-child -- /bin/sh -c "$enter" gym-sandbox "$@"
 "#;
 
-/// Stage 2, PID 1 of the new PID namespace, in the root folder. The root is bound onto itself
-/// (a mount made in this namespace, so it may become the root), a fresh proc for this PID
-/// namespace is mounted read-only, the root is switched with `pivot_root` and the host's tree
-/// detached, the scratch tmpfs mounted; then Python starts with a clean environment, the
-/// limits, and no capabilities. Arguments: address-space bytes, CPU seconds, processes,
-/// file-size bytes, scratch bytes, interpreter, code.
+/// Stage 0, only with a cgroup: the call's first process, before any namespace, writes its own
+/// pid into each `cgroup.procs` given before `--` (the memory and the pids hierarchy of cgroup
+/// v1 are two), then execs the rest, so every process of the call starts inside the budget.
+const JOIN_CGROUP: &str = r#"set -eu
+while [ "$1" != -- ]; do echo $$ > "$1"; shift; done
+shift
+exec "$@"
+"#;
+
+/// Stage 2, PID 1 of the new PID namespace, in the root folder. A fresh proc for this PID
+/// namespace is mounted; through it this user namespace's `max_*_namespaces` are set to 0 (no
+/// nested user namespace, which would give Python capabilities over new network or mount
+/// namespaces: the kernel surface a seccomp filter would otherwise have to close), and it is
+/// made read-only so they stay 0. The root is bound onto itself (a mount made in this namespace,
+/// so it may become the root), switched to with `pivot_root` and the host's tree detached, the
+/// scratch tmpfs mounted; then Python starts with a clean environment, the limits, and no
+/// capabilities, runs [`CLOSE_FDS`], which reads the code from stdin. Arguments: address-space
+/// bytes, CPU seconds, processes, file-size bytes, scratch bytes, interpreter, [`CLOSE_FDS`].
 const ENTER: &str = r#"set -eu
-mem=$1; cpu=$2; nproc=$3; fsize=$4; scratch=$5; python=$6; code=$7
-mount -t proc -o ro,nosuid,nodev,noexec gym-proc proc
+mem=$1; cpu=$2; nproc=$3; fsize=$4; scratch=$5; python=$6; close_fds=$7
+mount -t proc -o nosuid,nodev,noexec gym-proc proc
+for limit in proc/sys/user/max_*_namespaces; do echo 0 > "$limit"; done
+mount -o remount,bind,ro,nosuid,nodev,noexec proc
 mount --rbind . "$PWD"
 cd "$PWD"
 pivot_root . scratch
@@ -84,7 +104,18 @@ exec 2>&1
 exec env -i PATH=/usr/bin:/bin HOME=/scratch TMPDIR=/scratch LANG=C.UTF-8 \
   prlimit --as="$mem" --cpu="$cpu" --nproc="$nproc" --fsize="$fsize" --core=0 -- \
   setpriv --no-new-privs --inh-caps=-all --ambient-caps=-all --bounding-set=-all -- \
-  "$python" -I -c "$code"
+  "$python" -I -S -c "$close_fds" "$python"
+"#;
+
+/// The last step before the model's code, run by the sandboxed interpreter itself (`-S`: no
+/// `site`, a few milliseconds): closes every descriptor but 0, 1 and 2 (Rust sets close-on-exec
+/// on its own, but a descriptor another library opened without it, or one Gym inherited, would
+/// otherwise reach the code; `dash` cannot even name those above 9), then becomes
+/// `python -I -`, which reads the whole program from stdin before running it, so the code is on
+/// no command line (`ps`) of the host. `closerange` stops at the highest descriptor listed.
+const CLOSE_FDS: &str = r#"import os, sys
+os.closerange(3, max(int(fd) for fd in os.listdir("/proc/self/fd")) + 1)
+os.execv(sys.argv[1], [sys.argv[1], "-I", "-"])
 "#;
 
 /// What stage 2 prints to stderr once the sandbox is built, just before Python starts.
@@ -233,8 +264,10 @@ impl Sandbox {
         self.binds.iter().map(|b| b.target.as_path())
     }
 
-    /// The command that builds the sandbox in `root` (an empty host folder) and runs `code`.
-    pub fn command(&self, root: &Path, config: &PythonConfig, code: &str) -> Command {
+    /// The command that builds the sandbox in `root` (an empty host folder), first joining the
+    /// cgroups of `procs_files` (the call's `cgroup.procs`, if any), and runs the code written to
+    /// its stdin.
+    pub fn command(&self, root: &Path, config: &PythonConfig, procs_files: &[PathBuf]) -> Command {
         let cpu_seconds = config.timeout.as_secs_f64().ceil() as u64 + 1;
         let mut binds = Vec::new();
         for bind in &self.binds {
@@ -249,7 +282,15 @@ impl Sandbox {
         } else {
             String::new()
         };
-        let mut command = Command::new("unshare");
+        let mut command = if procs_files.is_empty() {
+            Command::new("unshare")
+        } else {
+            let mut join = Command::new("/bin/sh");
+            join.args(["-c", JOIN_CGROUP, "gym-sandbox"])
+                .args(procs_files)
+                .args(["--", "unshare"]);
+            join
+        };
         if !self.as_root {
             command.args(["--user", "--map-root-user"]);
         }
@@ -266,7 +307,7 @@ impl Sandbox {
             .arg((config.file_mb * 1024 * 1024).to_string())
             .arg((config.scratch_mb * 1024 * 1024).to_string())
             .arg(&self.executable)
-            .arg(code)
+            .arg(CLOSE_FDS)
             .env_clear()
             .env("PATH", search_path())
             .env("LANG", "C.UTF-8");

@@ -28,7 +28,7 @@ async fn run(tool: &Python, code: &str) -> Result<String, ToolError> {
     tool.call(json!({ "code": code })).await
 }
 
-/// Processes whose command line contains `token` (the code is on Python's command line).
+/// Processes whose command line contains `token` (put there by [`tagged`] code).
 fn processes_with(token: &str) -> Vec<String> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -39,6 +39,15 @@ fn processes_with(token: &str) -> Vec<String> {
         }
     }
     found
+}
+
+/// Python code that runs `code` with `token` as its argument. The tool passes the code on stdin,
+/// so it is on no command line; the argument marks every process the code starts, for
+/// [`processes_with`] to find.
+fn tagged(token: &str, code: &str) -> String {
+    format!(
+        "import os, sys\nos.execv(sys.executable, [sys.executable, '-I', '-c', {code:?}, {token:?}])\n"
+    )
 }
 
 fn token(label: &str) -> String {
@@ -85,8 +94,10 @@ async fn python_is_killed_at_its_timeout_with_every_process_it_started() {
     let tool = python(Duration::from_millis(1500), 256, 16384).await;
     let token = token("timeout");
     // The child leaves the process group; the PID namespace still takes it down.
-    let code =
-        format!("# {token}\nimport os\nif os.fork() == 0:\n    os.setsid()\nwhile True: pass\n");
+    let code = tagged(
+        &token,
+        "import os\nif os.fork() == 0:\n    os.setsid()\nwhile True: pass\n",
+    );
     let started = Instant::now();
     let result = run(&tool, &code).await;
     let elapsed = started.elapsed();
@@ -113,7 +124,7 @@ async fn a_call_the_toolbox_gives_up_on_is_killed_too() {
     let call = gym::backend::ToolCall {
         id: "c1".into(),
         name: "python".into(),
-        arguments: json!({ "code": format!("# {token}\nwhile True: pass") }).to_string(),
+        arguments: json!({ "code": tagged(&token, "while True: pass") }).to_string(),
     };
     let observation = toolbox.call(&call).await;
     assert!(!observation.ok);

@@ -1,6 +1,10 @@
 //! Attacks on the python sandbox, one per claim of its docs: it shows no repository, home,
 //! host users or host processes, writes only in its scratch folder, and stops fork bombs and
-//! oversized files.
+//! oversized files; the call's memory budget in [`budget`], descriptors, command lines and
+//! nested namespaces in [`hardening`].
+
+mod budget;
+mod hardening;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -9,7 +13,7 @@ use gym::tools::ToolError;
 use gym::tools::python::{Python, PythonConfig};
 use serde_json::Value;
 
-use super::{processes_with, run, token};
+use super::{processes_with, run, tagged, token};
 
 async fn sandbox(config: PythonConfig) -> Python {
     Python::new(config)
@@ -224,8 +228,9 @@ except OSError as e:
     // A real bomb: every process forks forever. The limit holds it at 16, the wall clock ends
     // it, and the PID namespace takes every process down.
     let token = token("bomb");
-    let bomb = format!(
-        "# {token}\nimport os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    let bomb = tagged(
+        &token,
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
     );
     let started = Instant::now();
     let result = run(&tool, &bomb).await;
@@ -292,7 +297,10 @@ print(json.dumps({"pids": pids, "init": open("/proc/1/cmdline", "rb").read().dec
     assert_eq!(out["pids"], serde_json::json!([1]), "{out}");
     assert_eq!(out["me"], 1, "Python is PID 1 of its own namespace");
     let init = out["init"].as_str().unwrap();
-    assert!(init.contains("-I\0-c\0"), "{init:?}");
+    assert!(
+        init.ends_with("\0-I\0-\0"),
+        "the code comes on stdin: {init:?}"
+    );
     assert_ne!(init.as_bytes(), host_init.as_slice());
 }
 
