@@ -8,9 +8,16 @@
 //! names and API keys, streams dropped after their first chunk, and a share of valid tiny chats
 //! the model answers. Every response's status is counted per kind of request.
 //!
+//! The server keeps a traffic log (`--traffic-log`, rotated at 1 MiB, 2 rotated files kept),
+//! and the mix includes the log's hostile payloads: bodies of `[0,0,…]` messages, chats too
+//! long for the model, and one client request id sent again and again. After each thousand
+//! requests, up to 25 of the answered chats are rated (thumbs up, with the key).
+//!
 //! It fails (exit code 1) on any 5xx other than 503 and 504, on a panic in the server's
-//! output, if the server dies or stops answering `/health`, or if its resident memory ends
-//! more than 256 MiB above what it was after the warm-up. It prints the figures.
+//! output, if the server dies or stops answering `/health`, if its resident memory ends
+//! more than 256 MiB above what it was after the warm-up, if the traffic log's files outgrow
+//! what retention allows, if a rated answer is missing from the surviving log, or if
+//! `gym grpo --from-traffic` cannot train from that log. It prints the figures.
 //!
 //! `GYM_SOAK_BIN` runs another `gym` binary (e.g. an already-built release one) instead of the
 //! one cargo builds for this bench.
@@ -29,11 +36,19 @@ use tokio::net::TcpStream;
 
 mod requests;
 
-use requests::{KINDS, Trickle, build, pick_kind, valid_chat};
+use requests::{KINDS, RATED, Trickle, build, feedback, pick_kind, valid_chat};
 
 const CONCURRENCY: usize = 32;
 const MEMORY_GROWTH_LIMIT_KIB: u64 = 256 << 10;
 const API_KEY: &str = "soak-key-0123456789abcdef";
+/// `--traffic-max-bytes` and `--traffic-keep` of the server under test.
+const TRAFFIC_MAX_BYTES: u64 = 1 << 20;
+const TRAFFIC_KEEP: u64 = 2;
+/// Answers rated after each thousand requests.
+const RATED_PER_CHUNK: usize = 25;
+
+/// Request ids of answered chats of the kinds in [`RATED`], not yet rated.
+type Answered = Arc<Mutex<Vec<String>>>;
 
 fn main() {
     let total: usize = std::env::var("GYM_SOAK_REQUESTS")
@@ -61,8 +76,10 @@ fn main() {
 
     let started = Instant::now();
     let counts: Arc<Mutex<BTreeMap<(String, String), u64>>> = Arc::default();
+    let answered: Answered = Arc::default();
+    let mut rated = Vec::new();
     let warmup = total.min(500);
-    runtime.block_on(send_all(&address, 0..warmup, &counts));
+    runtime.block_on(send_all(&address, 0..warmup, &counts, &answered));
     let baseline = server.rss_kib();
     let mut peak = baseline;
     let mut checkpoints = vec![(warmup, baseline)];
@@ -70,7 +87,9 @@ fn main() {
     let mut sent = warmup;
     while sent < total {
         let end = (sent + chunk).min(total);
-        runtime.block_on(send_all(&address, sent..end, &counts));
+        runtime.block_on(send_all(&address, sent..end, &counts, &answered));
+        let ids: Vec<String> = std::mem::take(&mut *answered.lock().unwrap());
+        rated.extend(runtime.block_on(rate(&address, ids, &counts)));
         sent = end;
         let rss = server.rss_kib();
         peak = peak.max(rss);
@@ -85,25 +104,37 @@ fn main() {
     let healthy = runtime.block_on(async {
         let reply = exchange(
             &address,
-            b"GET /health HTTP/1.1\r\nhost: soak\r\nconnection: close\r\n\r\n".to_vec(),
+            b"GET /health HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n".to_vec(),
             Trickle::No,
         )
         .await;
         reply.status == Some(200)
     });
+    // Requests of the flood may still be queued or generating (429 and 504 say so): the server
+    // must answer a valid chat once they have drained, within five minutes.
     let answers = runtime.block_on(async {
-        let reply = exchange(
-            &address,
-            valid_chat(&mut StdRng::seed_from_u64(7), false),
-            Trickle::No,
-        )
-        .await;
-        reply.status == Some(200)
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            let reply = exchange(
+                &address,
+                valid_chat(&mut StdRng::seed_from_u64(7), false),
+                Trickle::No,
+            )
+            .await;
+            if reply.status == Some(200) {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
     });
     let end_rss = server.rss_kib();
     let alive = server.alive();
     server.stop();
     let panics = server.panics();
+    let traffic = server.check_traffic(&rated);
 
     let counts = counts.lock().unwrap().clone();
     report(&counts, total, elapsed, &checkpoints, peak);
@@ -125,6 +156,7 @@ fn main() {
     if !answers {
         failures.push("the server stopped answering a valid chat".into());
     }
+    failures.extend(traffic);
     if end_rss > baseline + MEMORY_GROWTH_LIMIT_KIB {
         failures.push(format!(
             "resident memory grew from {} MiB to {} MiB",
@@ -187,16 +219,42 @@ fn report(
     );
 }
 
+/// Rates up to [`RATED_PER_CHUNK`] of `ids` (thumbs up) and returns those the server took.
+async fn rate(
+    address: &str,
+    ids: Vec<String>,
+    counts: &Arc<Mutex<BTreeMap<(String, String), u64>>>,
+) -> Vec<String> {
+    let mut rated = Vec::new();
+    for id in ids.into_iter().take(RATED_PER_CHUNK) {
+        let reply = exchange(address, feedback(&id, API_KEY), Trickle::No).await;
+        let status = reply
+            .status
+            .map_or_else(|| reply.outcome.to_owned(), |s| s.to_string());
+        *counts
+            .lock()
+            .unwrap()
+            .entry(("feedback".to_owned(), status))
+            .or_default() += 1;
+        if reply.status == Some(200) {
+            rated.push(id);
+        }
+    }
+    rated
+}
+
 async fn send_all(
     address: &str,
     range: std::ops::Range<usize>,
     counts: &Arc<Mutex<BTreeMap<(String, String), u64>>>,
+    answered: &Answered,
 ) {
     let next = Arc::new(Mutex::new(range));
     let mut workers = Vec::new();
     for _ in 0..CONCURRENCY {
         let next = next.clone();
         let counts = counts.clone();
+        let answered = answered.clone();
         let address = address.to_owned();
         workers.push(tokio::spawn(async move {
             loop {
@@ -207,6 +265,11 @@ async fn send_all(
                 let kind = pick_kind(&mut rng);
                 let (request, trickle) = build(kind, &mut rng);
                 let reply = exchange(&address, request, trickle).await;
+                if let (Some(200), Some(id)) = (reply.status, &reply.request_id)
+                    && RATED.contains(&kind)
+                {
+                    answered.lock().unwrap().push(id.clone());
+                }
                 let status = reply
                     .status
                     .map_or_else(|| reply.outcome.to_owned(), |s| s.to_string());
@@ -228,12 +291,15 @@ struct Reply {
     status: Option<u16>,
     /// Without a status: how the exchange ended.
     outcome: &'static str,
+    /// The response's `x-request-id`.
+    request_id: Option<String>,
 }
 
 async fn exchange(address: &str, request: Vec<u8>, trickle: Trickle) -> Reply {
     let none = |outcome| Reply {
         status: None,
         outcome,
+        request_id: None,
     };
     let Ok(mut stream) = TcpStream::connect(address).await else {
         return none("connect failed");
@@ -295,22 +361,39 @@ async fn read_status(stream: &mut TcpStream, trickle: Trickle) -> Option<Reply> 
         return Some(Reply {
             status: None,
             outcome: "no answer in 120 s",
+            request_id: None,
         });
     }
-    let line = answer.split(|&b| b == b'\n').next()?;
-    let text = std::str::from_utf8(line).ok()?;
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    let head_end = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(answer.len());
+    let head = String::from_utf8_lossy(&answer[..head_end]);
+    let mut lines = head.lines();
+    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let request_id = lines.find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.eq_ignore_ascii_case("x-request-id")
+            .then(|| value.trim().to_owned())
+    });
     Some(Reply {
         status: Some(status),
         outcome: "",
+        request_id,
     })
 }
 
 /// The `gym serve` under test.
+/// The traffic log's file name in the scratch directory.
+const TRAFFIC_LOG: &str = "traffic.jsonl";
+
 struct Server {
     child: Child,
     address: String,
     stderr_path: PathBuf,
+    binary: PathBuf,
+    scratch: PathBuf,
+    model: PathBuf,
 }
 
 impl Server {
@@ -352,14 +435,28 @@ impl Server {
             .arg(scratch.join("runs"))
             .arg("--gov-dir")
             .arg(scratch.join("gov"))
+            .arg("--traffic-log")
+            .arg(scratch.join(TRAFFIC_LOG))
+            .args(["--traffic-max-bytes", &TRAFFIC_MAX_BYTES.to_string()])
+            .args(["--traffic-keep", &TRAFFIC_KEEP.to_string()])
+            // The requests name `localhost` without the port, which they do not know.
+            .args(["--allowed-host", "localhost"])
+            // The embedder and the rest of the models folder, wherever the scratch folder is.
+            .env("GYM_MODELS_DIR", model.parent().unwrap())
             .current_dir(scratch)
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr_path).unwrap())
             .spawn()
             .expect("gym serve starts");
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        // The first line naming a URL (a traffic log is announced before it).
         let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
+        while !line.contains("http://") {
+            line.clear();
+            if stdout.read_line(&mut line).unwrap() == 0 {
+                break;
+            }
+        }
         // Whatever else the server prints must not fill the pipe and stall it.
         std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
         let address = line
@@ -372,6 +469,9 @@ impl Server {
             child,
             address,
             stderr_path,
+            binary,
+            scratch: scratch.to_owned(),
+            model: model.to_owned(),
         }
     }
 
@@ -389,9 +489,129 @@ impl Server {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// SIGTERM, so the server writes the traffic records still queued; SIGKILL after 30 s.
     fn stop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// What is wrong with the traffic log the stopped server left: its files past what
+    /// retention allows (`keep + 1` files of at most the rotation size plus one record of at
+    /// most 1 MiB), a rated answer missing, or `gym grpo --from-traffic` failing on it.
+    fn check_traffic(&self, rated: &[String]) -> Vec<String> {
+        let mut failures = Vec::new();
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(&self.scratch).unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(TRAFFIC_LOG) {
+                files.push((name, entry.metadata().map_or(0, |m| m.len())));
+            }
+        }
+        files.sort();
+        let total: u64 = files.iter().map(|(_, size)| size).sum();
+        let allowed = (TRAFFIC_KEEP + 1) * (TRAFFIC_MAX_BYTES + (1 << 20));
+        println!("traffic log: {files:?}, {total} bytes in all (at most {allowed} allowed)");
+        if files.len() as u64 > TRAFFIC_KEEP + 1 || total > allowed {
+            failures.push(format!(
+                "the traffic log kept {} files and {total} bytes",
+                files.len()
+            ));
+        }
+        let mut text = String::new();
+        for (name, _) in &files {
+            text.push_str(&std::fs::read_to_string(self.scratch.join(name)).unwrap_or_default());
+        }
+        let missing: Vec<&String> = rated
+            .iter()
+            .filter(|id| !text.contains(&format!("\"request_id\":\"{id}\"")))
+            .collect();
+        println!(
+            "rated answers: {}, missing from the surviving log: {}",
+            rated.len(),
+            missing.len()
+        );
+        if !missing.is_empty() {
+            failures.push(format!(
+                "{} rated answer(s) rotated away, e.g. {}",
+                missing.len(),
+                missing[0]
+            ));
+        }
+        let started = Instant::now();
+        let run = Command::new(&self.binary)
+            .args([
+                "grpo",
+                "--from-traffic",
+                TRAFFIC_LOG,
+                "--library",
+                "learned",
+            ])
+            .args([
+                "--run-id",
+                "from-traffic",
+                "--samples",
+                "8",
+                "--epochs",
+                "1",
+            ])
+            .args([
+                "--batch-size",
+                "4",
+                "--group-size",
+                "2",
+                "--max-tokens",
+                "16",
+            ])
+            .args([
+                "--validate",
+                "0",
+                "--eval-limit",
+                "2",
+                "--eval-k",
+                "1",
+                "--no-tui",
+            ])
+            .arg("--model")
+            .arg(&self.model)
+            .arg("--library-dir")
+            .arg(self.scratch.join("experiences"))
+            .arg("--runs-dir")
+            .arg(self.scratch.join("runs"))
+            .env("GYM_MODELS_DIR", self.model.parent().unwrap())
+            .current_dir(&self.scratch)
+            .output()
+            .expect("gym grpo runs");
+        let summary = std::fs::read_to_string(self.scratch.join("runs/from-traffic/summary.json"))
+            .unwrap_or_default();
+        let summary: serde_json::Value = serde_json::from_str(&summary).unwrap_or_default();
+        println!(
+            "gym grpo --from-traffic: exit {:?} in {:.0} s, source {}",
+            run.status.code(),
+            started.elapsed().as_secs_f64(),
+            summary["source"]
+        );
+        // Exit 2: the run ended without a change to commit, which is a finished run too.
+        let finished = matches!(run.status.code(), Some(0 | 2));
+        if !finished || summary["source"]["format"] != "traffic" {
+            failures.push(format!(
+                "gym grpo --from-traffic failed on the surviving log: {}",
+                String::from_utf8_lossy(&run.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+            ));
+        }
+        failures
     }
 
     fn panics(&self) -> Vec<String> {

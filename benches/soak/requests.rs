@@ -22,7 +22,18 @@ pub(crate) const KINDS: &[(&str, u32)] = &[
     ("random_route", 8),
     ("dropped_stream", 3),
     ("valid_chat", 15),
+    // Traffic-log payloads (issue 32): a body of `[0,0,…]` messages that once became a ~58 MiB
+    // log line, a chat too long for the model, and a client that sends one request id again
+    // and again (a proxy retrying).
+    ("zero_messages", 3),
+    ("long_chat", 2),
+    ("repeated_request_id", 4),
+    // A web page's requests: another site's `Host` (DNS rebinding) or `Origin`.
+    ("foreign_site", 3),
 ];
+
+/// Kinds whose 200 answers are rated with `POST /v1/feedback` after each thousand requests.
+pub(crate) const RATED: &[&str] = &["valid_chat", "repeated_request_id"];
 
 pub(crate) fn pick_kind(rng: &mut StdRng) -> &'static str {
     let sum: u32 = KINDS.iter().map(|(_, weight)| weight).sum();
@@ -136,6 +147,48 @@ pub(crate) fn build(kind: &str, rng: &mut StdRng) -> (Vec<u8>, Trickle) {
             body.extend_from_slice(br#""}],"max_tokens":4}"#);
             (post(chat, &body, &[]), Trickle::No)
         }
+        "zero_messages" => {
+            // Just under the 4 MiB body limit: two bytes per message.
+            let count = (4 << 20) / 2 - 64 - rng.random_range(0..1024);
+            let mut body = br#"{"model":"gym@soak","messages":["#.to_vec();
+            body.extend_from_slice(&b"0,".repeat(count - 1));
+            body.extend_from_slice(b"0]}");
+            (post(chat, &body, &[]), Trickle::No)
+        }
+        "long_chat" => {
+            let words = "seven apples and nine pears ".repeat(rng.random_range(1_000..30_000));
+            let body = json!({"model": "gym@soak", "messages": [{"role": "user", "content": words}], "max_tokens": 2});
+            (
+                post(chat, &serde_json::to_vec(&body).unwrap(), &[]),
+                Trickle::No,
+            )
+        }
+        "repeated_request_id" => {
+            let mut request = valid_chat(rng, false);
+            let header_end = request.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+            request.splice(
+                header_end..header_end,
+                b"\r\nx-request-id: soak-same-id".iter().copied(),
+            );
+            (request, Trickle::No)
+        }
+        "foreign_site" => {
+            let mut request = valid_chat(rng, false);
+            let header_end = request.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+            if rng.random_bool(0.5) {
+                request.splice(
+                    header_end..header_end,
+                    b"\r\norigin: http://evil.example".iter().copied(),
+                );
+            } else {
+                let at = request
+                    .windows(15)
+                    .position(|w| w == b"host: localhost")
+                    .unwrap();
+                request.splice(at..at + 15, b"host: evil.example".iter().copied());
+            }
+            (request, Trickle::No)
+        }
         "oversize_body" => {
             let body = vec![b' '; (4 << 20) + rng.random_range(1..(1 << 20))];
             (post(chat, &body, &[]), Trickle::No)
@@ -154,7 +207,7 @@ pub(crate) fn build(kind: &str, rng: &mut StdRng) -> (Vec<u8>, Trickle) {
         }
         "header_flood" => {
             let mut request =
-                b"GET /health HTTP/1.1\r\nhost: soak\r\nconnection: close\r\n".to_vec();
+                b"GET /health HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n".to_vec();
             let (count, size) = if rng.random_bool(0.5) {
                 (2_000, 16)
             } else {
@@ -235,7 +288,7 @@ pub(crate) fn build(kind: &str, rng: &mut StdRng) -> (Vec<u8>, Trickle) {
             let method = methods[rng.random_range(0..methods.len())];
             let path = paths[rng.random_range(0..paths.len())];
             let request = format!(
-                "{method} {path} HTTP/1.1\r\nhost: soak\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
+                "{method} {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
             );
             (request.into_bytes(), Trickle::No)
         }
@@ -259,9 +312,20 @@ pub(crate) fn valid_chat(rng: &mut StdRng, stream: bool) -> Vec<u8> {
     )
 }
 
+/// Thumbs up for the answer of request `request_id`, with the soak's API key.
+pub(crate) fn feedback(request_id: &str, key: &str) -> Vec<u8> {
+    let body = json!({"request_id": request_id, "choice": 0, "thumbs": "up"});
+    let authorization = format!("authorization: Bearer {key}");
+    post(
+        "/v1/feedback",
+        &serde_json::to_vec(&body).unwrap(),
+        &[&authorization],
+    )
+}
+
 fn post(path: &str, body: &[u8], headers: &[&str]) -> Vec<u8> {
     let mut request = format!(
-        "POST {path} HTTP/1.1\r\nhost: soak\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+        "POST {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
         body.len()
     )
     .into_bytes();

@@ -370,6 +370,17 @@ pub fn get_raw(address: &str, path: &str) -> String {
     response
 }
 
+/// The JSON a command printed, after checking it succeeded (the failure shows both streams).
+pub fn json_stdout(output: &std::process::Output) -> serde_json::Value {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
 /// The records of a traffic log (its header line left out).
 pub fn traffic_records(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)

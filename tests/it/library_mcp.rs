@@ -248,13 +248,7 @@ fn python_client(scratch: &Scratch, flags: &[&str], env: Value) -> Value {
         .current_dir(scratch.dir.path())
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    crate::common::json_stdout(&output)
 }
 
 #[test]

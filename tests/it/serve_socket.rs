@@ -8,7 +8,6 @@ use std::process::Command;
 use std::time::Duration;
 
 use gym::library::{Change, Library, Provenance, Settings};
-use serde_json::Value;
 
 use crate::common::{Scratch, python};
 
@@ -101,13 +100,7 @@ fn the_openai_python_client_gets_answers_streams_and_experience_headers() {
         .args(["-c", CLIENT, &url])
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let out: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let out = crate::common::json_stdout(&output);
 
     let plain = &out["plain"];
     assert_eq!(plain["experiences"], "E0001", "{out}");

@@ -171,13 +171,7 @@ fn served_requests_and_feedback_reach_the_traffic_log_and_usage_counts() {
         .args(["-c", CLIENT, &url, KEY])
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let out: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let out = crate::common::json_stdout(&output);
 
     // Ids: fresh ones, a valid client id echoed, an invalid one replaced, errors too.
     let plain_id = out["plain"]["id"].as_str().unwrap();

@@ -43,13 +43,7 @@ print(json.dumps({"7": probe(7), "12": probe(12), "fds": sorted(os.listdir("/pro
         .env("GYM_LIBRARY_DIR", scratch.libraries())
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let out: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let out = crate::common::json_stdout(&output);
     // EBADF for both; the only other descriptor is the one listing /proc/self/fd.
     assert_eq!(
         out,
