@@ -77,13 +77,7 @@ impl MiniLmEmbedder {
     /// only checked to exist.
     pub fn load_with_runtime(dir: &Path, onnxruntime: &Path) -> Result<Self, EmbedError> {
         let onnx_file = read(&dir.join(MINILM_MODEL_FILE))?;
-        let space = {
-            use sha2::Digest as _;
-            format!(
-                "minilm-{}",
-                hex::encode(&sha2::Sha256::digest(&onnx_file)[..6])
-            )
-        };
+        let space = format!("minilm-{}", &super::lookup::sha256_hex(&onnx_file)[..12]);
         let config_path = dir.join("config.json");
         let config_file = read(&config_path)?;
         let dimensions = hidden_size(&config_path, &config_file)?;
