@@ -15,7 +15,9 @@
 //!
 //! It fails (exit code 1) on any 5xx other than 503 and 504, on a panic in the server's
 //! output, if the server dies or stops answering `/health`, if its resident memory ends
-//! more than 256 MiB above what it was after the warm-up, if the traffic log's files outgrow
+//! more than 256 MiB above what it was after the warm-up besides what its KV cache grew
+//! (`gym:kv_cache_bytes`: the cache grows to the largest round, a chat that nearly fills the
+//! context, and is kept; it is reported apart), if the traffic log's files outgrow
 //! what retention allows, if a rated answer is missing from the surviving log, or if
 //! `gym grpo --from-traffic` cannot train from that log. It prints the figures.
 //!
@@ -80,9 +82,9 @@ fn main() {
     let mut rated = Vec::new();
     let warmup = total.min(500);
     runtime.block_on(send_all(&address, 0..warmup, &counts, &answered));
-    let baseline = server.rss_kib();
+    let (baseline, kv_baseline) = (server.rss_kib(), server.kv_cache_kib());
     let mut peak = baseline;
-    let mut checkpoints = vec![(warmup, baseline)];
+    let mut checkpoints = vec![(warmup, baseline, kv_baseline)];
     let chunk = 1_000;
     let mut sent = warmup;
     while sent < total {
@@ -91,13 +93,14 @@ fn main() {
         let ids: Vec<String> = std::mem::take(&mut *answered.lock().unwrap());
         rated.extend(runtime.block_on(rate(&address, ids, &counts)));
         sent = end;
-        let rss = server.rss_kib();
+        let (rss, kv) = (server.rss_kib(), server.kv_cache_kib());
         peak = peak.max(rss);
-        checkpoints.push((sent, rss));
+        checkpoints.push((sent, rss, kv));
         eprintln!(
-            "soak: {sent}/{total} requests, {:.0} s, server RSS {} MiB",
+            "soak: {sent}/{total} requests, {:.0} s, server RSS {} MiB (KV cache {} MiB)",
             started.elapsed().as_secs_f64(),
-            rss >> 10
+            rss >> 10,
+            kv >> 10
         );
     }
     let elapsed = started.elapsed();
@@ -130,7 +133,7 @@ fn main() {
             tokio::time::sleep(Duration::from_secs(5)).await;
         }
     });
-    let end_rss = server.rss_kib();
+    let (end_rss, end_kv) = (server.rss_kib(), server.kv_cache_kib());
     let alive = server.alive();
     server.stop();
     let panics = server.panics();
@@ -157,19 +160,23 @@ fn main() {
         failures.push("the server stopped answering a valid chat".into());
     }
     failures.extend(traffic);
-    if end_rss > baseline + MEMORY_GROWTH_LIMIT_KIB {
+    let kv_growth = end_kv.saturating_sub(kv_baseline);
+    if end_rss > baseline + kv_growth + MEMORY_GROWTH_LIMIT_KIB {
         failures.push(format!(
-            "resident memory grew from {} MiB to {} MiB",
+            "resident memory grew from {} MiB to {} MiB, of which the KV cache {} MiB",
             baseline >> 10,
-            end_rss >> 10
+            end_rss >> 10,
+            kv_growth >> 10
         ));
     }
     println!(
-        "server: alive {alive}, /health {healthy}, valid chat after the soak {answers}, panics {}, RSS after warm-up {} MiB, peak {} MiB, end {} MiB",
+        "server: alive {alive}, /health {healthy}, valid chat after the soak {answers}, panics {}, RSS after warm-up {} MiB (KV cache {} MiB), peak {} MiB, end {} MiB (KV cache {} MiB)",
         panics.len(),
         baseline >> 10,
+        kv_baseline >> 10,
         peak >> 10,
-        end_rss >> 10
+        end_rss >> 10,
+        end_kv >> 10
     );
     if failures.is_empty() {
         println!("soak passed");
@@ -185,7 +192,7 @@ fn report(
     counts: &BTreeMap<(String, String), u64>,
     total: usize,
     elapsed: Duration,
-    checkpoints: &[(usize, u64)],
+    checkpoints: &[(usize, u64, u64)],
     peak: u64,
 ) {
     println!(
@@ -210,7 +217,7 @@ fn report(
     }
     let trace: Vec<String> = checkpoints
         .iter()
-        .map(|(sent, rss)| format!("{sent}: {} MiB", rss >> 10))
+        .map(|(sent, rss, kv)| format!("{sent}: {} MiB (KV {})", rss >> 10, kv >> 10))
         .collect();
     println!(
         "server RSS by requests sent: {} (peak {} MiB)",
@@ -483,6 +490,25 @@ impl Server {
             .find_map(|line| line.strip_prefix("VmRSS:"))
             .and_then(|value| value.split_whitespace().next()?.parse().ok())
             .unwrap_or(0)
+    }
+
+    /// `gym:kv_cache_bytes` from `GET /metrics`, summed over models, in KiB.
+    fn kv_cache_kib(&self) -> u64 {
+        use std::io::{Read as _, Write as _};
+        let Ok(mut stream) = std::net::TcpStream::connect(&self.address) else {
+            return 0;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+        let _ = stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response);
+        let bytes: u64 = response
+            .lines()
+            .filter(|line| line.starts_with("gym:kv_cache_bytes{"))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum();
+        bytes >> 10
     }
 
     fn alive(&mut self) -> bool {

@@ -351,6 +351,11 @@ pub struct BackendStats {
     /// Requests sent to the model and not yet decoding, now (llama.cpp only).
     #[serde(default)]
     pub queued_requests: u64,
+    /// Bytes of the KV cache the model thread holds now (llama.cpp only). It grows to the
+    /// cells of the largest round so far, at most `--max-context`, and is kept for the next
+    /// rounds, so it is part of the process's resident memory while the model is loaded.
+    #[serde(default)]
+    pub kv_cache_bytes: u64,
 }
 
 /// A chat model that samples groups of completions.

@@ -6,7 +6,9 @@
 //! `gym:e2e_request_latency_seconds`, `gym:prompt_tokens_total`,
 //! `gym:generation_tokens_total`, `gym:prefix_cache_queries_total`,
 //! `gym:prefix_cache_hits_total`, `gym:num_requests_running`, `gym:num_requests_waiting`),
-//! so dashboards built for those servers read Gym's too.
+//! so dashboards built for those servers read Gym's too. `gym:kv_cache_bytes` is Gym's own:
+//! vLLM reports its cache as a fraction of a pool fixed at start, while Gym's grows with the
+//! rounds, so it is reported in bytes.
 //!
 //! Written here rather than with `prometheus-client`: that crate has no summary type, which the
 //! `gym_hllm_*` families are, and most families are read at scrape time from counters other
@@ -335,19 +337,22 @@ fn serving_lines(out: &mut String, m: &Inner) {
 
 /// `gym:num_requests_running` and `gym:num_requests_waiting` per model: requests holding one
 /// of an upstream's slots, and those waiting for a slot or in the local model's queue (which
-/// hold a slot but are not decoding yet).
-pub fn queue_lines(router: &super::router::Router) -> String {
+/// hold a slot but are not decoding yet); and `gym:kv_cache_bytes`, the KV cache a local
+/// model's thread holds now (it grows to the largest round, up to `--max-context`, and stays).
+pub fn model_lines(router: &super::router::Router) -> String {
     use std::sync::atomic::Ordering::Relaxed;
 
-    let mut by_model: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let mut by_model: BTreeMap<String, [u64; 3]> = BTreeMap::new();
     for upstream in router.upstreams() {
-        let queued = upstream.backend.stats().queued_requests;
+        let stats = upstream.backend.stats();
+        let queued = stats.queued_requests;
         let running = upstream.stats.running.load(Relaxed);
         let entry = by_model
             .entry(upstream.backend.model().to_owned())
             .or_default();
-        entry.0 += running.saturating_sub(queued);
-        entry.1 += upstream.stats.waiting.load(Relaxed) + queued.min(running);
+        entry[0] += running.saturating_sub(queued);
+        entry[1] += upstream.stats.waiting.load(Relaxed) + queued.min(running);
+        entry[2] += stats.kv_cache_bytes;
     }
     let mut out = String::new();
     for (index, (name, help)) in [
@@ -359,16 +364,19 @@ pub fn queue_lines(router: &super::router::Router) -> String {
             "gym:num_requests_waiting",
             "Requests waiting for the model.",
         ),
+        (
+            "gym:kv_cache_bytes",
+            "Bytes of KV cache the local model holds (0 for a remote one).",
+        ),
     ]
     .into_iter()
     .enumerate()
     {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} gauge");
-        for (model, counts) in &by_model {
+        for (model, values) in &by_model {
             let model = LabelValue(model);
-            let value = if index == 0 { counts.0 } else { counts.1 };
-            let _ = writeln!(out, "{name}{{model_name=\"{model}\"}} {value}");
+            let _ = writeln!(out, "{name}{{model_name=\"{model}\"}} {}", values[index]);
         }
     }
     out

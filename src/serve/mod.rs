@@ -254,7 +254,7 @@ async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
         app.metrics.render()
             + &metrics::usage_lines(&app.catalog.usage(), app.usage.pending())
             + &metrics::upstream_lines(&app.router)
-            + &metrics::queue_lines(&app.router)
+            + &metrics::model_lines(&app.router)
             + &app.traffic.metric_lines()
             + &app
                 .retriever

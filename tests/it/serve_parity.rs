@@ -552,5 +552,13 @@ print(json.dumps(out))
             metric(after, &format!("gym:num_requests_waiting{model}")),
             0.0
         );
+        // The KV cache: none before the first round, then whole cells of SmolLM2-135M
+        // (30 layers × 3 KV heads × 64 wide × K and V × f16 = 23,040 bytes), at least 2,048 of
+        // them and a multiple of 256.
+        assert_eq!(metric(before, &format!("gym:kv_cache_bytes{model}")), 0.0);
+        let kv = metric(after, &format!("gym:kv_cache_bytes{model}")) as u64;
+        assert_eq!(kv % 23_040, 0, "{kv}");
+        let cells = kv / 23_040;
+        assert!(cells >= 2_048 && cells.is_multiple_of(256), "{cells} cells");
     }
 }

@@ -106,6 +106,8 @@ pub(super) struct Worker<'m> {
     template: LlamaChatTemplate,
     threads: i32,
     max_context: usize,
+    /// K and V of one token in every layer, as llama.cpp stores them by default (f16).
+    kv_bytes_per_cell: u64,
     context: Option<(LlamaContext<'m>, usize, usize)>,
     waiting: VecDeque<Job>,
     stats: Arc<Mutex<BackendStats>>,
@@ -131,6 +133,7 @@ impl<'m> Worker<'m> {
             template,
             threads,
             max_context: config.max_context as usize,
+            kv_bytes_per_cell: kv_bytes_per_cell(model),
             context: None,
             waiting: VecDeque::new(),
             stats,
@@ -322,6 +325,8 @@ impl<'m> Worker<'m> {
         let context = self.model.new_context(self.runtime, params).map_err(|e| {
             BackendError::Llama(format!("cannot create a context of {cells} cells: {e}"))
         })?;
+        self.stats.lock().expect("stats lock").kv_cache_bytes =
+            cells as u64 * self.kv_bytes_per_cell;
         Ok((context, cells, sequences))
     }
 
@@ -563,6 +568,13 @@ fn shared_prefix(earlier: &[Admitted], prompt: &[LlamaToken]) -> Option<(usize, 
         })
         .filter(|&(_, length)| length >= MIN_SHARED_PREFIX)
         .max_by_key(|&(seq, length)| (length, std::cmp::Reverse(seq)))
+}
+
+/// Bytes of one KV cell: a key and a value of `n_head_kv` heads in every layer, in f16 (the
+/// heads' width is the embedding's over the query heads, as in the models Gym runs).
+fn kv_bytes_per_cell(model: &LlamaModel) -> u64 {
+    let head_width = model.n_embd().max(0) as u64 / u64::from(model.n_head().max(1));
+    2 * u64::from(model.n_layer()) * u64::from(model.n_head_kv()) * head_width * 2
 }
 
 /// Decodes `prompt[start..]` as sequence `seq` (whose cells already hold `prompt[..start]`) in
