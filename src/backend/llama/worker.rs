@@ -311,6 +311,8 @@ impl<'m> Worker<'m> {
             context.clear_kv_cache();
             return Ok((context, c, s));
         }
+        // The old context, if any, was too small and is gone.
+        self.hold_kv_cells(0);
         let cells = cells.max(2048).div_ceil(256) * 256;
         let sequences = sequences.max(8);
         let params = LlamaContextParams::default()
@@ -325,9 +327,14 @@ impl<'m> Worker<'m> {
         let context = self.model.new_context(self.runtime, params).map_err(|e| {
             BackendError::Llama(format!("cannot create a context of {cells} cells: {e}"))
         })?;
+        self.hold_kv_cells(cells);
+        Ok((context, cells, sequences))
+    }
+
+    /// Records the KV cells of the context now held (`gym:kv_cache_bytes`).
+    fn hold_kv_cells(&self, cells: usize) {
         self.stats.lock().expect("stats lock").kv_cache_bytes =
             cells as u64 * self.kv_bytes_per_cell;
-        Ok((context, cells, sequences))
     }
 
     fn run(&mut self, mut round: Vec<Admitted>, queue: &Receiver<Job>) {
@@ -344,6 +351,9 @@ impl<'m> Worker<'m> {
                 let outcome = self.decode_round(&mut context, &mut round, &mut between_steps);
                 if outcome.is_ok() {
                     self.context = Some((context, c, s));
+                } else {
+                    // A context a failed round leaves behind is not reused.
+                    self.hold_kv_cells(0);
                 }
                 outcome
             });
