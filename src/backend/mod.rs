@@ -11,6 +11,7 @@
 //! Both stream: [`Backend::generate_streaming`] sends text as it is sampled (llama.cpp token by
 //! token, OpenAI-compatible servers as their `stream: true` chunks arrive).
 
+pub mod anthropic;
 mod error;
 mod grammar;
 #[cfg(feature = "llama")]

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
+use gym::backend::anthropic::{AnthropicBackend, AnthropicConfig};
 use gym::backend::openai::{GroupMode, OpenAiBackend, OpenAiConfig};
 use gym::backend::{Backend, PriceTable, Sampling};
 
@@ -16,6 +17,8 @@ pub enum BackendKind {
     Llama,
     /// Any OpenAI-compatible chat-completions server.
     Openai,
+    /// Any server that speaks Anthropic's Messages API (`POST {base}/v1/messages`).
+    Anthropic,
     /// candle in process (the GGUF dequantized to f32), with an optional LoRA adapter or weight
     /// delta (needs the `finetune` feature).
     Candle,
@@ -28,27 +31,30 @@ pub struct BackendArgs {
     pub backend: BackendKind,
 
     /// llama: path to a GGUF file (default: the SmolLM2-135M-Instruct model that `make setup`
-    /// fetches into $GYM_MODELS_DIR). openai: the model name sent to the server.
+    /// fetches into $GYM_MODELS_DIR). openai, anthropic: the model name sent to the server.
     #[arg(long, env = "GYM_MODEL")]
     pub model: Option<String>,
 
-    /// openai: base URL including the API prefix, e.g. http://127.0.0.1:8000/v1.
+    /// openai: base URL including the API prefix, e.g. http://127.0.0.1:8000/v1. anthropic:
+    /// the server's address, requests go to {base}/v1/messages (default
+    /// https://api.anthropic.com).
     #[arg(long, env = "OPENAI_BASE_URL")]
     pub base_url: Option<String>,
 
-    /// openai: name of the environment variable that holds the API key.
-    #[arg(long, default_value = "OPENAI_API_KEY")]
-    pub api_key_env: String,
+    /// openai, anthropic: name of the environment variable that holds the API key (default
+    /// OPENAI_API_KEY, with anthropic ANTHROPIC_API_KEY).
+    #[arg(long)]
+    pub api_key_env: Option<String>,
 
-    /// openai: requests in flight at once.
+    /// openai, anthropic: requests in flight at once.
     #[arg(long, env = "GYM_CONCURRENCY", default_value_t = 8)]
     pub concurrency: usize,
 
-    /// openai: retries of a failed request (429, 5xx, timeouts, connection errors).
+    /// openai, anthropic: retries of a failed request (429, 5xx, timeouts, connection errors).
     #[arg(long, default_value_t = 5)]
     pub max_retries: u32,
 
-    /// openai: seconds before a request is abandoned and retried.
+    /// openai, anthropic: seconds before a request is abandoned and retried.
     #[arg(long, default_value_t = 120.0)]
     pub request_timeout: f64,
 
@@ -56,7 +62,7 @@ pub struct BackendArgs {
     #[arg(long, value_enum, default_value = "auto")]
     pub group_mode: GroupMode,
 
-    /// openai: JSON file of extra or overriding prices,
+    /// openai, anthropic: JSON file of extra or overriding prices,
     /// {"model": {"input_per_mtok": 0.5, "output_per_mtok": 1.5}}.
     #[arg(long, env = "GYM_PRICE_TABLE")]
     pub price_table: Option<PathBuf>,
@@ -88,10 +94,46 @@ pub struct BackendArgs {
 }
 
 impl BackendArgs {
+    /// The variable that holds the API key.
+    pub fn api_key_env(&self) -> &str {
+        match (&self.api_key_env, self.backend) {
+            (Some(name), _) => name,
+            (None, BackendKind::Anthropic) => "ANTHROPIC_API_KEY",
+            (None, _) => "OPENAI_API_KEY",
+        }
+    }
+
+    fn request_timeout(&self) -> anyhow::Result<Duration> {
+        anyhow::ensure!(
+            self.request_timeout.is_finite() && self.request_timeout > 0.0,
+            "--request-timeout must be a positive number of seconds"
+        );
+        Ok(Duration::from_secs_f64(self.request_timeout))
+    }
+
     pub fn build(&self) -> anyhow::Result<Arc<dyn Backend>> {
         match self.backend {
             BackendKind::Llama => self.llama(),
             BackendKind::Candle => self.candle(),
+            BackendKind::Anthropic => {
+                let model = self
+                    .model
+                    .clone()
+                    .context("--backend anthropic needs --model (or GYM_MODEL)")?;
+                let base_url = self
+                    .base_url
+                    .clone()
+                    .unwrap_or_else(|| "https://api.anthropic.com".into());
+                let mut config = AnthropicConfig::new(base_url, model);
+                config.api_key = std::env::var(self.api_key_env()).ok();
+                config.concurrency = self.concurrency;
+                config.max_retries = self.max_retries;
+                config.timeout = self.request_timeout()?;
+                if let Some(path) = &self.price_table {
+                    config.prices = PriceTable::with_file(path)?;
+                }
+                Ok(Arc::new(AnthropicBackend::new(config)?))
+            }
             BackendKind::Openai => {
                 let base_url = self
                     .base_url
@@ -102,14 +144,10 @@ impl BackendArgs {
                     .clone()
                     .context("--backend openai needs --model (or GYM_MODEL)")?;
                 let mut config = OpenAiConfig::new(base_url, model);
-                config.api_key = std::env::var(&self.api_key_env).ok();
+                config.api_key = std::env::var(self.api_key_env()).ok();
                 config.concurrency = self.concurrency;
                 config.max_retries = self.max_retries;
-                anyhow::ensure!(
-                    self.request_timeout.is_finite() && self.request_timeout > 0.0,
-                    "--request-timeout must be a positive number of seconds"
-                );
-                config.timeout = Duration::from_secs_f64(self.request_timeout);
+                config.timeout = self.request_timeout()?;
                 config.group_mode = self.group_mode;
                 if let Some(path) = &self.price_table {
                     config.prices = PriceTable::with_file(path)?;

@@ -67,7 +67,7 @@ pub fn fallback_finetune(
     // The fine-tune adapts the GGUF the rollouts came from; a remote model cannot be.
     let model = match backend.backend {
         BackendKind::Llama | BackendKind::Candle => backend.model.as_deref().map(Path::new),
-        BackendKind::Openai => {
+        BackendKind::Openai | BackendKind::Anthropic => {
             events.emit(RunEvent::Log {
                 level: "warn".into(),
                 text: "the rollouts came from a remote model: fine-tuning the default local model instead".into(),

@@ -340,7 +340,10 @@ fn backend_name(kind: BackendKind) -> String {
 /// The model a backend would load: a file's name and SHA-256, or a served model's name.
 fn model_ref(backend: &BackendArgs) -> anyhow::Result<ModelRef> {
     let kind = backend_name(backend.backend);
-    if backend.backend == BackendKind::Openai {
+    if matches!(
+        backend.backend,
+        BackendKind::Openai | BackendKind::Anthropic
+    ) {
         return Ok(ModelRef {
             backend: kind,
             name: backend.model.clone().unwrap_or_default(),

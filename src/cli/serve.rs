@@ -460,6 +460,8 @@ impl ServeArgs {
                 }),
                 gym::serve::origin::guard,
             ))
+            // The refusals above on the Messages API routes, in Anthropic's error shape.
+            .layer(axum::middleware::from_fn(gym::serve::messages::anthropic_errors))
             // Around everything (the web pages, a body that came too late), so every response
             // carries an x-request-id.
             .layer(axum::middleware::from_fn(gym::serve::request_id::assign));

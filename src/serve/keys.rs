@@ -1,6 +1,7 @@
 //! API keys for the routes that write. Keys come from a file (one `NAME:KEY` per line, `#`
 //! comments) and/or the environment (`GYM_API_KEYS="alice:k1,bob:k2"`); requests send
-//! `Authorization: Bearer KEY`. Only SHA-256 digests of the keys are kept in memory.
+//! `Authorization: Bearer KEY`, or `x-api-key: KEY` as Anthropic's SDKs do. Only SHA-256
+//! digests of the keys are kept in memory.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -26,6 +27,9 @@ pub enum KeysError {
 pub struct ApiKeys {
     by_digest: HashMap<[u8; 32], String>,
 }
+
+/// The header Anthropic's SDKs send the key in.
+const X_API_KEY: &str = "x-api-key";
 
 fn digest(key: &str) -> [u8; 32] {
     Sha256::digest(key.as_bytes()).into()
@@ -99,30 +103,35 @@ impl ApiKeys {
         self.by_digest.get(&digest(key)).map(String::as_str)
     }
 
-    /// The name of the key a request carries, if it carries one of ours.
+    /// The name of the key a request carries, if it carries one of ours: in
+    /// `Authorization: Bearer KEY`, or in `x-api-key: KEY` (what Anthropic's SDKs send).
     pub fn holder(&self, headers: &HeaderMap) -> Option<&str> {
         self.check(
             headers
                 .get(header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok()),
         )
+        .or_else(|| {
+            let key = headers.get(X_API_KEY)?.to_str().ok()?.trim();
+            self.by_digest.get(&digest(key)).map(String::as_str)
+        })
     }
 
-    /// The name of the key a request carries ([`check`](Self::check) of its `Authorization`
-    /// header), or the 401 that says what `needs` the key and what the request lacked.
+    /// The name of the key a request carries ([`holder`](Self::holder)), or the 401 that says
+    /// what `needs` the key and what the request lacked.
     pub fn require(&self, headers: &HeaderMap, needs: &str) -> Result<&str, ApiError> {
-        let authorization = headers.get(header::AUTHORIZATION);
-        if let Some(name) = self.check(authorization.and_then(|v| v.to_str().ok())) {
+        if let Some(name) = self.holder(headers) {
             return Ok(name);
         }
-        let lacked = if authorization.is_none() {
-            "the request has no Authorization header"
-        } else {
-            "the key it sent is not one of them"
-        };
+        let lacked =
+            if !headers.contains_key(header::AUTHORIZATION) && !headers.contains_key(X_API_KEY) {
+                "the request has no Authorization or x-api-key header"
+            } else {
+                "the key it sent is not one of them"
+            };
         Err(ApiError::Unauthorized(format!(
-            "{needs} needs one of this server's API keys, sent as `Authorization: Bearer KEY`; \
-             {lacked}"
+            "{needs} needs one of this server's API keys, sent as `Authorization: Bearer KEY` \
+             (or `x-api-key: KEY`); {lacked}"
         )))
     }
 }
@@ -157,7 +166,7 @@ mod tests {
         let refused = keys.require(&headers, "writing").unwrap_err().to_string();
         assert!(refused.starts_with("writing needs one of this server's API keys"));
         assert!(
-            refused.ends_with("the request has no Authorization header"),
+            refused.ends_with("the request has no Authorization or x-api-key header"),
             "{refused}"
         );
         headers.insert(
@@ -174,6 +183,16 @@ mod tests {
             "Bearer bob-key-0123456789abc".parse().unwrap(),
         );
         assert_eq!(keys.require(&headers, "writing").unwrap(), "bob");
+
+        let mut anthropic = HeaderMap::new();
+        anthropic.insert(X_API_KEY, "alice-key-0123456789".parse().unwrap());
+        assert_eq!(keys.holder(&anthropic), Some("alice"));
+        anthropic.insert(X_API_KEY, "wrong-key-0123456789".parse().unwrap());
+        let refused = keys.require(&anthropic, "writing").unwrap_err().to_string();
+        assert!(
+            refused.ends_with("the key it sent is not one of them"),
+            "{refused}"
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! | `chat` | `POST /v1/chat/completions` |
 //! | `completions` | `POST /v1/completions` (legacy text completions) |
 //! | `responses` | `POST /v1/responses` (the Responses API) |
+//! | [`messages`] | `POST /v1/messages` (Anthropic's Messages API), and its errors in Anthropic's shape |
 //! | [`wire`] | OpenAI's request, response and chunk shapes |
 //! | [`schema_limits`] | bounds on the JSON schemas of `response_format` and `tools` |
 //! | [`router`] | upstreams by model name, concurrency limits, failover and cooldown |
@@ -48,6 +49,7 @@ pub mod inject;
 pub mod ivf;
 pub mod keys;
 mod library_api;
+pub mod messages;
 pub mod metrics;
 pub mod origin;
 #[cfg(feature = "qdrant")]
@@ -161,6 +163,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/chat/completions", post(chat::completions))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/responses", post(responses::responses))
+        .route(messages::ROUTE, post(messages::messages))
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
@@ -186,6 +189,8 @@ pub fn app(state: AppState) -> Router {
             state.clone(),
             traffic::record,
         ))
+        // Errors of the Messages API in Anthropic's shape, whichever layer above refused.
+        .layer(middleware::from_fn(messages::anthropic_errors))
         // Outermost, so errors of the layers above carry an id too.
         .layer(middleware::from_fn(request_id::assign))
         .with_state(state)
@@ -206,8 +211,9 @@ async fn record(State(app): State<AppState>, request: Request, next: Next) -> Re
 async fn not_found() -> ApiError {
     ApiError::NotFound {
         message: "no such route; Gym serves /v1/chat/completions, /v1/completions, \
-                  /v1/responses, /v1/models, /v1/libraries, /v1/runs, /v1/feedback, /v1/gov, \
-                  /health and /metrics, and web pages at /gov and /libraries"
+                  /v1/responses, /v1/messages, /v1/models, /v1/libraries, /v1/runs, \
+                  /v1/feedback, /v1/gov, /health and /metrics, and web pages at /gov and \
+                  /libraries"
             .into(),
         code: "unknown_url",
     }

@@ -52,6 +52,11 @@ pub trait Encoder: Send + 'static {
     /// The events that end the stream of the finished `group`: the text not sent yet, the
     /// finish of every choice, the usage, the end marker.
     fn finish(&mut self, group: &Group) -> Vec<Event>;
+    /// The event that ends a stream that failed after it began: OpenAI's error shape, which
+    /// the OpenAI SDKs raise, unless the endpoint has its own.
+    fn error(&mut self, error: &ApiError) -> Vec<Event> {
+        vec![Event::default().data(json!({"error": error.body()}).to_string())]
+    }
 }
 
 /// Starts generating and answers with the event stream once the first text (or the whole
@@ -157,7 +162,7 @@ async fn generate(
                 let _ = head.send(Err(error));
                 return;
             }
-            vec![Event::default().data(json!({"error": error.body()}).to_string())]
+            encoder.error(&error)
         }
         None => {
             let Routed {

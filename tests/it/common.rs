@@ -197,6 +197,21 @@ pub fn python() -> PathBuf {
     python
 }
 
+/// The Python with the `anthropic` package (from the venv `make setup` creates).
+pub fn anthropic_python() -> PathBuf {
+    let cache = std::env::var_os("GYM_CACHE_DIR").map_or_else(
+        || PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/gym"),
+        PathBuf::from,
+    );
+    let python = cache.join("py-anthropic/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run `make setup` (it creates the Anthropic client venv)",
+        python.display()
+    );
+    python
+}
+
 /// The Python with the official MCP client (`mcp`, from the venv `make setup` creates).
 #[cfg(feature = "mcp")]
 pub fn mcp_python() -> PathBuf {

@@ -15,6 +15,7 @@ mod dashboard_tmux;
 mod delta_cli;
 mod durable_kill;
 mod eval_cli;
+mod fake_anthropic;
 mod fake_openai;
 #[cfg(feature = "qdrant")]
 mod fake_qdrant;
@@ -57,6 +58,7 @@ mod serve_follow;
 mod serve_governed;
 #[cfg(feature = "llama")]
 mod serve_limits;
+mod serve_messages;
 mod serve_origin;
 mod serve_parity;
 #[cfg(feature = "qdrant")]

@@ -171,7 +171,7 @@ async fn asking_for_the_servers_tools_needs_an_api_key() {
     for (headers, lacked) in [
         (
             vec![("x-gym-tools", "calc")],
-            "the request has no Authorization header",
+            "the request has no Authorization or x-api-key header",
         ),
         (
             vec![

@@ -10,7 +10,6 @@
 //! OpenAI's shape, and the calls a choice makes (whole, or as streamed fragments joined by
 //! index) come back as [`Completion::tool_calls`] with [`super::FinishReason::ToolCalls`].
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
@@ -20,17 +19,17 @@ use async_openai::error::OpenAIError;
 use async_openai::middleware::ReqwestService;
 use futures::StreamExt;
 use futures::future::{BoxFuture, join_all};
-use rand::Rng;
-use tokio::sync::Semaphore;
 
 use super::{
     Backend, BackendError, BackendStats, Completion, Constraint, Delta, DeltaSender, Group,
     GroupRequest, PriceTable, TokenLogprob, Usage, check_request,
 };
 use response::{CallFragments, ChatChunk, ChatResponse};
+pub(crate) use retry::Retries;
 use wire::{ChatRequest, Stop, StreamOptions, WireMessage};
 
 mod response;
+mod retry;
 pub mod wire;
 
 /// Whether to ask the server for a whole group in one request (`n`).
@@ -88,32 +87,30 @@ const N_UNSUPPORTED: u8 = 2;
 pub struct OpenAiBackend {
     client: Client<OpenAIConfig>,
     config: OpenAiConfig,
-    permits: Semaphore,
+    retries: Retries,
     n_support: AtomicU8,
-    stats: Mutex<BackendStats>,
 }
 
 impl OpenAiBackend {
     pub fn new(config: OpenAiConfig) -> Result<Self, BackendError> {
-        if config.concurrency == 0 {
-            return Err(BackendError::InvalidRequest {
-                field: "concurrency",
-                message: "must be at least 1".into(),
-            });
-        }
+        let retries = Retries::new(
+            config.concurrency,
+            config.max_retries,
+            config.backoff_base,
+            config.backoff_max,
+        )?;
         let url = reqwest_url_check(&config.base_url)?;
         let client = http_client(&url, config.api_key.clone());
         Ok(Self {
             client,
-            permits: Semaphore::new(config.concurrency),
+            retries,
             n_support: AtomicU8::new(N_UNKNOWN),
-            stats: Mutex::new(BackendStats::default()),
             config,
         })
     }
 
     fn count(&self, update: impl FnOnce(&mut BackendStats)) {
-        update(&mut self.stats.lock().expect("stats lock"));
+        self.retries.count(update);
     }
 
     fn url(&self) -> String {
@@ -126,11 +123,7 @@ impl OpenAiBackend {
         loop {
             self.count(|s| s.requests += 1);
             let result = {
-                let _permit = self
-                    .permits
-                    .acquire()
-                    .await
-                    .expect("the semaphore is never closed");
+                let _permit = self.retries.permit().await;
                 let chat = self.client.chat();
                 let call = chat.create_byot::<_, ChatResponse>(body);
                 match tokio::time::timeout(self.config.timeout, call).await {
@@ -143,40 +136,9 @@ impl OpenAiBackend {
             };
             match result {
                 Ok(response) => return Ok((response, retries)),
-                Err(error) => self.retry_after(error, &mut retries).await?,
+                Err(error) => self.retries.retry_after(error, &mut retries).await?,
             }
         }
-    }
-
-    /// Counts a failed attempt and waits before the next one, or gives up with the error when it
-    /// is not transient or the retries are spent.
-    async fn retry_after(
-        &self,
-        error: BackendError,
-        retries: &mut u32,
-    ) -> Result<(), BackendError> {
-        self.count(|s| match &error {
-            BackendError::Http { status: 429, .. } => s.rate_limited += 1,
-            BackendError::Http { status, .. } if *status >= 500 => s.server_errors += 1,
-            BackendError::Timeout { .. } => s.timeouts += 1,
-            BackendError::Connection { .. } => s.connection_errors += 1,
-            _ => {}
-        });
-        if !error.is_transient() {
-            self.count(|s| s.failed_requests += 1);
-            return Err(error);
-        }
-        if *retries >= self.config.max_retries {
-            self.count(|s| s.failed_requests += 1);
-            return Err(BackendError::RetriesExhausted {
-                attempts: *retries + 1,
-                last: Box::new(error),
-            });
-        }
-        tokio::time::sleep(self.backoff(*retries)).await;
-        *retries += 1;
-        self.count(|s| s.retries += 1);
-        Ok(())
     }
 
     /// One completion as a `stream: true` request whose text goes to `deltas` as completion
@@ -195,11 +157,7 @@ impl OpenAiBackend {
             include_usage: true,
         });
         let mut retries = 0;
-        let _permit = self
-            .permits
-            .acquire()
-            .await
-            .expect("the semaphore is never closed");
+        let _permit = self.retries.permit().await;
         let mut chunks = loop {
             self.count(|s| s.requests += 1);
             let chat = self.client.chat();
@@ -213,7 +171,7 @@ impl OpenAiBackend {
             };
             match result {
                 Ok(chunks) => break chunks,
-                Err(error) => self.retry_after(error, &mut retries).await?,
+                Err(error) => self.retries.retry_after(error, &mut retries).await?,
             }
         };
         let mut text = String::new();
@@ -320,18 +278,6 @@ impl OpenAiBackend {
         let calls = (0..request.n).map(|index| self.stream_one(request, index, &deltas));
         let (completions, usage, retries) = gather(join_all(calls).await)?;
         Ok(self.priced(completions, usage, retries))
-    }
-
-    /// Exponential backoff with "equal jitter": half fixed, half random, so retries from many
-    /// concurrent requests spread out instead of hitting the server together.
-    fn backoff(&self, retry: u32) -> Duration {
-        let exp = self
-            .config
-            .backoff_base
-            .saturating_mul(1u32 << retry.min(16));
-        let capped = exp.min(self.config.backoff_max);
-        let half = capped / 2;
-        half + half.mul_f64(rand::rng().random::<f64>())
     }
 
     fn classify(&self, error: OpenAIError) -> BackendError {
@@ -508,7 +454,7 @@ impl Backend for OpenAiBackend {
     }
 
     fn stats(&self) -> BackendStats {
-        *self.stats.lock().expect("stats lock")
+        self.retries.stats()
     }
 }
 
@@ -526,7 +472,7 @@ pub(crate) fn http_client(base_url: &str, api_key: Option<String>) -> Client<Ope
 
 /// The completions of concurrent single requests, with their summed usage and retries; the
 /// first failure fails the group.
-fn gather(
+pub(crate) fn gather(
     results: Vec<Result<(Completion, Usage, u32), BackendError>>,
 ) -> Result<(Vec<Completion>, Usage, u32), BackendError> {
     let mut completions = Vec::new();
@@ -541,7 +487,7 @@ fn gather(
     Ok((completions, usage, retries))
 }
 
-fn reqwest_url_check(base: &str) -> Result<String, BackendError> {
+pub(crate) fn reqwest_url_check(base: &str) -> Result<String, BackendError> {
     let trimmed = base.trim_end_matches('/');
     let ok = (trimmed.starts_with("http://") || trimmed.starts_with("https://"))
         && trimmed
@@ -557,7 +503,7 @@ fn reqwest_url_check(base: &str) -> Result<String, BackendError> {
     Ok(trimmed.to_string())
 }
 
-fn error_chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut message = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

@@ -46,7 +46,7 @@ impl GrpoArgs {
             args.base_url = Some(url.clone());
         }
         if let Some(env) = &self.distill_api_key_env {
-            args.api_key_env = env.clone();
+            args.api_key_env = Some(env.clone());
         }
         // The same GGUF file as the rollouts: share the loaded model rather than load it twice.
         let local_path = |args: &BackendArgs| {

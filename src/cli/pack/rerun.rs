@@ -52,7 +52,10 @@ pub(super) fn rerun(
             !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0']);
         let path = gym::backend::models_dir().join(name);
         anyhow::ensure!(
-            backend.backend != BackendKind::Openai,
+            !matches!(
+                backend.backend,
+                BackendKind::Openai | BackendKind::Anthropic
+            ),
             "--rerun: pass --model to choose the API model to measure with (the pack names `{}`)",
             name.escape_debug()
         );
@@ -64,7 +67,10 @@ pub(super) fn rerun(
         );
         backend.model = Some(path.to_string_lossy().into_owned());
     }
-    if backend.backend == BackendKind::Openai {
+    if matches!(
+        backend.backend,
+        BackendKind::Openai | BackendKind::Anthropic
+    ) {
         anyhow::ensure!(
             backend.model.as_deref() == Some(evaluation.model.name.as_str()),
             "--rerun: the pack was measured on `{}`, not on `{}`",

@@ -90,6 +90,16 @@ impl Answers {
         } else if body["object"] == "response" {
             answers.push_text(0, &output_text(&body));
             answers.finish(0, &response_finish(&body));
+        } else if body["type"] == "message" {
+            // Anthropic's Messages API.
+            let text: String = body["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|block| block["text"].as_str())
+                .collect();
+            answers.push_text(0, &text);
+            answers.finish(0, message_finish(&body["stop_reason"]));
         }
         answers
     }
@@ -163,6 +173,19 @@ impl Answers {
                     self.finish(0, &reason);
                     self.ended = true;
                 }
+                // Anthropic's Messages API events.
+                Some("message_start") => {
+                    let _ = self.slot(0);
+                }
+                Some("content_block_delta") => {
+                    if let Some(text) = event["delta"]["text"].as_str() {
+                        self.push_text(0, text);
+                    }
+                }
+                Some("message_delta") => {
+                    self.finish(0, message_finish(&event["delta"]["stop_reason"]));
+                }
+                Some("message_stop") => self.ended = true,
                 _ => {}
             }
         }
@@ -201,6 +224,17 @@ fn output_text(response: &Value) -> String {
         }
     }
     text
+}
+
+/// An Anthropic `stop_reason` as a chat finish reason.
+fn message_finish(stop_reason: &Value) -> &'static str {
+    match stop_reason.as_str() {
+        Some("end_turn" | "stop_sequence") => "stop",
+        Some("max_tokens") => "length",
+        Some("tool_use") => "tool_calls",
+        Some(_) => "content_filter",
+        None => "",
+    }
 }
 
 /// A Responses API status as a chat finish reason.

@@ -42,7 +42,12 @@ use super::request_id::RequestId;
 use crate::library::ExperienceId;
 
 /// The routes whose requests are recorded: those that ask a model.
-pub const ROUTES: [&str; 3] = ["/v1/chat/completions", "/v1/completions", "/v1/responses"];
+pub const ROUTES: [&str; 4] = [
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/responses",
+    "/v1/messages",
+];
 
 /// Served requests remembered for feedback, the most recent ones.
 pub const REMEMBERED: usize = 100_000;

@@ -53,6 +53,24 @@ impl Prompt {
                     _ => {}
                 }
             }
+            "/v1/messages" => {
+                // Anthropic's: `system` apart, tool results as blocks of user messages.
+                let system = text_of(&body["system"]);
+                if !system.is_empty() {
+                    messages.push(message("system", system));
+                }
+                for m in body["messages"].as_array().into_iter().flatten() {
+                    for result in m["content"].as_array().into_iter().flatten() {
+                        if result["type"] == "tool_result" {
+                            messages.push(message("tool", text_of(&result["content"])));
+                        }
+                    }
+                    let text = text_of(&m["content"]);
+                    if m.is_object() && !(text.is_empty() && m["content"].is_array()) {
+                        messages.push(message(m["role"].as_str().unwrap_or_default(), text));
+                    }
+                }
+            }
             _ => {
                 if let Some(list) = body["messages"].as_array() {
                     // Only message objects: `[0, 0, …]` is not a conversation, and each item
