@@ -349,6 +349,10 @@ pub struct BackendStats {
     /// answered; their sequences stopped then (llama.cpp only).
     #[serde(default)]
     pub abandoned_requests: u64,
+    /// Of those, requests whose caller left while their prompt was being evaluated; the rest
+    /// of the prompt was not (llama.cpp only).
+    #[serde(default)]
+    pub prompts_abandoned: u64,
     /// Requests sent to the model and not yet decoding, now (llama.cpp only).
     #[serde(default)]
     pub queued_requests: u64,

@@ -397,3 +397,34 @@ async fn required_tool_calls_follow_the_tool_schema_through_the_text_protocol() 
         eprintln!("thought {:?} call {}", completion.text, call.arguments);
     }
 }
+
+/// A caller that leaves while a long prompt is being evaluated stops it at the next chunk of
+/// 512 tokens, instead of holding the model for the rest of a prompt nobody waits for (a
+/// 15,000-token prompt is minutes of the 135M model's time on a busy two-core machine).
+#[tokio::test]
+async fn a_caller_that_leaves_during_a_long_prompt_stops_its_evaluation() {
+    // A model of its own: on the shared one, another test's round could keep the prompt
+    // waiting in the queue, where leaving is a different path.
+    let backend = LlamaBackend::load(LlamaConfig::new(model_path())).unwrap();
+    let short = Sampling {
+        max_tokens: 2,
+        ..Sampling::default()
+    };
+    // About 15,000 tokens (five a repeat), under the 16,384-cell context.
+    let long = ask(
+        &"seven apples and nine pears ".repeat(3_000),
+        1,
+        short.clone(),
+    );
+    let waited = tokio::time::timeout(
+        std::time::Duration::from_millis(300),
+        backend.generate(&long),
+    )
+    .await;
+    assert!(waited.is_err(), "15,000 prompt tokens evaluated in 300 ms");
+    let answer = backend.generate(&ask("Say hi.", 1, short)).await.unwrap();
+    assert_eq!(answer.completions.len(), 1);
+    let stats = backend.stats();
+    assert_eq!(stats.prompts_abandoned, 1, "{stats:?}");
+    assert_eq!(stats.abandoned_requests, 1, "{stats:?}");
+}

@@ -5,7 +5,7 @@
 //! has no `n`, so a group of G answers is G requests, concurrently; streamed, G streams. The
 //! concurrency limit, the per-request timeout, retries with backoff on 408/429/5xx (529
 //! "overloaded" included), connection errors and timeouts, and the counters are the ones the
-//! OpenAI-compatible backend uses ([`super::openai::Retries`]).
+//! OpenAI-compatible backend uses (`Retries` in `backend/openai/retry.rs`).
 //!
 //! Chat messages go out as Anthropic's: system messages in `system`, an assistant's tool calls
 //! as `tool_use` blocks, tool results as `tool_result` blocks ([`wire::from_chat`]); the

@@ -18,11 +18,13 @@
 //! [`PromptMode::Independent`] turns all sharing off, for measurements and tests.
 //!
 //! A caller that stops waiting (drops the future of [`Backend::generate`]: a client that went
-//! away, a timeout) frees its sequences: the thread notices between decode steps, stops them
-//! and frees their KV cells, or drops the job if it had not started (see `queue`). The queue of
+//! away, a timeout) frees its sequences: the thread notices between decode steps, or between
+//! the 512-token chunks of its prompt (see `kv`), stops them and frees their KV cells, or drops
+//! the job if it had not started (see `queue`). The queue of
 //! jobs not yet started may be bounded ([`LlamaConfig::max_queue`]).
 
 pub mod cpu;
+mod kv;
 mod queue;
 mod sequence;
 mod worker;

@@ -34,6 +34,7 @@ use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::token::LlamaToken;
 use tokio::sync::oneshot;
 
+use super::kv::{decode_prompt, kv_bytes_per_cell};
 use super::queue::{Job, tidy};
 use super::sequence::{Samplers, Sequence, log_softmax_at};
 use super::{LlamaConfig, MAX_SEQUENCES, PromptMode};
@@ -389,13 +390,16 @@ impl<'m> Worker<'m> {
             let Admitted {
                 request,
                 mode,
+                reply,
                 prompt,
                 first_seq,
                 sequences,
                 stop,
                 reused,
                 ..
-            } = admitted;
+            } = &mut *admitted;
+            // A caller that leaves during a long prompt stops it at the next chunk.
+            let left = || reply.as_ref().is_none_or(oneshot::Sender::is_closed);
             let sampling = &request.sampling;
             let first = *first_seq as i32;
             let draw = |seq: &mut Sequence, context: &LlamaContext<'_>, at: i32| {
@@ -417,8 +421,13 @@ impl<'m> Worker<'m> {
                         None => 0,
                     };
                     *reused = start;
-                    let last =
-                        decode_prompt(context, &mut batch, prompt, start, first, batch_size)?;
+                    let Some(last) = decode_prompt(
+                        context, &mut batch, prompt, start, first, batch_size, &left,
+                    )?
+                    else {
+                        self.abandon_prompt(context, admitted)?;
+                        continue;
+                    };
                     for offset in 1..sequences.len() as i32 {
                         context
                             .kv_cache_seq_cp(first, first + offset, None, None)
@@ -429,10 +438,19 @@ impl<'m> Worker<'m> {
                     }
                 }
                 PromptMode::Independent => {
+                    let mut finished = true;
                     for (offset, seq) in sequences.iter_mut().enumerate() {
                         let id = first + offset as i32;
-                        let last = decode_prompt(context, &mut batch, prompt, 0, id, batch_size)?;
+                        let Some(last) =
+                            decode_prompt(context, &mut batch, prompt, 0, id, batch_size, &left)?
+                        else {
+                            finished = false;
+                            break;
+                        };
                         draw(seq, context, last);
+                    }
+                    if !finished {
+                        self.abandon_prompt(context, admitted)?;
                     }
                 }
             }
@@ -511,6 +529,17 @@ impl<'m> Worker<'m> {
         Ok(())
     }
 
+    /// Abandons a job whose caller left while its prompt was being evaluated.
+    fn abandon_prompt(
+        &self,
+        context: &mut LlamaContext<'m>,
+        admitted: &mut Admitted,
+    ) -> Result<(), BackendError> {
+        self.abandon(context, admitted)?;
+        self.stats.lock().expect("stats lock").prompts_abandoned += 1;
+        Ok(())
+    }
+
     /// Answers every job whose sequences have all finished.
     fn reply_finished(&self, round: &mut [Admitted]) {
         for admitted in round.iter_mut() {
@@ -565,7 +594,8 @@ impl<'m> Worker<'m> {
 fn shared_prefix(earlier: &[Admitted], prompt: &[LlamaToken]) -> Option<(usize, usize)> {
     earlier
         .iter()
-        .filter(|a| a.mode == PromptMode::Shared)
+        // An abandoned prompt's cells are gone.
+        .filter(|a| a.mode == PromptMode::Shared && a.reply.is_some())
         .map(|a| {
             let common = a
                 .prompt
@@ -578,41 +608,4 @@ fn shared_prefix(earlier: &[Admitted], prompt: &[LlamaToken]) -> Option<(usize, 
         })
         .filter(|&(_, length)| length >= MIN_SHARED_PREFIX)
         .max_by_key(|&(seq, length)| (length, std::cmp::Reverse(seq)))
-}
-
-/// Bytes of one KV cell: a key and a value of `n_head_kv` heads in every layer, in f16 (the
-/// heads' width is the embedding's over the query heads, as in the models Gym runs).
-fn kv_bytes_per_cell(model: &LlamaModel) -> u64 {
-    let head_width = model.n_embd().max(0) as u64 / u64::from(model.n_head().max(1));
-    2 * u64::from(model.n_layer()) * u64::from(model.n_head_kv()) * head_width * 2
-}
-
-/// Decodes `prompt[start..]` as sequence `seq` (whose cells already hold `prompt[..start]`) in
-/// chunks; returns the batch index of its last logits.
-fn decode_prompt(
-    context: &mut LlamaContext<'_>,
-    batch: &mut LlamaBatch<'_>,
-    prompt: &[LlamaToken],
-    start: usize,
-    seq: i32,
-    batch_size: usize,
-) -> Result<i32, BackendError> {
-    let mut last = 0;
-    for (chunk_index, chunk) in prompt[start..].chunks(batch_size).enumerate() {
-        batch.clear();
-        let offset = start + chunk_index * batch_size;
-        for (i, &token) in chunk.iter().enumerate() {
-            let is_last = offset + i + 1 == prompt.len();
-            batch
-                .add(token, (offset + i) as i32, &[seq], is_last)
-                .map_err(|e| BackendError::Llama(e.to_string()))?;
-            if is_last {
-                last = i as i32;
-            }
-        }
-        context
-            .decode(batch)
-            .map_err(|e| BackendError::Llama(format!("prompt decode failed: {e}")))?;
-    }
-    Ok(last)
 }
