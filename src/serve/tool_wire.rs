@@ -16,8 +16,43 @@ use crate::backend::{ToolCall, ToolChoice, ToolSpec};
 /// Most tools one request may list, as OpenAI allows.
 pub const MAX_TOOLS: usize = 128;
 
+/// Where a wire format keeps a tool's fields: OpenAI's `{"type": "function", "function":
+/// {"name", "description", "parameters"}}` or Anthropic's flat `{"name", "description",
+/// "input_schema"}`. Both are read by [`read_tools`], so their bounds and errors are one.
+pub struct ToolLayout {
+    /// Refuses a tool whose `type` the format does not serve (the message names it).
+    pub kind: fn(&Value, usize) -> Result<(), String>,
+    /// The member holding the tool's fields (`function`), or `None` when they are top-level.
+    pub inner: Option<&'static str>,
+    /// The member holding the parameters' JSON schema.
+    pub schema: &'static str,
+    /// The schema of a tool that has none, or `None` when the format requires one.
+    pub missing_schema: Option<fn() -> Value>,
+}
+
+/// OpenAI's layout: function tools, a missing schema read as no parameters (as OpenAI does).
+const OPENAI_TOOLS: ToolLayout = ToolLayout {
+    kind: |tool, index| match tool["type"].as_str() {
+        Some("function") => Ok(()),
+        other => Err(format!(
+            "tools[{index}].type is {}; Gym takes `function` tools",
+            other.map_or("missing".into(), |t| format!("`{t}`"))
+        )),
+    },
+    inner: Some("function"),
+    schema: "parameters",
+    missing_schema: Some(|| json!({"type": "object", "properties": {}})),
+};
+
 /// The request's `tools`: function tools only.
 pub fn tools(list: Vec<Value>) -> Result<Vec<ToolSpec>, ApiError> {
+    read_tools(list, &OPENAI_TOOLS)
+}
+
+/// A request's `tools` in `layout`: at most [`MAX_TOOLS`], names valid and distinct,
+/// descriptions strings, schemas objects within [`schema_limits`]; errors name the field as
+/// the format spells it (`tools[2].function.name`, `tools[2].input_schema`).
+pub fn read_tools(list: Vec<Value>, layout: &ToolLayout) -> Result<Vec<ToolSpec>, ApiError> {
     let bad = |message: String| ApiError::bad("tools", message);
     if list.len() > MAX_TOOLS {
         return Err(bad(format!(
@@ -25,52 +60,53 @@ pub fn tools(list: Vec<Value>) -> Result<Vec<ToolSpec>, ApiError> {
             list.len()
         )));
     }
+    let prefix = layout
+        .inner
+        .map_or(String::new(), |inner| format!("{inner}."));
+    let schema_field = format!("{prefix}{}", layout.schema);
     let mut names = HashSet::new();
     let mut specs = Vec::with_capacity(list.len());
     for (index, tool) in list.into_iter().enumerate() {
-        match tool["type"].as_str() {
-            Some("function") => {}
-            other => {
-                return Err(bad(format!(
-                    "tools[{index}].type is {}; Gym takes `function` tools",
-                    other.map_or("missing".into(), |t| format!("`{t}`"))
-                )));
+        (layout.kind)(&tool, index).map_err(bad)?;
+        let fields = match layout.inner {
+            Some(inner) if !tool[inner].is_object() => {
+                return Err(bad(format!("tools[{index}].{inner} is missing")));
             }
-        }
-        let function = &tool["function"];
-        if !function.is_object() {
-            return Err(bad(format!("tools[{index}].function is missing")));
-        }
-        let name = match function["name"].as_str() {
-            None => return Err(bad(format!("tools[{index}].function.name is missing"))),
+            Some(inner) => &tool[inner],
+            None => &tool,
+        };
+        let name = match fields["name"].as_str() {
+            None => return Err(bad(format!("tools[{index}].{prefix}name is missing"))),
             Some(name) if !valid_tool_name(name) => {
                 return Err(bad(format!(
-                    "tools[{index}].function.name `{name}` must be 1 to {MAX_TOOL_NAME} letters, digits, `_` or `-`"
+                    "tools[{index}].{prefix}name `{name}` must be 1 to {MAX_TOOL_NAME} letters, digits, `_` or `-`"
                 )));
             }
             Some(name) => name.to_owned(),
         };
         if !names.insert(name.clone()) {
             return Err(bad(format!(
-                "tools[{index}].function.name `{name}` is listed twice"
+                "tools[{index}].{prefix}name `{name}` is listed twice"
             )));
         }
-        let description = match &function["description"] {
+        let description = match &fields["description"] {
             Value::Null => String::new(),
             Value::String(text) => text.clone(),
             _ => {
                 return Err(bad(format!(
-                    "tools[{index}].function.description must be a string"
+                    "tools[{index}].{prefix}description must be a string"
                 )));
             }
         };
-        let parameters = match &function["parameters"] {
-            // OpenAI reads a missing schema as a function without parameters.
-            Value::Null => json!({"type": "object", "properties": {}}),
-            Value::Object(schema) => Value::Object(schema.clone()),
+        let parameters = match (&fields[layout.schema], layout.missing_schema) {
+            (Value::Object(schema), _) => Value::Object(schema.clone()),
+            (Value::Null, Some(missing)) => missing(),
+            (Value::Null, None) => {
+                return Err(bad(format!("tools[{index}].{schema_field} is missing")));
+            }
             _ => {
                 return Err(bad(format!(
-                    "tools[{index}].function.parameters must be a JSON schema object"
+                    "tools[{index}].{schema_field} must be a JSON schema object"
                 )));
             }
         };
@@ -80,8 +116,13 @@ pub fn tools(list: Vec<Value>) -> Result<Vec<ToolSpec>, ApiError> {
             parameters,
         });
     }
-    schema_limits::check_tools(specs.iter().map(|spec| &spec.parameters).enumerate())
-        .map_err(|error| bad(error.to_string()))?;
+    schema_limits::check_tools(specs.iter().map(|spec| &spec.parameters).enumerate()).map_err(
+        |error| {
+            bad(error
+                .to_string()
+                .replace(".function.parameters", &format!(".{schema_field}")))
+        },
+    )?;
     Ok(specs)
 }
 

@@ -7,11 +7,9 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 use super::super::error::ApiError;
-use super::super::schema_limits;
-use super::super::tool_wire::MAX_TOOLS;
+use super::super::tool_wire::{ToolLayout, read_tools};
 use super::super::wire::MAX_STOP;
 use crate::backend::anthropic::wire::{Block, MessagesRequest, Text};
-use crate::backend::openai::wire::{MAX_TOOL_NAME, valid_tool_name};
 use crate::backend::{ChatMessage, GroupRequest, Role, Sampling, ToolCall, ToolChoice, ToolSpec};
 
 /// A checked Messages API request: what the backend takes.
@@ -270,69 +268,24 @@ fn conversation(
     Ok(chat)
 }
 
-/// `tools`: client tools (`name`, `description`, `input_schema`), their schemas bounded as
-/// chat's are.
+/// Anthropic's tool layout: client tools (`name`, `description`, `input_schema`), no server
+/// tools, a schema required.
+const ANTHROPIC_TOOLS: ToolLayout = ToolLayout {
+    kind: |tool, index| match tool["type"].as_str() {
+        Some(kind) if kind != "custom" => Err(format!(
+            "tools[{index}].type is `{kind}`; Gym runs no server tools, only client tools \
+             with an `input_schema`"
+        )),
+        _ => Ok(()),
+    },
+    inner: None,
+    schema: "input_schema",
+    missing_schema: None,
+};
+
+/// `tools`: client tools, their schemas bounded as chat's are.
 fn tools(list: Vec<Value>) -> Result<Vec<ToolSpec>, ApiError> {
-    let bad = |message: String| ApiError::bad("tools", message);
-    if list.len() > MAX_TOOLS {
-        return Err(bad(format!(
-            "`tools` lists {} tools; at most {MAX_TOOLS} are allowed",
-            list.len()
-        )));
-    }
-    let mut names = HashSet::new();
-    let mut specs = Vec::with_capacity(list.len());
-    for (index, tool) in list.into_iter().enumerate() {
-        if let Some(kind) = tool["type"].as_str()
-            && kind != "custom"
-        {
-            return Err(bad(format!(
-                "tools[{index}].type is `{kind}`; Gym runs no server tools, only client tools \
-                 with an `input_schema`"
-            )));
-        }
-        let name = match tool["name"].as_str() {
-            None => return Err(bad(format!("tools[{index}].name is missing"))),
-            Some(name) if !valid_tool_name(name) => {
-                return Err(bad(format!(
-                    "tools[{index}].name `{name}` must be 1 to {MAX_TOOL_NAME} letters, digits, `_` or `-`"
-                )));
-            }
-            Some(name) => name.to_owned(),
-        };
-        if !names.insert(name.clone()) {
-            return Err(bad(format!("tools[{index}].name `{name}` is listed twice")));
-        }
-        let description = match &tool["description"] {
-            Value::Null => String::new(),
-            Value::String(text) => text.clone(),
-            _ => {
-                return Err(bad(format!("tools[{index}].description must be a string")));
-            }
-        };
-        let parameters = match &tool["input_schema"] {
-            Value::Object(schema) => Value::Object(schema.clone()),
-            Value::Null => return Err(bad(format!("tools[{index}].input_schema is missing"))),
-            _ => {
-                return Err(bad(format!(
-                    "tools[{index}].input_schema must be a JSON schema object"
-                )));
-            }
-        };
-        specs.push(ToolSpec {
-            name,
-            description,
-            parameters,
-        });
-    }
-    schema_limits::check_tools(specs.iter().map(|spec| &spec.parameters).enumerate()).map_err(
-        |error| {
-            bad(error
-                .to_string()
-                .replace(".function.parameters", ".input_schema"))
-        },
-    )?;
-    Ok(specs)
+    read_tools(list, &ANTHROPIC_TOOLS)
 }
 
 /// `tool_choice`: `{"type": "auto" | "any" | "none"}` or `{"type": "tool", "name": …}`
