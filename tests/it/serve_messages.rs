@@ -6,42 +6,13 @@
 //! ([`crate::fake_anthropic`]): a tool_use answer, whole and streamed, and the tool_result turn
 //! after it, `x-api-key` as the server's API key; and `gym eval` on that upstream.
 
-use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
 
 use gym::library::{Change, Library, Provenance, Settings};
 use serde_json::{Value, json};
 
-use crate::common::{Scratch, anthropic_python, json_stdout, served_url};
+use crate::common::{Scratch, anthropic_python, json_stdout, send, served_url};
 use crate::fake_anthropic::FakeAnthropic;
-
-#[cfg_attr(not(feature = "llama"), allow(dead_code))]
-/// Sends `request` (a whole HTTP/1.1 request but its `Host` and `Connection` lines) to the
-/// server at `url` (`http://ADDRESS/v1`); returns the status and the JSON body.
-fn raw(url: &str, method_path: &str, headers: &str, body: &str) -> (u16, Value) {
-    let address = url
-        .trim_start_matches("http://")
-        .trim_end_matches("/v1")
-        .to_owned();
-    let mut stream = std::net::TcpStream::connect(&address).unwrap();
-    stream
-        .set_read_timeout(Some(std::time::Duration::from_secs(120)))
-        .unwrap();
-    write!(
-        stream,
-        "{method_path} HTTP/1.1\r\nhost: {address}\r\n{headers}content-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response[9..12].parse().unwrap();
-    let body = response.split_once("\r\n\r\n").unwrap().1;
-    (
-        status,
-        serde_json::from_str(body.trim()).unwrap_or(Value::Null),
-    )
-}
 
 #[cfg_attr(not(feature = "llama"), allow(dead_code))]
 fn letters(scratch: &Scratch) -> Library {
@@ -231,7 +202,7 @@ fn the_anthropic_python_client_gets_answers_streams_and_experience_headers() {
 
     // What the SDK cannot send: a body without max_tokens, a non-JSON body (the origin guard),
     // a route under /v1/messages this server does not have, a GET. Each in Anthropic's shape.
-    let json_type = "content-type: application/json\r\n";
+    let json_type: &[(&str, &str)] = &[("content-type", "application/json")];
     let cases = [
         (
             "POST /v1/messages",
@@ -243,7 +214,7 @@ fn the_anthropic_python_client_gets_answers_streams_and_experience_headers() {
         ),
         (
             "POST /v1/messages",
-            "content-type: text/plain\r\n",
+            &[("content-type", "text/plain")],
             "{}",
             415,
             "invalid_request_error",
@@ -265,10 +236,20 @@ fn the_anthropic_python_client_gets_answers_streams_and_experience_headers() {
             "not_found_error",
             "/v1/messages",
         ),
-        ("GET /v1/messages", "", "", 405, "invalid_request_error", ""),
+        (
+            "GET /v1/messages",
+            &[],
+            "",
+            405,
+            "invalid_request_error",
+            "",
+        ),
     ];
     for (line, headers, body, status, kind, says) in cases {
-        let (got, body) = raw(&url, line, headers, body);
+        let (method, path) = line.split_once(' ').unwrap();
+        let address = url.trim_start_matches("http://").trim_end_matches("/v1");
+        let reply = send(address, method, path, headers, body);
+        let (got, body) = (reply.status, reply.json);
         assert_eq!(got, status, "{line} {body}");
         assert_eq!(body["type"], "error", "{line} {body}");
         assert_eq!(body["error"]["type"], kind, "{line} {body}");
