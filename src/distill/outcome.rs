@@ -119,6 +119,9 @@ pub struct StageStats {
     pub failures: u64,
     /// Items dropped while reading outputs.
     pub dropped_items: u64,
+    /// Tokens over all attempts.
+    #[serde(default)]
+    pub usage: Usage,
 }
 
 impl StageStats {
@@ -131,6 +134,7 @@ impl StageStats {
         self.backend_errors += other.backend_errors;
         self.failures += other.failures;
         self.dropped_items += other.dropped_items;
+        self.usage += other.usage;
     }
 
     /// Counts one call.
@@ -142,6 +146,7 @@ impl StageStats {
         self.backend_errors += u64::from(outcome.backend_errors);
         self.failures += u64::from(outcome.value.is_none());
         self.dropped_items += outcome.dropped.len() as u64;
+        self.usage += outcome.usage;
     }
 }
 
@@ -175,6 +180,7 @@ mod tests {
                 backend_errors: 1,
                 failures: 1,
                 dropped_items: 1,
+                usage: Usage::default(),
             }
         );
     }

@@ -17,10 +17,10 @@ use serde::{Deserialize, Serialize};
 
 use super::evaluation::warn_unjournaled;
 use super::events::{CreditView, RunEvent};
-use super::journal::{Entry, Journal, Recorder, Replay, measure_pass};
+use super::journal::{Entry, Journal, Recorder, Replay, Spent, measure_pass};
 use super::validate::{judge, paired_settings, validation_queries};
 use super::{RunError, Runner};
-use crate::backend::{BackendError, Usage as Tokens};
+use crate::backend::BackendError;
 use crate::library::{
     Change, Credit, ExperienceId, Library, LibraryError, Provenance, State, Usage, Validation,
 };
@@ -239,14 +239,9 @@ Leave-one-out on {} training queries x {}: the mean reward with the whole librar
 pub(super) enum AfterEpoch {
     /// Off, or nothing to measure.
     Nothing,
-    /// Read back from the journal: nothing spent.
-    Reused(CreditSummary),
-    /// Measured now: what it found, and the tokens and cost it took.
-    Measured {
-        credit: CreditSummary,
-        tokens: Tokens,
-        cost_usd: f64,
-    },
+    /// Measured now or read back from the journal: what it found, and the tokens and cost its
+    /// answers took (whichever process drew them).
+    Measured { credit: CreditSummary, spent: Spent },
     /// A stop came before or during the pass; it runs again on resume.
     Stopped,
 }
@@ -268,11 +263,18 @@ pub(super) async fn after_epoch(
     if let Some(pass) = replay.credits.get(&epoch) {
         record(&mut runner.library, &pass.credits)?;
         emit(runner, epoch, pass, true);
-        return Ok(AfterEpoch::Reused(CreditSummary::of(
-            epoch,
-            pass,
-            runner.library.head(),
-        )));
+        let measured = replay
+            .measured
+            .get(&measure_pass(&format!("credit-epoch-{epoch}"), pass.library_version));
+        let mut spent = Spent::default();
+        for result in measured.into_iter().flat_map(|groups| groups.values()) {
+            spent.tokens += result.group.usage;
+            spent.cost_usd += result.group.cost_usd.unwrap_or(0.0);
+        }
+        return Ok(AfterEpoch::Measured {
+            credit: CreditSummary::of(epoch, pass, runner.library.head()),
+            spent,
+        });
     }
     super::commit::refresh_library(runner, 0, "the credit pass")?;
     let state = runner.library.head().clone();
@@ -331,8 +333,10 @@ pub(super) async fn after_epoch(
     emit(runner, epoch, &pass, false);
     Ok(AfterEpoch::Measured {
         credit: CreditSummary::of(epoch, &pass, &state),
-        tokens: report.usage,
-        cost_usd: report.cost_usd.unwrap_or(0.0),
+        spent: Spent {
+            tokens: report.usage,
+            cost_usd: report.cost_usd.unwrap_or(0.0),
+        },
     })
 }
 

@@ -250,9 +250,10 @@ async fn the_pass_after_an_epoch_is_journaled_and_a_resume_records_it_without_me
     let outcome = after_epoch(&mut first, &mut journal, &replay, 1)
         .await
         .unwrap();
-    let AfterEpoch::Measured { tokens, .. } = outcome else {
+    let AfterEpoch::Measured { spent, .. } = outcome else {
         panic!("not measured")
     };
+    let tokens = spent.tokens;
     // Four conditions (full, and without each of three) on six queries.
     assert_eq!(backend.0.load(Ordering::SeqCst), 4 * 6);
     assert_eq!(tokens.completion_tokens, 4 * 6 * 4 * 2);
@@ -271,10 +272,18 @@ async fn the_pass_after_an_epoch_is_journaled_and_a_resume_records_it_without_me
     let outcome = after_epoch(&mut again, &mut journal, &replay, 1)
         .await
         .unwrap();
-    let AfterEpoch::Reused(summary) = outcome else {
+    let AfterEpoch::Measured {
+        credit: summary,
+        spent: read_back,
+    } = outcome
+    else {
         panic!("not read back")
     };
     assert_eq!(backend.0.load(Ordering::SeqCst), 4 * 6);
+    assert_eq!(
+        read_back.tokens, tokens,
+        "what the pass spent is read back from its journaled groups"
+    );
     // The summary names each lesson with its text, most helpful first.
     let order: Vec<&str> = summary.lessons.iter().map(|l| l.text.as_str()).collect();
     assert_eq!(order, [HELPS, NEUTRAL, HURTS]);

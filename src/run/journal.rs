@@ -168,6 +168,10 @@ pub enum Entry {
         epoch: u32,
         step: u32,
         validation: crate::library::Validation,
+        /// The tokens and cost of the gate's answers (absent in journals from before they
+        /// were counted).
+        #[serde(default)]
+        spent: Spent,
     },
     /// `--validate-each`: the verdict on each of a step's changes, in order (`None` for one
     /// that changes no prompt).
@@ -175,6 +179,8 @@ pub enum Entry {
         epoch: u32,
         step: u32,
         verdicts: Vec<Option<crate::library::Validation>>,
+        #[serde(default)]
+        spent: Spent,
     },
     /// A step is over.
     StepEnded { epoch: u32, step: u32, end: StepEnd },
@@ -219,6 +225,27 @@ pub enum JournalError {
 /// A measurement's finished groups by condition label and sample id.
 pub type MeasuredGroups = HashMap<(String, String), crate::rollout::eval::QueryResult>;
 
+/// Tokens and US dollars spent by part of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Spent {
+    pub tokens: crate::backend::Usage,
+    pub cost_usd: f64,
+}
+
+impl std::ops::AddAssign for Spent {
+    fn add_assign(&mut self, other: Self) {
+        self.tokens += other.tokens;
+        self.cost_usd += other.cost_usd;
+    }
+}
+
+impl Spent {
+    pub fn total_tokens(&self) -> u64 {
+        self.tokens.prompt_tokens + self.tokens.completion_tokens
+    }
+}
+
 /// What a journal holds, indexed for resuming.
 #[derive(Debug, Default)]
 pub struct Replay {
@@ -229,6 +256,8 @@ pub struct Replay {
     pub validations: HashMap<u32, crate::library::Validation>,
     /// `--validate-each`: the verdict on each change, by step.
     pub validations_each: HashMap<u32, Vec<Option<crate::library::Validation>>>,
+    /// What each step's validation gate spent, by step.
+    pub validation_spent: HashMap<u32, Spent>,
     /// The credit passes, by epoch.
     pub credits: HashMap<u32, super::credit::CreditPass>,
     /// The finished groups of measurements, by pass ([`measure_pass`]), then condition and
@@ -378,12 +407,22 @@ fn parse(bytes: &[u8], path: &Path) -> Result<Replay, JournalError> {
                 replay.stages.insert((step, stage, key), outcome);
             }
             Entry::Validated {
-                step, validation, ..
+                step,
+                validation,
+                spent,
+                ..
             } => {
                 replay.validations.insert(step, validation);
+                replay.validation_spent.insert(step, spent);
             }
-            Entry::ValidatedEach { step, verdicts, .. } => {
+            Entry::ValidatedEach {
+                step,
+                verdicts,
+                spent,
+                ..
+            } => {
                 replay.validations_each.insert(step, verdicts);
+                replay.validation_spent.insert(step, spent);
             }
             Entry::StepEnded { step, end, .. } => {
                 replay.ended.insert(step, end);

@@ -23,6 +23,7 @@ pub mod fallback;
 mod integrate;
 pub mod journal;
 pub mod lessons;
+pub mod plan;
 pub mod plateau;
 pub mod report;
 mod session;
@@ -51,12 +52,14 @@ pub fn is_valid_run_id(id: &str) -> bool {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
 }
-pub use self::journal::{Entry, Journal, JournalError, Replay, RunInputs, Stage, StepEnd};
+pub use self::journal::{
+    Entry, Journal, JournalError, Replay, RunInputs, Spent, Stage, StepEnd,
+};
 pub use self::session::{
     BoxError, Closing, EVAL_FILE, Ending, Evaluated, Evaluation, SUMMARY_FILE, Session, finish,
 };
 pub use self::summary::{EvalCancelled, RunSummary, StepReport};
-use crate::backend::{Backend, BackendError, Sampling, Usage};
+use crate::backend::{Backend, BackendError, Sampling};
 use crate::data::Sample;
 use crate::distill::DistillConfig;
 use crate::embed::{EmbedError, Embedder};
@@ -179,13 +182,6 @@ pub struct Runner {
     pub agent: Option<crate::agent::Agent>,
 }
 
-/// Totals the budget is checked against.
-#[derive(Debug, Clone, Copy, Default)]
-struct Spent {
-    tokens: Usage,
-    cost_usd: f64,
-}
-
 impl Runner {
     /// The number of steps the run has: epochs × batches.
     pub fn total_steps(&self) -> u32 {
@@ -249,7 +245,7 @@ impl Runner {
                 if self.over_budget(&spent) {
                     self.events.emit(RunEvent::BudgetExhausted {
                         step,
-                        tokens: spent.tokens.prompt_tokens + spent.tokens.completion_tokens,
+                        tokens: spent.total_tokens(),
                         cost_usd: spent.cost_usd,
                     });
                     summary.budget_exhausted = true;
@@ -274,9 +270,7 @@ impl Runner {
                     _ => library_size,
                 };
                 library_size = report.library_size;
-                spent.tokens += report.rollout_usage;
-                spent.tokens += report.distill_usage;
-                spent.cost_usd += report.cost_usd;
+                spent += report.spent();
                 self.events.emit(RunEvent::StepEnded {
                     epoch,
                     step,
@@ -284,11 +278,7 @@ impl Runner {
                     kept_groups: report.kept_groups,
                     groups: report.groups,
                     end: report.end.clone(),
-                    tokens: {
-                        let mut u = report.rollout_usage;
-                        u += report.distill_usage;
-                        u
-                    },
+                    tokens: report.spent().tokens,
                     cost_usd: report.cost_usd,
                     elapsed_s: step_started.elapsed().as_secs_f64(),
                     ops: committed_ops(&self.library, &report.end),
@@ -309,15 +299,14 @@ impl Runner {
             };
             match pass {
                 credit::AfterEpoch::Nothing => {}
-                credit::AfterEpoch::Reused(credit) => summary.credit.push(credit),
                 credit::AfterEpoch::Measured {
                     credit,
-                    tokens,
-                    cost_usd,
+                    spent: pass_spent,
                 } => {
                     summary.credit.push(credit);
-                    spent.tokens += tokens;
-                    spent.cost_usd += cost_usd;
+                    summary.credit_usage += pass_spent.tokens;
+                    summary.cost_usd += pass_spent.cost_usd;
+                    spent += pass_spent;
                 }
                 credit::AfterEpoch::Stopped => {
                     // The pass runs again on resume, before the next epoch's first step.
@@ -345,7 +334,7 @@ impl Runner {
     }
 
     fn over_budget(&self, spent: &Spent) -> bool {
-        let tokens = spent.tokens.prompt_tokens + spent.tokens.completion_tokens;
+        let tokens = spent.total_tokens();
         self.config.budget_tokens.is_some_and(|b| tokens >= b)
             || self.config.budget_usd.is_some_and(|b| spent.cost_usd >= b)
     }

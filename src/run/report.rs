@@ -81,8 +81,7 @@ pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) 
         "| step | epoch | mean reward | groups kept | library size | tokens | stage time | stage tok/s | outcome |\n|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     );
     for step in &summary.steps {
-        let mut tokens = step.rollout_usage;
-        tokens += step.distill_usage;
+        let tokens = step.spent().tokens;
         // Steps that ran no stage call (or journals from before stage timing) show a dash.
         let (stage_time, stage_rate) = match step.stage_tokens_per_second() {
             Some(rate) => (format!("{:.1} s", step.stage_seconds), format!("{rate:.1}")),
@@ -430,6 +429,7 @@ mod tests {
             end,
             rollout_usage: Default::default(),
             distill_usage: Default::default(),
+            validation_usage: Default::default(),
             cost_usd: 0.0,
             stages: Default::default(),
             dropped_ops: 0,

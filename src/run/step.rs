@@ -64,6 +64,8 @@ impl Step<'_> {
         self.report.reused += groups.len() as u64;
         account_rollouts(&mut self.report, groups.iter().copied());
         self.report.kept_groups = groups.iter().filter(|g| g.has_signal()).count();
+        let validated = self.replay.validation_spent.get(&step).copied();
+        self.report.add_validation_spent(validated);
         for ((s, stage, _), value) in &self.replay.stages {
             if *s != step {
                 continue;

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::journal::{Stage, StepEnd};
+use super::journal::{Spent, Stage, StepEnd};
 use super::lessons::LessonCounts;
 use crate::backend::Usage;
 use crate::distill::{StageOutcome, StageStats};
@@ -20,6 +20,9 @@ pub struct StepReport {
     pub end: StepEnd,
     pub rollout_usage: Usage,
     pub distill_usage: Usage,
+    /// The validation gate's answers.
+    #[serde(default)]
+    pub validation_usage: Usage,
     pub cost_usd: f64,
     pub stages: BTreeMap<Stage, StageStats>,
     /// Proposed ops that were not applied (unknown ids, over the word limit, contradicted …).
@@ -89,6 +92,7 @@ impl StepReport {
             },
             rollout_usage: Usage::default(),
             distill_usage: Usage::default(),
+            validation_usage: Usage::default(),
             cost_usd: 0.0,
             stages: BTreeMap::new(),
             dropped_ops: 0,
@@ -118,6 +122,26 @@ impl StepReport {
         }
     }
 
+    /// Counts what the validation gate's answers spent (`None`: a journal from before it was
+    /// counted).
+    pub(super) fn add_validation_spent(&mut self, spent: Option<Spent>) {
+        if let Some(spent) = spent {
+            self.validation_usage += spent.tokens;
+            self.cost_usd += spent.cost_usd;
+        }
+    }
+
+    /// Everything the step spent: rollouts, stage calls and the validation gate.
+    pub fn spent(&self) -> Spent {
+        let mut tokens = self.rollout_usage;
+        tokens += self.distill_usage;
+        tokens += self.validation_usage;
+        Spent {
+            tokens,
+            cost_usd: self.cost_usd,
+        }
+    }
+
     /// Stage tokens (prompt and generated) per second of stage time, when the stages ran.
     pub fn stage_tokens_per_second(&self) -> Option<f64> {
         (self.stage_seconds > 0.0).then(|| self.stage_tokens as f64 / self.stage_seconds)
@@ -132,6 +156,12 @@ pub struct RunSummary {
     pub stages: BTreeMap<Stage, StageStats>,
     pub rollout_usage: Usage,
     pub distill_usage: Usage,
+    /// The validation gate's answers over all steps.
+    #[serde(default)]
+    pub validation_usage: Usage,
+    /// The credit passes' answers (`--credit-queries`).
+    #[serde(default)]
+    pub credit_usage: Usage,
     pub cost_usd: f64,
     pub dropped_ops: u64,
     pub near_duplicates: u64,
@@ -229,7 +259,7 @@ impl RunSummary {
             };
             let _ = writeln!(
                 out,
-                "stage {:<11} {} calls, {} attempts, {} parse failures ({:.0}%), {} rejected, {} failed, {} items dropped",
+                "stage {:<11} {} calls, {} attempts, {} parse failures ({:.0}%), {} rejected, {} failed, {} items dropped, {} tokens",
                 stage.as_str(),
                 stats.calls,
                 stats.attempts,
@@ -237,7 +267,8 @@ impl RunSummary {
                 rate * 100.0,
                 stats.rejections,
                 stats.failures,
-                stats.dropped_items
+                stats.dropped_items,
+                stats.usage.prompt_tokens + stats.usage.completion_tokens
             );
         }
         if !self.lessons.is_empty() {
@@ -267,12 +298,15 @@ impl RunSummary {
             self.rejected_steps
         );
         let total = self.total_usage();
+        let sum = |u: &Usage| u.prompt_tokens + u.completion_tokens;
         let _ = writeln!(
             out,
-            "tokens {} (rollouts {}, stages {}), cost ${:.4}, wall time {:.0} s",
-            total.prompt_tokens + total.completion_tokens,
-            self.rollout_usage.prompt_tokens + self.rollout_usage.completion_tokens,
-            self.distill_usage.prompt_tokens + self.distill_usage.completion_tokens,
+            "tokens {} (rollouts {}, stages {}, validation {}, credit {}), cost ${:.4}, wall time {:.0} s",
+            sum(&total),
+            sum(&self.rollout_usage),
+            sum(&self.distill_usage),
+            sum(&self.validation_usage),
+            sum(&self.credit_usage),
             self.cost_usd,
             self.elapsed_s
         );
@@ -286,6 +320,8 @@ impl RunSummary {
             stages: BTreeMap::new(),
             rollout_usage: Usage::default(),
             distill_usage: Usage::default(),
+            validation_usage: Usage::default(),
+            credit_usage: Usage::default(),
             cost_usd: 0.0,
             dropped_ops: 0,
             near_duplicates: 0,
@@ -310,6 +346,7 @@ impl RunSummary {
     pub fn add(&mut self, step: StepReport) {
         self.rollout_usage += step.rollout_usage;
         self.distill_usage += step.distill_usage;
+        self.validation_usage += step.validation_usage;
         self.cost_usd += step.cost_usd;
         self.dropped_ops += step.dropped_ops;
         self.near_duplicates += step.near_duplicates;
@@ -336,9 +373,13 @@ impl RunSummary {
         self.steps.push(step);
     }
 
+    /// Every token the run spent before its final evaluation: rollouts, stage calls, the
+    /// validation gate and the credit passes.
     pub fn total_usage(&self) -> Usage {
         let mut usage = self.rollout_usage;
         usage += self.distill_usage;
+        usage += self.validation_usage;
+        usage += self.credit_usage;
         usage
     }
 }

@@ -15,7 +15,7 @@
 //! experience credited with its own change's evidence rather than the step's.
 
 use super::events::RunEvent;
-use super::journal::{Entry, StepEnd};
+use super::journal::{Entry, Spent, StepEnd};
 use super::step::Step;
 use super::{RunError, Runner};
 use crate::data::Sample;
@@ -60,7 +60,11 @@ pub(super) async fn gate(
         return gate_each(runner, at, queries, state, changes).await;
     }
     let validation = match at.replay.validations.get(&step) {
-        Some(validation) => validation.clone(),
+        Some(validation) => {
+            at.report
+                .add_validation_spent(at.replay.validation_spent.get(&step).copied());
+            validation.clone()
+        }
         None => {
             let held_apart = validation_queries(&runner.samples, queries, step, count);
             if held_apart.is_empty() {
@@ -95,7 +99,7 @@ pub(super) async fn gate(
             if !runner.control.proceed().await {
                 return Ok(Gate::Stopped);
             }
-            let validation = validate(
+            let (validation, spent) = validate(
                 runner,
                 &held_apart,
                 &PromptExperience::active(state),
@@ -107,7 +111,9 @@ pub(super) async fn gate(
                 epoch: at.epoch,
                 step,
                 validation: validation.clone(),
+                spent,
             })?;
+            at.report.add_validation_spent(Some(spent));
             validation
         }
     };
@@ -154,7 +160,11 @@ async fn gate_each(
         .get(&step)
         .filter(|verdicts| verdicts.len() == changes.len());
     let verdicts = match journaled {
-        Some(verdicts) => verdicts.clone(),
+        Some(verdicts) => {
+            at.report
+                .add_validation_spent(at.replay.validation_spent.get(&step).copied());
+            verdicts.clone()
+        }
         None => {
             let held_apart =
                 validation_queries(&runner.samples, queries, step, runner.config.validate);
@@ -173,8 +183,8 @@ async fn gate_each(
             if !runner.control.proceed().await {
                 return Ok(Gate::Stopped);
             }
-            let verdicts = match judge_each(runner, &held_apart, state, changes).await? {
-                Ok(verdicts) => verdicts,
+            let (verdicts, spent) = match judge_each(runner, &held_apart, state, changes).await? {
+                Ok(judged) => judged,
                 Err(reason) => {
                     return Ok(Gate::Refused(StepEnd::Failed {
                         reason: format!("the library refused the changes: {reason}"),
@@ -185,7 +195,9 @@ async fn gate_each(
                 epoch: at.epoch,
                 step,
                 verdicts: verdicts.clone(),
+                spent,
             })?;
+            at.report.add_validation_spent(Some(spent));
             verdicts
         }
     };
@@ -231,13 +243,14 @@ async fn gate_each(
 
 /// The verdict on each of `changes` (in order; `None` for one that changes no prompt): the
 /// current library `state`, and `state` with each prompt-changing change alone, answer
-/// `queries` in one pass. `Err` names a change the library refuses.
+/// `queries` in one pass, with what their answers spent. `Err` names a change the library
+/// refuses.
 pub(super) async fn judge_each(
     runner: &Runner,
     queries: &[Sample],
     state: &State,
     changes: &[Change],
-) -> Result<Result<Vec<Option<Validation>>, String>, RunError> {
+) -> Result<Result<(Vec<Option<Validation>>, Spent), String>, RunError> {
     let limits = Limits {
         max_words: runner.library.settings().max_words,
     };
@@ -272,7 +285,11 @@ pub(super) async fn judge_each(
         settings: &settings,
         resume: &resume,
     };
-    let (means, ..) = mean_rewards(bench, &shown, &|_, _| {}).await?;
+    let (means, tokens, cost_usd) = mean_rewards(bench, &shown, &|_, _| {}).await?;
+    let spent = Spent {
+        tokens,
+        cost_usd: cost_usd.unwrap_or(0.0),
+    };
     let mut verdicts = vec![None; changes.len()];
     for (slot, index) in judged.into_iter().enumerate() {
         let pairs: Vec<[f64; 2]> = means[0]
@@ -286,7 +303,7 @@ pub(super) async fn judge_each(
             runner.config.validate_threshold,
         ));
     }
-    Ok(Ok(verdicts))
+    Ok(Ok((verdicts, spent)))
 }
 
 /// Whether `change` changes what the policy is shown: not an evidence-only update (a
@@ -353,7 +370,7 @@ pub(super) async fn validate(
     current: &[PromptExperience],
     candidate: &[PromptExperience],
     threshold: f64,
-) -> Result<Validation, RunError> {
+) -> Result<(Validation, Spent), RunError> {
     let settings = paired_settings(runner);
     let resume = Resume::default();
     let bench = Bench {
@@ -364,13 +381,17 @@ pub(super) async fn validate(
         resume: &resume,
     };
     let shown = [current.to_vec(), candidate.to_vec()];
-    let (means, ..) = mean_rewards(bench, &shown, &|_, _| {}).await?;
+    let (means, tokens, cost_usd) = mean_rewards(bench, &shown, &|_, _| {}).await?;
     let pairs: Vec<[f64; 2]> = means[0]
         .iter()
         .zip(&means[1])
         .map(|(current, candidate)| [*current, *candidate])
         .collect();
-    Ok(judge(&pairs, runner.config.group_size, threshold))
+    let spent = Spent {
+        tokens,
+        cost_usd: cost_usd.unwrap_or(0.0),
+    };
+    Ok((judge(&pairs, runner.config.group_size, threshold), spent))
 }
 
 /// How the run's paired measurements (the gate, the credit pass) draw: `--group-size` answers
@@ -472,12 +493,14 @@ mod tests {
             evidence: Default::default(),
         };
         let changes = [Change::add(HELPS), confirm, Change::add(HURTS)];
-        let verdicts = judge_each(&runner, &queries(), &state, &changes)
+        let (verdicts, spent) = judge_each(&runner, &queries(), &state, &changes)
             .await
             .unwrap()
             .unwrap();
-        // The current library, and it with each of the two prompt-changing changes: 3 x 6 groups.
+        // The current library, and it with each of the two prompt-changing changes: 3 x 6 groups
+        // of 4 answers of 2 tokens, all counted.
         assert_eq!(backend.0.load(Ordering::SeqCst), 3 * 6);
+        assert_eq!(spent.tokens.completion_tokens, 3 * 6 * 4 * 2);
         let helps = verdicts[0].as_ref().unwrap();
         assert!(helps.accepted && helps.delta > 0.0, "{}", helps.summary());
         assert!(verdicts[1].is_none(), "a confirmation changes no prompt");

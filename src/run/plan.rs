@@ -1,0 +1,522 @@
+//! What a run will cost before it runs (`gym grpo --plan`): model calls, prompt and completion
+//! tokens, time on this machine and dollars, by part of the run.
+//!
+//! Token counts depend on the data, the models and the library as it grows, so a plan is not
+//! computed from the settings alone: it scales what a *pilot* measured — one real step of the
+//! run on a few training queries, into a scratch copy of the library ([`Pilot::of`]) — by the
+//! counts the settings imply. With S = epochs × ⌈train queries / batch⌉ steps:
+//! - **rollouts**: epochs × train queries groups of G answers;
+//! - **summarize, extract**: per kept group (a group whose rewards differ), at the pilot's kept
+//!   fraction and calls per kept group;
+//! - **consolidate**: one per step with a kept group; its prompt grows with the batch's kept
+//!   groups;
+//! - **integrate**: one per added lesson that meets a related library lesson; with a library
+//!   that starts empty the pilot cannot see one, and the plan then counts one per lesson added
+//!   after the first step (an upper bound);
+//! - **validation**: per step with a candidate, 2 × V × G answers (`--validate-each`:
+//!   (changes + 1) × V × G), V = `--validate` capped by the queries outside the batch;
+//! - **credit**: after each epoch, (lessons + 1) × C × G answers (`--credit-queries` C);
+//! - **final evaluation**: held-out queries × k × conditions (without, placebo, library).
+//!
+//! The library grows by the pilot step's net lessons at every step that has a kept group, and
+//! every prompt that shows the library grows by each lesson's tokens. A backend that counts a
+//! group's shared prompt once (llama.cpp evaluates it once for all G answers) is planned so;
+//! an API that bills each answer's prompt is planned per answer. Time is the pilot's seconds
+//! per completion token (rollout-like parts) and per stage token (stages), at the run's own
+//! concurrency.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::journal::Stage;
+use super::summary::RunSummary;
+use crate::backend::{Price, Usage};
+
+/// The settings of the run being planned, as counts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shape {
+    pub train_queries: usize,
+    pub epochs: u32,
+    pub batch_size: usize,
+    pub group_size: usize,
+    /// `--validate` (0: no gate).
+    pub validate: usize,
+    pub validate_each: bool,
+    /// `--credit-queries` (0: no credit pass).
+    pub credit_queries: usize,
+    /// Held-out queries of the final evaluation (0: none).
+    pub eval_queries: usize,
+    pub eval_k: usize,
+    /// The final evaluation has a placebo condition.
+    pub eval_placebo: bool,
+    /// Active lessons when the run starts.
+    pub lessons_at_start: usize,
+    /// The rollout backend counts a group's prompt once, not once per answer.
+    pub prompt_once_per_group: bool,
+}
+
+impl Shape {
+    /// Steps of the run.
+    pub fn steps(&self) -> u64 {
+        u64::from(self.epochs) * self.train_queries.div_ceil(self.batch_size.max(1)) as u64
+    }
+}
+
+/// What a pilot step measured.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pilot {
+    /// Groups (queries) the pilot sampled, and those whose rewards differed.
+    pub groups: usize,
+    pub kept_groups: usize,
+    /// Answers per group.
+    pub group_size: usize,
+    /// Active lessons the pilot's prompts showed.
+    pub lessons: usize,
+    pub rollouts: Usage,
+    /// Seconds the rollouts took (the pilot's wall time less its stage calls').
+    pub rollout_seconds: f64,
+    /// Calls and tokens per stage.
+    pub stages: BTreeMap<Stage, (u64, Usage)>,
+    pub stage_seconds: f64,
+    /// Lessons the step's version added less those it deleted (0 if it committed none).
+    pub net_lessons: f64,
+    /// Tokens of one lesson as shown in a prompt (estimated from its text).
+    pub tokens_per_lesson: f64,
+    /// Wall time and tokens of the whole pilot, to say what the plan itself cost.
+    pub elapsed_s: f64,
+}
+
+impl Pilot {
+    /// The pilot of a one-step run of `group_size` answers per group summarized by `summary`,
+    /// which started with `lessons` active lessons; `added_texts` are the texts of the
+    /// lessons its version added, `deleted` the lessons it deleted.
+    pub fn of(
+        summary: &RunSummary,
+        group_size: usize,
+        lessons: usize,
+        added_texts: &[String],
+        deleted: usize,
+    ) -> Self {
+        let mut pilot = Pilot {
+            group_size,
+            lessons,
+            elapsed_s: summary.elapsed_s,
+            rollouts: summary.rollout_usage,
+            ..Pilot::default()
+        };
+        for step in &summary.steps {
+            pilot.groups += step.groups;
+            pilot.kept_groups += step.kept_groups;
+            pilot.stage_seconds += step.stage_seconds;
+        }
+        for (stage, stats) in &summary.stages {
+            pilot.stages.insert(*stage, (stats.calls, stats.usage));
+        }
+        pilot.rollout_seconds = (summary.elapsed_s - pilot.stage_seconds).max(0.0);
+        pilot.net_lessons = added_texts.len() as f64 - deleted as f64;
+        pilot.tokens_per_lesson = if added_texts.is_empty() {
+            DEFAULT_TOKENS_PER_LESSON
+        } else {
+            let chars: usize = added_texts.iter().map(|t| t.chars().count()).sum();
+            // About four characters a token in English for BPE vocabularies, plus the
+            // lesson's id and list markup around it.
+            chars as f64 / added_texts.len() as f64 / 4.0 + 6.0
+        };
+        pilot
+    }
+}
+
+/// Tokens of a lesson when the pilot added none to measure (a one-sentence "When …, do …").
+const DEFAULT_TOKENS_PER_LESSON: f64 = 40.0;
+
+/// A part of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Part {
+    Rollouts,
+    Stage(Stage),
+    Validation,
+    Credit,
+    Evaluation,
+}
+
+impl Part {
+    pub fn label(self) -> &'static str {
+        match self {
+            Part::Rollouts => "rollouts",
+            Part::Stage(stage) => stage.as_str(),
+            Part::Validation => "validation",
+            Part::Credit => "credit",
+            Part::Evaluation => "final eval",
+        }
+    }
+}
+
+/// One part's estimate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Estimate {
+    pub part: Part,
+    /// Model calls: groups for answer-drawing parts, requests for stages.
+    pub calls: f64,
+    /// Answers drawn (0 for stages).
+    pub answers: f64,
+    pub prompt_tokens: f64,
+    pub completion_tokens: f64,
+    pub seconds: f64,
+    /// `None` when the part's model has no price.
+    pub cost_usd: Option<f64>,
+}
+
+impl Estimate {
+    pub fn tokens(&self) -> f64 {
+        self.prompt_tokens + self.completion_tokens
+    }
+}
+
+/// The plan of a run: its parts, and what the run's budget makes of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub steps: u64,
+    pub parts: Vec<Estimate>,
+    /// The kept fraction, lessons per step and tokens per lesson the plan assumed.
+    pub kept_fraction: f64,
+    pub lessons_per_step: f64,
+    pub tokens_per_lesson: f64,
+    pub lessons_at_end: f64,
+    /// Integrate was counted as an upper bound (the pilot could not observe it).
+    pub integrate_bound: bool,
+}
+
+/// Prices of the two models; `None` where the table has none.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Prices {
+    pub rollout: Option<Price>,
+    pub distill: Option<Price>,
+}
+
+/// Why a pilot cannot be scaled.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    #[error("the pilot sampled no group: nothing to scale")]
+    NoPilotGroups,
+}
+
+/// The plan of a run of `shape`, from `pilot`.
+pub fn plan(shape: &Shape, pilot: &Pilot, prices: Prices) -> Result<Plan, PlanError> {
+    if pilot.groups == 0 || pilot.rollouts.completion_tokens == 0 {
+        return Err(PlanError::NoPilotGroups);
+    }
+    let g = shape.group_size.max(1) as f64;
+    let pilot_g = if pilot.group_size == 0 { g } else { pilot.group_size as f64 };
+    let steps = shape.steps();
+    let s = steps as f64;
+    let train = shape.train_queries as f64;
+    let batch = shape.batch_size.max(1).min(shape.train_queries.max(1)) as f64;
+    let steps_per_epoch = (shape.train_queries.div_ceil(shape.batch_size.max(1))) as f64;
+    let kept = pilot.kept_groups as f64 / pilot.groups as f64;
+    // The chance that a step has a kept group, so makes a candidate.
+    let active = 1.0 - (1.0 - kept).powf(batch);
+    let growth = pilot.net_lessons.max(0.0) * active;
+    let l0 = shape.lessons_at_start as f64;
+    let tpl = pilot.tokens_per_lesson;
+    let lessons_at = |step: f64| l0 + growth * step;
+    let mean_lessons = lessons_at((s - 1.0).max(0.0) / 2.0);
+    let lessons_at_end = lessons_at(s);
+
+    // Rollout-like groups: a prompt of the group's base tokens plus the lessons it shows.
+    let per_answer_prompt = !shape.prompt_once_per_group;
+    let pilot_group_prompt = pilot.rollouts.prompt_tokens as f64 / pilot.groups as f64;
+    let lesson_share = |answers: f64| if per_answer_prompt { answers } else { 1.0 };
+    let base_prompt =
+        (pilot_group_prompt - pilot.lessons as f64 * tpl * lesson_share(pilot_g)).max(0.0);
+    let base_per_answer = base_prompt / pilot_g;
+    let group_prompt = |answers: f64, lessons: f64| {
+        let base = if per_answer_prompt {
+            base_per_answer * answers
+        } else {
+            base_prompt
+        };
+        base + lessons * tpl * lesson_share(answers)
+    };
+    let completion_per_answer =
+        pilot.rollouts.completion_tokens as f64 / (pilot.groups as f64 * pilot_g);
+    let seconds_per_completion = pilot.rollout_seconds / pilot.rollouts.completion_tokens as f64;
+    let answering = |part: Part, groups: f64, answers_each: f64, lessons: f64| {
+        let completion = groups * answers_each * completion_per_answer;
+        Estimate {
+            part,
+            calls: groups,
+            answers: groups * answers_each,
+            prompt_tokens: groups * group_prompt(answers_each, lessons),
+            completion_tokens: completion,
+            seconds: completion * seconds_per_completion,
+            cost_usd: None,
+        }
+    };
+
+    let mut parts = vec![answering(
+        Part::Rollouts,
+        f64::from(shape.epochs) * train,
+        g,
+        mean_lessons,
+    )];
+
+    // Stages, per call as the pilot measured them.
+    let kept_groups = kept * f64::from(shape.epochs) * train;
+    let pilot_kept = pilot.kept_groups as f64;
+    let stage_tokens: u64 = pilot
+        .stages
+        .values()
+        .map(|(_, u)| u.prompt_tokens + u.completion_tokens)
+        .sum();
+    let seconds_per_stage_token = if stage_tokens > 0 {
+        pilot.stage_seconds / stage_tokens as f64
+    } else {
+        0.0
+    };
+    let per_call = |stage: Stage| {
+        pilot
+            .stages
+            .get(&stage)
+            .filter(|(calls, _)| *calls > 0)
+            .map(|(calls, usage)| {
+                let calls = *calls as f64;
+                (
+                    usage.prompt_tokens as f64 / calls,
+                    usage.completion_tokens as f64 / calls,
+                    calls,
+                )
+            })
+    };
+    let grown = (mean_lessons - pilot.lessons as f64).max(0.0) * tpl;
+    let mut stage = |stage: Stage, calls: f64, prompt: f64, completion: f64| {
+        parts.push(Estimate {
+            part: Part::Stage(stage),
+            calls,
+            answers: 0.0,
+            prompt_tokens: calls * prompt,
+            completion_tokens: calls * completion,
+            seconds: calls * (prompt + completion) * seconds_per_stage_token,
+            cost_usd: None,
+        });
+    };
+    if pilot_kept > 0.0 {
+        if let Some((p, c, calls)) = per_call(Stage::Summarize) {
+            stage(Stage::Summarize, kept_groups * calls / pilot_kept, p, c);
+        }
+        if let Some((p, c, calls)) = per_call(Stage::Extract) {
+            stage(Stage::Extract, kept_groups * calls / pilot_kept, p + grown, c);
+        }
+    }
+    let consolidate = per_call(Stage::Consolidate);
+    if let Some((p, c, _)) = consolidate {
+        // The prompt lists the batch's proposals: scale it by the kept groups of a step.
+        let scale = (batch * kept / pilot_kept.max(1.0)).max(1.0);
+        stage(Stage::Consolidate, s * active, p * scale + grown, c);
+    }
+    let integrate = per_call(Stage::Integrate);
+    let integrate_bound = l0 == 0.0 && pilot.lessons == 0;
+    let integrate_calls = if integrate_bound {
+        growth * (s - 1.0).max(0.0)
+    } else {
+        let observed = integrate.map_or(0.0, |(_, _, calls)| calls);
+        observed * s * active
+    };
+    if integrate_calls > 0.0 {
+        // Unobserved, an integrate call is about the size of a consolidate call.
+        if let Some((p, c, _)) = integrate.or(consolidate) {
+            stage(Stage::Integrate, integrate_calls, p, c);
+        }
+    }
+
+    // The validation gate: the current library and the candidate (or each change) on V queries.
+    let outside = shape.train_queries.saturating_sub(shape.batch_size) as f64;
+    let validated = (shape.validate as f64).min(outside);
+    if validated > 0.0 {
+        let conditions = if shape.validate_each && pilot.net_lessons > 1.0 {
+            pilot.net_lessons + 1.0
+        } else {
+            2.0
+        };
+        parts.push(answering(
+            Part::Validation,
+            s * active * conditions * validated,
+            g,
+            mean_lessons,
+        ));
+    }
+
+    // The credit pass after each epoch: the full library and each lesson left out.
+    if shape.credit_queries > 0 {
+        let queries = (shape.credit_queries as f64).min(train);
+        let mut credit: Option<Estimate> = None;
+        for epoch in 1..=shape.epochs {
+            let lessons = lessons_at(steps_per_epoch * f64::from(epoch));
+            if lessons < 0.5 {
+                continue;
+            }
+            let part = answering(Part::Credit, (lessons + 1.0) * queries, g, lessons);
+            credit = Some(match credit {
+                None => part,
+                Some(sum) => add(sum, &part),
+            });
+        }
+        parts.extend(credit);
+    }
+
+    // The final evaluation: without the library, with the placebo, with the library.
+    if shape.eval_queries > 0 {
+        let h = shape.eval_queries as f64;
+        let k = shape.eval_k.max(1) as f64;
+        let mut eval = answering(Part::Evaluation, h, k, 0.0);
+        eval = add(eval, &answering(Part::Evaluation, h, k, lessons_at_end));
+        if shape.eval_placebo && lessons_at_end >= 0.5 {
+            eval = add(eval, &answering(Part::Evaluation, h, k, lessons_at_end));
+        }
+        parts.push(eval);
+    }
+
+    for part in &mut parts {
+        let price = match part.part {
+            Part::Stage(_) => prices.distill,
+            _ => prices.rollout,
+        };
+        part.cost_usd = price.map(|p| {
+            (part.prompt_tokens * p.input_per_mtok + part.completion_tokens * p.output_per_mtok)
+                / 1e6
+        });
+    }
+    Ok(Plan {
+        steps,
+        parts,
+        kept_fraction: kept,
+        lessons_per_step: growth,
+        tokens_per_lesson: tpl,
+        lessons_at_end,
+        integrate_bound,
+    })
+}
+
+fn add(mut sum: Estimate, part: &Estimate) -> Estimate {
+    sum.calls += part.calls;
+    sum.answers += part.answers;
+    sum.prompt_tokens += part.prompt_tokens;
+    sum.completion_tokens += part.completion_tokens;
+    sum.seconds += part.seconds;
+    sum
+}
+
+impl Plan {
+    /// Every part but the final evaluation: what `--budget-tokens` and `--budget-usd` count.
+    pub fn before_eval(&self) -> impl Iterator<Item = &Estimate> {
+        self.parts.iter().filter(|p| p.part != Part::Evaluation)
+    }
+
+    pub fn total(&self) -> Estimate {
+        let zero = Estimate {
+            part: Part::Rollouts,
+            calls: 0.0,
+            answers: 0.0,
+            prompt_tokens: 0.0,
+            completion_tokens: 0.0,
+            seconds: 0.0,
+            cost_usd: Some(0.0),
+        };
+        self.parts.iter().fold(zero, |mut sum, part| {
+            sum = add(sum, part);
+            sum.cost_usd = sum.cost_usd.zip(part.cost_usd).map(|(a, b)| a + b);
+            sum
+        })
+    }
+
+    /// What a token or dollar budget makes of the plan: `None` when it covers the run, else
+    /// the step at which the run would stop (it checks the budget before each step).
+    pub fn budget_stop(&self, tokens: Option<u64>, usd: Option<f64>) -> Option<u64> {
+        let steps = self.steps.max(1) as f64;
+        let before: Vec<&Estimate> = self.before_eval().collect();
+        let total_tokens: f64 = before.iter().map(|p| p.tokens()).sum();
+        let total_usd: Option<f64> = before.iter().map(|p| p.cost_usd).sum();
+        let fraction = |spend: f64, budget: f64| (spend > budget).then(|| budget / spend);
+        let by_tokens = tokens.and_then(|b| fraction(total_tokens, b as f64));
+        let by_usd = usd.and_then(|b| total_usd.and_then(|spend| fraction(spend, b)));
+        let fraction = match (by_tokens, by_usd) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b)?,
+        };
+        // Spending is about even over the steps; the step that finds the budget spent.
+        Some(((fraction * steps).ceil() as u64 + 1).min(self.steps))
+    }
+
+    /// The plan as a table, with its assumptions.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{:<12} {:>9} {:>9} {:>12} {:>12} {:>10} {:>10}",
+            "part", "calls", "answers", "prompt tok", "output tok", "time", "cost"
+        );
+        let row = |out: &mut String, label: &str, e: &Estimate| {
+            let _ = writeln!(
+                out,
+                "{:<12} {:>9} {:>9} {:>12} {:>12} {:>10} {:>10}",
+                label,
+                thousands(e.calls),
+                if e.answers > 0.0 {
+                    thousands(e.answers)
+                } else {
+                    "–".into()
+                },
+                thousands(e.prompt_tokens),
+                thousands(e.completion_tokens),
+                duration(e.seconds),
+                e.cost_usd
+                    .map_or("no price".into(), |c| format!("${c:.4}")),
+            );
+        };
+        for part in &self.parts {
+            row(&mut out, part.part.label(), part);
+        }
+        row(&mut out, "total", &self.total());
+        let _ = writeln!(
+            out,
+            "assumed: {} steps, {:.0}% of groups kept, {:+.2} lessons per step ({:.1} at the end, ~{:.0} tokens each){}",
+            self.steps,
+            self.kept_fraction * 100.0,
+            self.lessons_per_step,
+            self.lessons_at_end,
+            self.tokens_per_lesson,
+            if self.integrate_bound {
+                "; integrate counted once per lesson added after step 1 (an upper bound)"
+            } else {
+                ""
+            }
+        );
+        out
+    }
+}
+
+/// `12,345`.
+fn thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `2h 05m`, `4m 10s`, `12s`.
+fn duration(seconds: f64) -> String {
+    let s = seconds.max(0.0).round() as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m {:02}s", s / 60, s % 60),
+        _ => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;
