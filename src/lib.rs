@@ -33,6 +33,7 @@
 //! | [`tools`] | here | the `Tool` seam and `Toolbox` (argument checks, timeouts, errors as observations): a calculator, a sandboxed Python, MCP servers (feature `mcp`) |
 //! | [`agent`] | here | agent rollouts: a ReAct loop over the backend seam with a bounded number of tool rounds, trajectories recorded in the journal |
 //! | `mcp` | here (feature `mcp`) | the experience library as Model Context Protocol tools (`gym library mcp-serve`): search, get, show_version, diff, and opt-in propose_change |
+//! | [`telemetry`] | here | OpenTelemetry GenAI spans out over OTLP/HTTP (`--otlp-endpoint`; the exporter with feature `otlp`): a span per served request and per rollout and stage call of a run, a bounded queue that never blocks, dropped spans counted |
 //! | [`delta`] | here | BitDelta 1-bit deltas, DeltaSoup robust aggregation with differential privacy (files with `finetune`) |
 //!
 //! The `gym` binary's command-line interface lives in `src/cli/` (one file per subcommand).
@@ -62,5 +63,6 @@ pub mod reward;
 pub mod rollout;
 pub mod run;
 pub mod serve;
+pub mod telemetry;
 pub mod tools;
 pub mod web;

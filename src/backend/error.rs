@@ -18,6 +18,12 @@ pub enum BackendError {
     #[error("model file {} could not be loaded by llama.cpp (is it a GGUF model?)", path.display())]
     ModelLoad { path: PathBuf },
 
+    #[error(
+        "--gpu-layers {layers}: this build of gym has no GPU support; rebuild it with \
+         `cargo build --release --features cuda` (needs the CUDA toolkit), or leave --gpu-layers at 0"
+    )]
+    NoGpuSupport { layers: u32 },
+
     #[error("the model has no usable chat template: {0}")]
     ChatTemplate(String),
 

@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use gym::backend::anthropic::{AnthropicBackend, AnthropicConfig};
 use gym::backend::openai::{GroupMode, OpenAiBackend, OpenAiConfig};
-use gym::backend::{Backend, PriceTable, Sampling};
+use gym::backend::{Backend, Price, PriceTable, Sampling};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BackendKind {
@@ -75,7 +75,8 @@ pub struct BackendArgs {
     #[arg(long, default_value_t = 16_384)]
     pub max_context: u32,
 
-    /// llama: layers to offload to a GPU (needs a GPU-enabled build).
+    /// llama: layers to offload to an NVIDIA GPU (needs a build with `--features cuda`; a
+    /// CPU-only build refuses a value above 0).
     #[arg(long, default_value_t = 0)]
     pub gpu_layers: u32,
 
@@ -109,6 +110,35 @@ impl BackendArgs {
             "--request-timeout must be a positive number of seconds"
         );
         Ok(Duration::from_secs_f64(self.request_timeout))
+    }
+
+    /// What `model` costs on this backend: nothing in process, the price table's entry (with
+    /// `--price-table`) for an API, `None` when the table has none.
+    pub fn price(&self, model: &str) -> anyhow::Result<Option<Price>> {
+        match self.backend {
+            BackendKind::Llama | BackendKind::Candle => Ok(Some(Price {
+                input_per_mtok: 0.0,
+                output_per_mtok: 0.0,
+            })),
+            BackendKind::Openai | BackendKind::Anthropic => {
+                let table = match &self.price_table {
+                    Some(path) => PriceTable::with_file(path)?,
+                    None => PriceTable::default(),
+                };
+                Ok(table.get(model))
+            }
+        }
+    }
+
+    /// Whether the backend counts (and bills) a group's shared prompt once rather than once
+    /// per answer: in process the prompt is evaluated once for all G answers, and an OpenAI
+    /// request with `n` bills it once; Anthropic's API has no `n`.
+    pub fn counts_group_prompt_once(&self) -> bool {
+        match self.backend {
+            BackendKind::Llama | BackendKind::Candle => true,
+            BackendKind::Openai => self.group_mode != GroupMode::Parallel,
+            BackendKind::Anthropic => false,
+        }
     }
 
     pub fn build(&self) -> anyhow::Result<Arc<dyn Backend>> {

@@ -67,7 +67,7 @@ struct RolloutBench {
     /// CPU threads (default: all cores).
     #[arg(long, env = "GYM_THREADS")]
     threads: Option<u32>,
-    /// Layers to offload to a GPU (needs a GPU-enabled build).
+    /// Layers to offload to an NVIDIA GPU (needs a build with `--features cuda`).
     #[arg(long, default_value_t = 0)]
     gpu_layers: u32,
 }
@@ -93,7 +93,7 @@ struct StagesBench {
     /// CPU threads (default: all cores).
     #[arg(long, env = "GYM_THREADS")]
     threads: Option<u32>,
-    /// Layers to offload to a GPU (needs a GPU-enabled build).
+    /// Layers to offload to an NVIDIA GPU (needs a build with `--features cuda`).
     #[arg(long, default_value_t = 0)]
     gpu_layers: u32,
     /// Print the figures as one JSON object.

@@ -252,6 +252,15 @@ pub struct EvalArgs {
     #[arg(long)]
     compare_adapter: Option<PathBuf>,
 
+    /// Print what the evaluation would cost (calls, tokens, time on this machine, dollars,
+    /// per condition), measured on its first --plan-queries queries, and exit.
+    #[arg(long, conflicts_with_all = ["output", "report", "compare_adapter"])]
+    plan: bool,
+
+    /// Queries of --plan's pilot (the first ones).
+    #[arg(long, default_value_t = 4, requires = "plan")]
+    plan_queries: usize,
+
     #[command(flatten)]
     reward: RewardArgs,
 
@@ -330,6 +339,18 @@ impl EvalArgs {
             instruction: dataset.instruction.clone(),
             agent: rt.block_on(self.tools.agent())?,
         };
+        if self.plan {
+            return super::eval_plan::EvalPlan {
+                backend: backend.as_ref(),
+                verifier: verifier.as_ref(),
+                samples: &dataset.samples,
+                conditions: &conditions,
+                settings: &settings,
+                pilot_queries: self.plan_queries,
+                price: self.backend.price(backend.model())?,
+            }
+            .print(&rt);
+        }
         anyhow::ensure!(
             self.report.is_none() || settings.agent.is_none(),
             "--report: a pack's results are re-run without tools; evaluate without --tools"

@@ -9,6 +9,7 @@ mod delta;
 mod delta_eval;
 mod embed;
 mod eval;
+mod eval_plan;
 mod fallback;
 #[cfg(feature = "finetune")]
 mod finetune;
@@ -23,6 +24,7 @@ mod library_dir;
 #[cfg(feature = "mcp")]
 mod library_mcp;
 mod library_similar;
+mod otlp_args;
 mod pack;
 mod run_settings;
 mod serve;

@@ -43,6 +43,9 @@ pub struct ServeArgs {
     #[command(flatten)]
     library_dir: LibraryDirArgs,
 
+    #[command(flatten)]
+    otlp: super::otlp_args::OtlpArgs,
+
     /// Experiences injected per request, the most relevant first (0: all of them).
     #[arg(long, env = "GYM_TOP_K", default_value_t = 8)]
     top_k: usize,
@@ -307,6 +310,7 @@ impl ServeArgs {
             );
         }
         let keys = self.keys()?;
+        let spans = self.otlp.start("gym serve")?;
         let writes = if keys.is_empty() {
             "library writes disabled (no API keys)".to_owned()
         } else {
@@ -394,7 +398,7 @@ impl ServeArgs {
             ))
         });
         let usage = Arc::new(gym::serve::usage::ServedUsage::default());
-        let traffic = Arc::new(self.traffic()?);
+        let traffic = Arc::new(self.traffic()?.with_spans(spans));
         let state = AppState {
             traffic: Arc::clone(&traffic),
             usage: Arc::clone(&usage),

@@ -263,9 +263,10 @@ pub(super) async fn after_epoch(
     if let Some(pass) = replay.credits.get(&epoch) {
         record(&mut runner.library, &pass.credits)?;
         emit(runner, epoch, pass, true);
-        let measured = replay
-            .measured
-            .get(&measure_pass(&format!("credit-epoch-{epoch}"), pass.library_version));
+        let measured = replay.measured.get(&measure_pass(
+            &format!("credit-epoch-{epoch}"),
+            pass.library_version,
+        ));
         let mut spent = Spent::default();
         for result in measured.into_iter().flat_map(|groups| groups.values()) {
             spent.tokens += result.group.usage;

@@ -1,6 +1,7 @@
 //! Typed run events. One stream feeds the plain progress lines, `runs/<id>/events.jsonl` (and
-//! `--events-jsonl`), the terminal dashboard (folded into a snapshot by [`super::dashboard`])
-//! and, through the events file, the dashboard stream of `gym serve`.
+//! `--events-jsonl`), the terminal dashboard (folded into a snapshot by [`super::dashboard`]),
+//! OpenTelemetry spans with `--otlp-endpoint` (`crate::telemetry::run`) and, through the events
+//! file, the dashboard stream of `gym serve`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -109,6 +110,9 @@ pub enum RunEvent {
         /// Answers the backend had to retry.
         #[serde(default)]
         retries: u32,
+        /// Seconds the group took to sample and score (0 for reused groups).
+        #[serde(default)]
+        elapsed_s: f64,
     },
     /// A stage begins its calls for this step.
     StageStarted {
@@ -135,6 +139,9 @@ pub enum RunEvent {
         /// The ops an extract or consolidate call proposed.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         proposals: Vec<ProposedOp>,
+        /// Seconds the call took, every attempt included (0 for reused outputs).
+        #[serde(default)]
+        elapsed_s: f64,
     },
     StepEnded {
         epoch: u32,

@@ -52,9 +52,7 @@ pub fn is_valid_run_id(id: &str) -> bool {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
 }
-pub use self::journal::{
-    Entry, Journal, JournalError, Replay, RunInputs, Spent, Stage, StepEnd,
-};
+pub use self::journal::{Entry, Journal, JournalError, Replay, RunInputs, Spent, Stage, StepEnd};
 pub use self::session::{
     BoxError, Closing, EVAL_FILE, Ending, Evaluated, Evaluation, SUMMARY_FILE, Session, finish,
 };

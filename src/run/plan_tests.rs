@@ -26,6 +26,7 @@ fn pilot() -> Pilot {
             (Stage::Consolidate, (1, usage(500, 100))),
         ]),
         stage_seconds: 82.0,
+        extract_success: 1.0,
         net_lessons: 1.0,
         tokens_per_lesson: 40.0,
         elapsed_s: 162.0,
@@ -79,11 +80,11 @@ fn rollouts_scale_with_epochs_and_queries_and_the_library_grows_their_prompts() 
     assert_eq!(rollouts.calls, 80.0);
     assert_eq!(rollouts.answers, 320.0);
     assert_eq!(rollouts.completion_tokens, 80.0 * 4.0 * 50.0);
-    // 8 steps, a lesson each: 3.5 lessons on average in the prompt, 40 tokens each, once per
-    // group.
+    // 8 steps, half a lesson each: 1.75 lessons on average in the prompt, 40 tokens each,
+    // once per group.
     assert_eq!(plan.steps, 8);
-    assert_eq!(rollouts.prompt_tokens, 80.0 * (100.0 + 3.5 * 40.0));
-    assert_eq!(plan.lessons_at_end, 8.0);
+    assert_eq!(rollouts.prompt_tokens, 80.0 * (100.0 + 1.75 * 40.0));
+    assert_eq!(plan.lessons_at_end, 4.0);
 }
 
 #[test]
@@ -96,11 +97,11 @@ fn an_api_that_bills_each_answer_is_planned_per_answer() {
     pilot.rollouts = usage(1_600, 800);
     let plan = plan(&shape, &pilot, Prices::default()).unwrap();
     assert_eq!(part(&plan, Part::Rollouts).prompt_tokens, 1_600.0);
-    // 100 base tokens per answer; the library (1 lesson at the end) per answer too; 3
+    // 100 base tokens per answer; the library (half a lesson at the end) per answer too; 3
     // conditions of 10 groups of 2 answers.
     let eval = part(&plan, Part::Evaluation);
     assert_eq!(eval.answers, 60.0);
-    assert_eq!(eval.prompt_tokens, 60.0 * 100.0 + 2.0 * 20.0 * 40.0);
+    assert_eq!(eval.prompt_tokens, 60.0 * 100.0 + 2.0 * 20.0 * 0.5 * 40.0);
 }
 
 #[test]
@@ -127,8 +128,11 @@ fn credit_measures_each_lesson_left_out_after_each_epoch() {
     let mut shape = shape();
     shape.epochs = 2;
     shape.credit_queries = 6;
-    let plan = plan(&shape, &pilot(), Prices::default()).unwrap();
-    // One lesson after epoch 1 and two after epoch 2, on min(6, 4) queries.
+    let mut prolific = pilot();
+    prolific.net_lessons = 2.0;
+    let plan = plan(&shape, &prolific, Prices::default()).unwrap();
+    // 2 lessons a step at the pilot: one after epoch 1 and two after epoch 2, each with the
+    // full library and each left out, on min(6, 4) queries.
     assert_eq!(part(&plan, Part::Credit).calls, (2.0 + 3.0) * 4.0);
 
     let mut still = pilot();
@@ -174,6 +178,30 @@ fn prices_cost_each_part_at_its_model_and_a_budget_says_where_it_ends() {
     let stop = plan.budget_stop(Some((tokens / 2.0) as u64), None).unwrap();
     assert!((6..=10).contains(&stop), "{stop} of {}", plan.steps);
     assert!(plan.render().contains("no price"), "{}", plan.render());
+}
+
+#[test]
+fn a_pilot_whose_extract_calls_failed_plans_no_candidates() {
+    let mut shape = shape();
+    shape.train_queries = 12;
+    shape.validate = 8;
+    let mut failed = pilot();
+    failed.extract_success = 0.0;
+    failed.net_lessons = 0.0;
+    failed.stages.remove(&Stage::Consolidate);
+    let plan = plan(&shape, &failed, Prices::default()).unwrap();
+    let validation = plan.parts.iter().find(|p| p.part == Part::Validation);
+    assert_eq!(validation.map(|v| v.calls), Some(0.0), "{plan:?}");
+    assert_eq!(plan.lessons_at_end, 0.0);
+    // Half of them failing: a step of 4 kept groups still makes a candidate most of the time.
+    failed.extract_success = 0.5;
+    let plan = super::plan(&shape, &failed, Prices::default()).unwrap();
+    let validation = plan
+        .parts
+        .iter()
+        .find(|p| p.part == Part::Validation)
+        .unwrap();
+    assert!((validation.calls - 3.0 * 2.0 * 8.0 * (1.0 - 0.5f64.powi(4))).abs() < 1e-9);
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! used; every result, reused or fresh, is counted in the step's report.
 
 use std::future::Future;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde::Serialize;
@@ -30,13 +30,15 @@ pub(super) trait StageKind<I> {
     fn reused(&self, step: &Step<'_>, key: &str) -> Option<Self::Output>;
     /// Announces the fresh calls about to start.
     fn started(&self, step: &Step<'_>, calls: usize);
-    /// Appends a fresh result to the journal, then emits its event.
+    /// Appends a fresh result to the journal, then emits its event (with the seconds the
+    /// work took).
     fn journal_and_emit(
         &self,
         step: &mut Step<'_>,
         key: &str,
         item: &I,
         output: &Self::Output,
+        elapsed: Duration,
     ) -> Result<(), RunError>;
     /// Counts a result in the step's report.
     fn count(&self, report: &mut StepReport, output: &Self::Output, reused: bool);
@@ -99,13 +101,18 @@ impl Step<'_> {
             if !control.proceed().await {
                 return None;
             }
-            Some(work(item.clone()).await.map(|output| (key, item, output)))
+            let begun = Instant::now();
+            Some(
+                work(item.clone())
+                    .await
+                    .map(|output| (key, item, output, begun.elapsed())),
+            )
         }))
         .buffer_unordered(limit.max(1));
         while let Some(done) = stream.next().await {
             let Some(done) = done else { continue };
-            let (key, item, output) = done?;
-            kind.journal_and_emit(self, &key, &item, &output)?;
+            let (key, item, output, elapsed) = done?;
+            kind.journal_and_emit(self, &key, &item, &output, elapsed)?;
             kind.count(&mut self.report, &output, false);
             results.fresh.push((item, output));
         }
@@ -142,6 +149,7 @@ impl<'s> StageKind<&'s Sample> for Rollouts {
         _: &str,
         sample: &&'s Sample,
         group: &RolloutGroup,
+        elapsed: Duration,
     ) -> Result<(), RunError> {
         step.journal.append(&Entry::Rollout {
             epoch: step.epoch,
@@ -166,6 +174,7 @@ impl<'s> StageKind<&'s Sample> for Rollouts {
                 })
                 .collect(),
             retries: group.retries,
+            elapsed_s: elapsed.as_secs_f64(),
         });
         Ok(())
     }
@@ -210,6 +219,7 @@ impl<I, T: Serialize + DeserializeOwned> StageKind<I> for Calls<T> {
         key: &str,
         _: &I,
         outcome: &StageOutcome<T>,
+        elapsed: Duration,
     ) -> Result<(), RunError> {
         let value = serde_json::to_value(outcome).expect("stage outcomes always serialize");
         step.journal.append(&Entry::Stage {
@@ -236,6 +246,7 @@ impl<I, T: Serialize + DeserializeOwned> StageKind<I> for Calls<T> {
                 .as_ref()
                 .map(self.proposed)
                 .unwrap_or_default(),
+            elapsed_s: elapsed.as_secs_f64(),
         });
         Ok(())
     }

@@ -235,6 +235,32 @@ impl Injected {
     }
 }
 
+/// Which model answered a request and the tokens it took, reported by the answer path through
+/// the response's extensions for the traffic middleware's span (`serve::traffic`), so no route
+/// reports anything itself. A streamed answer's is set when the stream ends; a stream the client
+/// left early has none.
+#[derive(Debug, Clone, Default)]
+pub struct Answered(Arc<std::sync::OnceLock<(String, crate::backend::Usage)>>);
+
+impl Answered {
+    /// Records the model and tokens (the first record stays).
+    pub fn set(&self, model: &str, usage: crate::backend::Usage) {
+        let _ = self.0.set((model.to_owned(), usage));
+    }
+
+    /// The model and tokens, once known.
+    pub fn get(&self) -> Option<&(String, crate::backend::Usage)> {
+        self.0.get()
+    }
+
+    /// A response answered whole by `model` with `usage`: the record in its extensions.
+    pub fn attach(response: &mut Response, model: &str, usage: crate::backend::Usage) {
+        let answered = Self::default();
+        answered.set(model, usage);
+        response.extensions_mut().insert(answered);
+    }
+}
+
 /// Sets the `x-gym-library`, `x-gym-library-version`, `x-gym-library-root` and
 /// `x-gym-experiences` headers: what was injected (nothing when nothing was).
 pub fn injected_headers(response: &mut Response, injected: Option<&Injected>) {
@@ -415,6 +441,11 @@ pub async fn reply(
         }
         Shape::Whole(body) => axum::Json(body(&group)).into_response(),
     };
+    Answered::attach(
+        &mut response,
+        escalated.as_deref().unwrap_or(model),
+        group.usage,
+    );
     let headers = response.headers_mut();
     if let Ok(value) = HeaderValue::from_str(&upstream) {
         headers.insert("x-gym-upstream", value);

@@ -125,10 +125,12 @@ async fn agent_response(
     app.metrics.tokens(group.usage);
     if stream {
         let events = Chunks::new(plan, group.completions.len()).finish(&group);
-        return Ok(Sse::new(futures::stream::iter(
+        let mut response = Sse::new(futures::stream::iter(
             events.into_iter().map(Ok::<_, Infallible>),
         ))
-        .into_response());
+        .into_response();
+        answer::Answered::attach(&mut response, model, group.usage);
+        return Ok(response);
     }
     let mut body = response_json(&plan.id, plan.created, &plan.model_label, &group);
     if let Some(choices) = body["choices"].as_array_mut() {
@@ -136,7 +138,9 @@ async fn agent_response(
             choice["gym_tool_steps"] = super::agent::steps_json(steps);
         }
     }
-    Ok(axum::Json(body).into_response())
+    let mut response = axum::Json(body).into_response();
+    answer::Answered::attach(&mut response, model, group.usage);
+    Ok(response)
 }
 
 fn response_json(id: &str, created: u64, model: &str, group: &Group) -> Value {

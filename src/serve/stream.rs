@@ -72,7 +72,16 @@ pub async fn respond(
 ) -> Result<Response, ApiError> {
     let (head, started) = oneshot::channel();
     let (events, body) = mpsc::unbounded_channel();
-    tokio::spawn(generate(app, model, requests, plan, encoder, head, events));
+    let answered = answer::Answered::default();
+    tokio::spawn(generate(
+        app,
+        model,
+        requests,
+        plan,
+        encoder,
+        (head, answered.clone()),
+        events,
+    ));
     let upstream = started.await.map_err(|_| ApiError::ShuttingDown)??;
     let body = futures::stream::unfold(body, |mut body| async move {
         body.recv()
@@ -80,6 +89,7 @@ pub async fn respond(
             .map(|event| (Ok::<_, Infallible>(event), body))
     });
     let mut response = Sse::new(body).into_response();
+    response.extensions_mut().insert(answered);
     if let Ok(value) = HeaderValue::from_str(&upstream) {
         response
             .headers_mut()
@@ -95,7 +105,7 @@ async fn generate(
     requests: Vec<GroupRequest>,
     plan: StreamPlan,
     mut encoder: Box<dyn Encoder>,
-    head: oneshot::Sender<Result<String, ApiError>>,
+    (head, answered): (oneshot::Sender<Result<String, ApiError>>, answer::Answered),
     events: mpsc::UnboundedSender<Event>,
 ) {
     let mut head = Some(head);
@@ -181,6 +191,7 @@ async fn generate(
                 app.metrics.hllm(&library, &version, figures);
             }
             app.metrics.tokens(group.usage);
+            answered.set(&model, group.usage);
             app.metrics.latency(
                 &model,
                 Latency {

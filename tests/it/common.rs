@@ -212,6 +212,22 @@ pub fn anthropic_python() -> PathBuf {
     python
 }
 
+/// The Arize Phoenix server (`arize-phoenix`, an OpenTelemetry receiver, from the venv
+/// `make setup` creates).
+pub fn phoenix() -> PathBuf {
+    let cache = std::env::var_os("GYM_CACHE_DIR").map_or_else(
+        || PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/gym"),
+        PathBuf::from,
+    );
+    let phoenix = cache.join("py-phoenix/bin/arize-phoenix");
+    assert!(
+        phoenix.exists(),
+        "{} is missing: run `make setup` (it creates the Phoenix venv)",
+        phoenix.display()
+    );
+    phoenix
+}
+
 /// The Python with the official MCP client (`mcp`, from the venv `make setup` creates).
 #[cfg(feature = "mcp")]
 pub fn mcp_python() -> PathBuf {

@@ -67,6 +67,7 @@ fn events() -> (Vec<RunEvent>, Vec<RunEvent>) {
                 },
             ],
             retries: 1,
+            elapsed_s: 2.5,
         },
         RunEvent::StageStarted {
             step: 1,
@@ -88,6 +89,7 @@ fn events() -> (Vec<RunEvent>, Vec<RunEvent>) {
             proposals: vec![ProposedOp::add(
                 "When counting letters, spell the word out.",
             )],
+            elapsed_s: 4.0,
         },
         RunEvent::StepEnded {
             epoch: 1,

@@ -207,6 +207,26 @@ fn bad_eval_inputs_are_clear_errors() {
     let stderr = scratch.fails(&["eval", "--dataset", "builtin:arith", "--reward", "fuzzy"]);
     assert!(stderr.contains("fuzzy"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+
+    // A CPU-only build asked to offload says so instead of quietly running on the CPU.
+    #[cfg(all(feature = "llama", not(feature = "cuda")))]
+    {
+        let model = crate::common::model_path().display().to_string();
+        let stderr = scratch.fails(&[
+            "eval",
+            "--dataset",
+            "builtin:arith",
+            "--model",
+            &model,
+            "--gpu-layers",
+            "4",
+        ]);
+        assert!(
+            stderr.contains("--gpu-layers 4: this build of gym has no GPU support")
+                && stderr.contains("--features cuda"),
+            "{stderr}"
+        );
+    }
 }
 
 #[cfg(feature = "llama")]

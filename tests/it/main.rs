@@ -32,6 +32,8 @@ mod gov_http;
 #[cfg(feature = "llama")]
 mod grpo_cli;
 mod grpo_concurrent;
+#[cfg(feature = "llama")]
+mod grpo_plan;
 mod grpo_resume;
 mod grpo_traffic;
 mod judge;
@@ -46,6 +48,7 @@ mod library_tamper;
 mod llama_backend;
 mod openai_backend;
 mod openai_tools;
+mod otlp;
 mod pack_attacks;
 mod pack_cli;
 #[cfg(feature = "parquet")]

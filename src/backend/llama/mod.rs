@@ -219,6 +219,12 @@ impl Backend for LlamaBackend {
 }
 
 fn load_model(runtime: &LlamaRuntime, config: &LlamaConfig) -> Result<LlamaModel, BackendError> {
+    // A CPU-only llama.cpp ignores the offload request: say so rather than run on the CPU.
+    if config.gpu_layers > 0 && !runtime.supports_gpu_offload() {
+        return Err(BackendError::NoGpuSupport {
+            layers: config.gpu_layers,
+        });
+    }
     let params = LlamaModelParams::default().with_n_gpu_layers(config.gpu_layers);
     LlamaModel::load_from_file(runtime, &config.model_path, &params).map_err(|_| {
         BackendError::ModelLoad {

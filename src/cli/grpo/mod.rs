@@ -33,6 +33,7 @@ use super::run_settings::{self, Setting, Settings as RunSettings, Source, Value}
 use super::tool_args::ToolArgs;
 
 mod distill;
+mod plan;
 mod screen;
 mod stored;
 #[cfg(test)]
@@ -170,6 +171,21 @@ pub struct GrpoArgs {
     #[arg(long)]
     events_jsonl: Option<PathBuf>,
 
+    #[command(flatten)]
+    otlp: super::otlp_args::OtlpArgs,
+
+    /// Print what the run would cost (model calls, prompt and completion tokens, time on this
+    /// machine, dollars from the price table, by part of the run) and exit without running
+    /// it. The figures scale a pilot: one real step on --plan-queries training queries, into
+    /// a scratch copy of the library. With --budget-tokens or --budget-usd, also says whether
+    /// the budget covers the run (exit status 3 if not).
+    #[arg(long, conflicts_with = "resume")]
+    plan: bool,
+
+    /// Training queries of --plan's pilot step (the run's first ones).
+    #[arg(long, default_value_t = 8, requires = "plan")]
+    plan_queries: usize,
+
     /// Continue the run with this id after a crash or kill.
     #[arg(long)]
     resume: Option<String>,
@@ -240,6 +256,9 @@ impl GrpoArgs {
         if let Some(run_id) = &self.resume {
             return resume(run_id, &self.runs_dir, &self.settings);
         }
+        if self.plan {
+            return self.print_plan();
+        }
         let run_id = self
             .run_id
             .clone()
@@ -276,15 +295,8 @@ impl GrpoArgs {
 
     /// Runs (`resuming`: continues) the run `run_id` in `dir`.
     fn execute(self, run_id: String, dir: PathBuf, resuming: bool) -> anyhow::Result<ExitCode> {
-        anyhow::ensure!(
-            self.group_size >= 2,
-            "--group-size must be at least 2 (GRPO compares answers)"
-        );
-        anyhow::ensure!(
-            self.batch_size >= 1 && self.epochs >= 1,
-            "--batch-size and --epochs must be at least 1"
-        );
-        self.check_default_distill_model()?;
+        self.check()?;
+        let telemetry = self.otlp.start("gym grpo")?;
         let train = self.dataset.load(Split::Train, self.sampling.seed)?;
         let rollout_backend = self.backend.build()?;
         let distill_backend = self.build_distill_backend(&rollout_backend)?;
@@ -303,45 +315,17 @@ impl GrpoArgs {
             && std::io::IsTerminal::is_terminal(&std::io::stdin());
         let shared = gym_tui::SharedSnapshot::new();
         let clock = DashboardSink::new(shared.clone());
-        let mut events = screen::events(dashboard, &clock, &dir, self.events_jsonl.as_deref())?;
-        let mut distill = DistillConfig {
-            max_experiences: self.max_experiences,
-            max_words: library.settings().max_words,
-            delete_quorum: self.delete_quorum,
-            delete_min_steps: self.delete_min_steps,
-            max_kept: self.max_kept,
-            extract_max_tokens: self.extract_max_tokens,
-            ..DistillConfig::default()
-        };
-        distill.sampling.temperature = self.distill_temperature;
-        distill.sampling.seed = self.sampling.seed;
+        let mut events = screen::events(
+            dashboard,
+            &clock,
+            &dir,
+            self.events_jsonl.as_deref(),
+            telemetry,
+        )?;
         // One runtime for the whole run: MCP tool servers live on it.
         let rt = runtime()?;
         let agent = rt.block_on(self.tools.agent())?;
-        let config = RunConfig {
-            run_id: run_id.clone(),
-            epochs: self.epochs,
-            batch_size: self.batch_size,
-            group_size: self.group_size,
-            sampling: self.sampling.sampling(),
-            min_reward_std: self.min_reward_std,
-            parallel: self.parallel,
-            stage_parallel: self.stage_parallel,
-            distill,
-            duplicate_threshold: self.duplicate_threshold,
-            related_threshold: self.related_threshold,
-            budget_tokens: self.budget_tokens,
-            budget_usd: self.budget_usd,
-            tools: agent
-                .as_ref()
-                .map(|a| a.toolbox.names())
-                .unwrap_or_default(),
-            max_tool_steps: agent.as_ref().map(|a| a.max_steps),
-            validate: self.validate,
-            validate_threshold: self.validate_threshold,
-            validate_each: self.validate_each,
-            credit_queries: self.credit_queries,
-        };
+        let config = self.run_config(run_id.clone(), &library, agent.as_ref());
         let control = RunControl::default();
         let fallback = match self.fallback.fallback {
             None => None,
@@ -518,6 +502,62 @@ impl GrpoArgs {
             Ending::Finished(_) if summary.failed_steps > 0 => ExitCode::from(2),
             Ending::Finished(_) => ExitCode::SUCCESS,
         })
+    }
+}
+
+impl GrpoArgs {
+    /// Checks the settings that no model is needed to judge.
+    fn check(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.group_size >= 2,
+            "--group-size must be at least 2 (GRPO compares answers)"
+        );
+        anyhow::ensure!(
+            self.batch_size >= 1 && self.epochs >= 1,
+            "--batch-size and --epochs must be at least 1"
+        );
+        self.check_default_distill_model()
+    }
+
+    /// The run's knobs from the flags, for a run learning into `library`.
+    fn run_config(
+        &self,
+        run_id: String,
+        library: &Library,
+        agent: Option<&gym::agent::Agent>,
+    ) -> RunConfig {
+        let mut distill = DistillConfig {
+            max_experiences: self.max_experiences,
+            max_words: library.settings().max_words,
+            delete_quorum: self.delete_quorum,
+            delete_min_steps: self.delete_min_steps,
+            max_kept: self.max_kept,
+            extract_max_tokens: self.extract_max_tokens,
+            ..DistillConfig::default()
+        };
+        distill.sampling.temperature = self.distill_temperature;
+        distill.sampling.seed = self.sampling.seed;
+        RunConfig {
+            run_id,
+            epochs: self.epochs,
+            batch_size: self.batch_size,
+            group_size: self.group_size,
+            sampling: self.sampling.sampling(),
+            min_reward_std: self.min_reward_std,
+            parallel: self.parallel,
+            stage_parallel: self.stage_parallel,
+            distill,
+            duplicate_threshold: self.duplicate_threshold,
+            related_threshold: self.related_threshold,
+            budget_tokens: self.budget_tokens,
+            budget_usd: self.budget_usd,
+            tools: agent.map(|a| a.toolbox.names()).unwrap_or_default(),
+            max_tool_steps: agent.map(|a| a.max_steps),
+            validate: self.validate,
+            validate_threshold: self.validate_threshold,
+            validate_each: self.validate_each,
+            credit_queries: self.credit_queries,
+        }
     }
 }
 

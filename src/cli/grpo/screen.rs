@@ -8,14 +8,18 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use gym::run::dashboard::DashboardSink;
 use gym::run::{EventSink, Events, JsonlSink, RunControl, RunEvent};
+use gym::telemetry::Telemetry;
+use gym::telemetry::run::RunSpans;
 
 /// The run's event sinks: the dashboard's snapshot (`clock`) or plain progress lines,
-/// `events.jsonl` beside the journal and `--events-jsonl`.
+/// `events.jsonl` beside the journal, `--events-jsonl`, and OpenTelemetry spans with
+/// `--otlp-endpoint`.
 pub(super) fn events(
     dashboard: bool,
     clock: &DashboardSink,
     dir: &Path,
     events_jsonl: Option<&Path>,
+    telemetry: Option<Arc<Telemetry>>,
 ) -> anyhow::Result<Events> {
     let mut events = Events::default();
     if dashboard {
@@ -32,6 +36,9 @@ pub(super) fn events(
         events.add(Box::new(
             JsonlSink::create(path).with_context(|| format!("cannot open {}", path.display()))?,
         ));
+    }
+    if let Some(telemetry) = telemetry {
+        events.add(Box::new(RunSpans::new(telemetry, "gym grpo")));
     }
     Ok(events)
 }

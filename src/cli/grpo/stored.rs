@@ -18,6 +18,8 @@ pub(super) const RESUMABLE_FLAGS: &[&str] = &[
     "budget-tokens",
     "budget-usd",
     "events-jsonl",
+    "otlp-endpoint",
+    "otlp-content",
     "no-tui",
     "parallel",
     "stage-parallel",

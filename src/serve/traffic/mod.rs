@@ -6,7 +6,9 @@
 //! reads the request body, lets the handler answer, reads what was injected from the
 //! `x-gym-library*` and `x-gym-experiences` response headers, and reads the answers as the
 //! response passes (a JSON body whole; an event stream chunk by chunk, recorded when it ends
-//! or the client goes away).
+//! or the client goes away). With `--otlp-endpoint` it also makes each request's OpenTelemetry
+//! span here ([`crate::telemetry::served`]), from the same reading plus the tokens the answer
+//! path reports ([`super::answer::Answered`]).
 //!
 //! | module | what |
 //! |---|---|
@@ -25,6 +27,7 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::SystemTime;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -37,9 +40,12 @@ use self::capture::Answers;
 use self::record::{Prompt, TrafficRecord, TrafficRequest, now};
 use self::writer::{Counters, LogFile, Queue};
 use super::AppState;
+use super::answer::Answered;
 use super::error::ApiError;
 use super::request_id::RequestId;
 use crate::library::ExperienceId;
+use crate::telemetry::Telemetry;
+use crate::telemetry::served::Served as ServedSpan;
 
 /// The routes whose requests are recorded: those that ask a model.
 pub const ROUTES: [&str; 4] = [
@@ -128,6 +134,8 @@ pub struct Traffic {
     log_path: Option<PathBuf>,
     counters: Arc<Counters>,
     feedback: [std::sync::atomic::AtomicU64; 2],
+    /// Where each request's span goes (`--otlp-endpoint`), if anywhere.
+    spans: Option<Arc<Telemetry>>,
 }
 
 impl Default for Traffic {
@@ -146,7 +154,14 @@ impl Traffic {
             log_path: None,
             counters: Arc::default(),
             feedback: Default::default(),
+            spans: None,
         }
+    }
+
+    /// Also makes a span of each request and sends it through `telemetry`.
+    pub fn with_spans(mut self, telemetry: Option<Arc<Telemetry>>) -> Self {
+        self.spans = telemetry;
+        self
     }
 
     /// Writes traffic to `file` (opened with [`LogFile::open`]) from a thread of its own.
@@ -198,12 +213,17 @@ impl Traffic {
         queue.send(bytes)
     }
 
-    /// Stops logging: waits for the writer to write what is queued. Returns the records
-    /// written since the server started.
+    /// Stops logging: waits for the writer to write what is queued, and for the spans to be
+    /// exported (saying on stderr how many were). Returns the records written since the
+    /// server started.
     pub fn close(&self) -> u64 {
         drop(self.queue.lock().unwrap_or_else(|p| p.into_inner()).take());
         if let Some(handle) = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = handle.join();
+        }
+        if let Some(spans) = &self.spans {
+            let totals = spans.close();
+            eprintln!("{}", spans.summary("gym serve", totals));
         }
         self.counters.written.load(Relaxed)
     }
@@ -287,6 +307,7 @@ impl Traffic {
                 self.feedback[index].load(Relaxed)
             );
         }
+        out.push_str(&crate::telemetry::metric_lines(self.spans.as_deref()));
         out
     }
 }
@@ -298,6 +319,10 @@ struct Injected {
     version: Option<u64>,
     root: Option<String>,
     experiences: Vec<String>,
+    /// The upstream that answered (`x-gym-upstream`) and the model a request was escalated to
+    /// (`x-gym-escalated`).
+    upstream: Option<String>,
+    escalated: Option<String>,
 }
 
 impl Injected {
@@ -321,6 +346,8 @@ impl Injected {
                         .collect()
                 })
                 .unwrap_or_default(),
+            upstream: text("x-gym-upstream"),
+            escalated: text("x-gym-escalated"),
         }
     }
 }
@@ -335,6 +362,12 @@ struct Pending {
     prompt: Prompt,
     injected: Injected,
     status: u16,
+    /// For the span: when the request came, the client's `traceparent`, what the answer path
+    /// reported, and whether the answer is an event stream.
+    started: SystemTime,
+    traceparent: Option<String>,
+    answered: Option<Answered>,
+    streamed: bool,
 }
 
 impl Pending {
@@ -349,7 +382,37 @@ impl Pending {
             prompt,
             injected,
             status,
+            started,
+            traceparent,
+            answered,
+            streamed,
         } = self;
+        if let Some(telemetry) = &traffic.spans {
+            let reported = answered.as_ref().and_then(Answered::get);
+            let served = ServedSpan {
+                request_id: &request_id,
+                client_request_id: client_request_id.as_deref(),
+                route,
+                request_model: &prompt.model,
+                response_model: reported.map(|(model, _)| model.as_str()),
+                library: injected.library.as_deref(),
+                version: injected.version,
+                root: injected.root.as_deref(),
+                experiences: &injected.experiences,
+                upstream: injected.upstream.as_deref(),
+                escalated: injected.escalated.as_deref(),
+                status,
+                usage: reported.map(|(_, usage)| *usage),
+                finish_reasons: answers.finish_reasons(),
+                incomplete: streamed && !answers.ended,
+                messages: &prompt.messages,
+                answers: &answers.texts,
+                traceparent: traceparent.as_deref(),
+                start: Some(started),
+                end: Some(SystemTime::now()),
+            };
+            telemetry.record(served.span(telemetry.content()));
+        }
         if (200..300).contains(&status) && answers.count() > 0 {
             let served = Served {
                 library: injected.library.clone(),
@@ -413,6 +476,7 @@ pub async fn record(State(app): State<AppState>, request: Request, next: Next) -
         return next.run(request).await;
     }
     let at = now();
+    let started = SystemTime::now();
     let request_id = request
         .extensions()
         .get::<RequestId>()
@@ -422,12 +486,22 @@ pub async fn record(State(app): State<AppState>, request: Request, next: Next) -
         .get::<super::request_id::ClientRequestId>()
         .map(|id| id.0.clone());
     let (parts, body) = request.into_parts();
+    let traceparent = parts
+        .headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let limit = app.config.max_body_bytes;
     let Ok(body) = axum::body::to_bytes(body, limit).await else {
         return ApiError::TooLarge { limit }.into_response();
     };
     let prompt = Prompt::parse(route, &body);
     let response = next.run(Request::from_parts(parts, Body::from(body))).await;
+    let streamed = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("text/event-stream"));
     let pending = Pending {
         traffic: Arc::clone(&app.traffic),
         request_id,
@@ -437,12 +511,11 @@ pub async fn record(State(app): State<AppState>, request: Request, next: Next) -
         prompt,
         injected: Injected::of(response.headers()),
         status: response.status().as_u16(),
+        started,
+        traceparent,
+        answered: response.extensions().get::<Answered>().cloned(),
+        streamed,
     };
-    let streamed = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| t.starts_with("text/event-stream"));
     let (parts, body) = response.into_parts();
     if streamed {
         let tap = Tap {
