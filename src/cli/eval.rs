@@ -258,7 +258,7 @@ pub struct EvalArgs {
     plan: bool,
 
     /// Queries of --plan's pilot (the first ones).
-    #[arg(long, default_value_t = 4, requires = "plan")]
+    #[arg(long, default_value_t = 4)]
     plan_queries: usize,
 
     #[command(flatten)]

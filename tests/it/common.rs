@@ -486,3 +486,25 @@ pub fn send(
         json: serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
     }
 }
+
+/// Library `letters` in `scratch`, version 1 with two lessons: one the letter-counting queries
+/// retrieve, one they do not.
+#[cfg_attr(not(feature = "llama"), allow(dead_code))]
+pub fn letters_library(scratch: &Scratch) -> gym::library::Library {
+    use gym::library::{Change, Library, Provenance, Settings};
+    let mut library = Library::init(&scratch.libraries(), "letters", Settings::default()).unwrap();
+    library
+        .commit(
+            &[
+                Change::add(
+                    "When counting a letter in a word, spell the word out letter by letter.",
+                ),
+                Change::add(
+                    "When a recipe is scaled up, multiply every amount by the same factor.",
+                ),
+            ],
+            Provenance::Init,
+        )
+        .unwrap();
+    library
+}

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::{Killed, Scratch, phoenix, send};
+use crate::common::{Killed, Scratch, letters_library, phoenix, send};
 use crate::fake_openai::FakeOpenAi;
 
 /// A free port on loopback (bound, then let go).
@@ -192,31 +192,13 @@ fn metric(page: &str, name: &str) -> Option<f64> {
 }
 
 #[cfg(feature = "llama")]
-fn letters(scratch: &Scratch) {
-    use gym::library::{Change, Library, Provenance, Settings};
-    let mut library = Library::init(&scratch.libraries(), "letters", Settings::default()).unwrap();
-    library
-        .commit(
-            &[
-                Change::add(
-                    "When counting a letter in a word, spell the word out letter by letter.",
-                ),
-                Change::add(
-                    "When a recipe is scaled up, multiply every amount by the same factor.",
-                ),
-            ],
-            Provenance::Init,
-        )
-        .unwrap();
-}
-
 /// A chat request, a streamed Messages API request and a refused one, served by the default
 /// local model: each is one span in Phoenix whose attributes say what the response said.
 #[cfg(feature = "llama")]
 #[test]
 fn served_requests_reach_phoenix_with_their_genai_attributes() {
     let scratch = Scratch::new();
-    letters(&scratch);
+    letters_library(&scratch);
     let phoenix = Phoenix::start();
     let (server, address, model) = serve(
         &scratch,

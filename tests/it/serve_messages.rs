@@ -11,27 +11,8 @@ use std::process::{Child, Command, Stdio};
 use gym::library::{Change, Library, Provenance, Settings};
 use serde_json::{Value, json};
 
-use crate::common::{Scratch, anthropic_python, json_stdout, send, served_url};
+use crate::common::{Scratch, anthropic_python, json_stdout, letters_library, send, served_url};
 use crate::fake_anthropic::FakeAnthropic;
-
-#[cfg_attr(not(feature = "llama"), allow(dead_code))]
-fn letters(scratch: &Scratch) -> Library {
-    let mut library = Library::init(&scratch.libraries(), "letters", Settings::default()).unwrap();
-    library
-        .commit(
-            &[
-                Change::add(
-                    "When counting a letter in a word, spell the word out letter by letter.",
-                ),
-                Change::add(
-                    "When a recipe is scaled up, multiply every amount by the same factor.",
-                ),
-            ],
-            Provenance::Init,
-        )
-        .unwrap();
-    library
-}
 
 fn run_client(script: &str, args: &[&str]) -> Value {
     let output = Command::new(anthropic_python())
@@ -118,7 +99,7 @@ print(json.dumps(out))
 #[test]
 fn the_anthropic_python_client_gets_answers_streams_and_experience_headers() {
     let scratch = Scratch::new();
-    let library = letters(&scratch);
+    let library = letters_library(&scratch);
     let (server, url) = scratch.serve(&["--top-k", "1", "--threads", "2"]);
     let base = url.trim_end_matches("/v1").to_owned();
     let out = run_client(LOCAL, &[&base]);

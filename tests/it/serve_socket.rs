@@ -7,9 +7,9 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
-use gym::library::{Change, Library, Provenance, Settings};
+use gym::library::{Change, Provenance};
 
-use crate::common::{Scratch, python};
+use crate::common::{Scratch, letters_library, python};
 
 const CLIENT: &str = r#"
 import json, sys
@@ -73,20 +73,7 @@ print(json.dumps(out))
 #[test]
 fn the_openai_python_client_gets_answers_streams_and_experience_headers() {
     let scratch = Scratch::new();
-    let mut library = Library::init(&scratch.libraries(), "letters", Settings::default()).unwrap();
-    library
-        .commit(
-            &[
-                Change::add(
-                    "When counting a letter in a word, spell the word out letter by letter.",
-                ),
-                Change::add(
-                    "When a recipe is scaled up, multiply every amount by the same factor.",
-                ),
-            ],
-            Provenance::Init,
-        )
-        .unwrap();
+    let mut library = letters_library(&scratch);
     library
         .commit(
             &[Change::add(

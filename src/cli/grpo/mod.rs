@@ -183,7 +183,7 @@ pub struct GrpoArgs {
     plan: bool,
 
     /// Training queries of --plan's pilot step (the run's first ones).
-    #[arg(long, default_value_t = 8, requires = "plan")]
+    #[arg(long, default_value_t = 8)]
     plan_queries: usize,
 
     /// Continue the run with this id after a crash or kill.
