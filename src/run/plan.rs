@@ -87,6 +87,17 @@ pub struct Pilot {
     pub tokens_per_lesson: f64,
     /// Wall time and tokens of the whole pilot, to say what the plan itself cost.
     pub elapsed_s: f64,
+    /// The final evaluation's pilot: a few held-out queries without the library.
+    pub eval: Option<EvalPilot>,
+}
+
+/// What a few held-out groups of the final evaluation measured.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EvalPilot {
+    pub groups: usize,
+    pub answers: usize,
+    pub usage: Usage,
+    pub seconds: f64,
 }
 
 impl Pilot {
@@ -393,10 +404,36 @@ pub fn plan(shape: &Shape, pilot: &Pilot, prices: Prices) -> Result<Plan, PlanEr
     if shape.eval_queries > 0 {
         let h = shape.eval_queries as f64;
         let k = shape.eval_k.max(1) as f64;
-        let mut eval = answering(Part::Evaluation, h, k, 0.0);
-        eval = add(eval, &answering(Part::Evaluation, h, k, lessons_at_end));
+        // Held-out answers can run longer or shorter than training ones (another prompt): the
+        // eval pilot's figures when it ran, else the rollouts'.
+        let condition = |lessons: f64| match &pilot.eval {
+            Some(measured) if measured.groups > 0 && measured.usage.completion_tokens > 0 => {
+                let groups = measured.groups as f64;
+                let per_answer = measured.usage.completion_tokens as f64 / measured.answers as f64;
+                let base = measured.usage.prompt_tokens as f64 / groups;
+                let base = if per_answer_prompt {
+                    base / (measured.answers as f64 / groups) * k
+                } else {
+                    base
+                };
+                let completion = h * k * per_answer;
+                Estimate {
+                    part: Part::Evaluation,
+                    calls: h,
+                    answers: h * k,
+                    prompt_tokens: h * (base + lessons * tpl * lesson_share(k)),
+                    completion_tokens: completion,
+                    seconds: completion * measured.seconds
+                        / measured.usage.completion_tokens as f64,
+                    cost_usd: None,
+                }
+            }
+            _ => answering(Part::Evaluation, h, k, lessons),
+        };
+        let mut eval = condition(0.0);
+        eval = add(eval, &condition(lessons_at_end));
         if shape.eval_placebo && lessons_at_end >= 0.5 {
-            eval = add(eval, &answering(Part::Evaluation, h, k, lessons_at_end));
+            eval = add(eval, &condition(lessons_at_end));
         }
         parts.push(eval);
     }

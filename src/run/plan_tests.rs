@@ -30,6 +30,7 @@ fn pilot() -> Pilot {
         net_lessons: 1.0,
         tokens_per_lesson: 40.0,
         elapsed_s: 162.0,
+        eval: None,
     }
 }
 
@@ -202,6 +203,30 @@ fn a_pilot_whose_extract_calls_failed_plans_no_candidates() {
         .find(|p| p.part == Part::Validation)
         .unwrap();
     assert!((validation.calls - 3.0 * 2.0 * 8.0 * (1.0 - 0.5f64.powi(4))).abs() < 1e-9);
+}
+
+#[test]
+fn the_final_evaluation_is_planned_from_its_own_pilot_when_it_ran() {
+    let mut shape = shape();
+    shape.eval_queries = 10;
+    shape.eval_k = 2;
+    let mut pilot = pilot();
+    // Held-out answers half as long as training ones: 2 groups of 2 answers, 25 tokens each.
+    pilot.eval = Some(EvalPilot {
+        groups: 2,
+        answers: 4,
+        usage: usage(160, 100),
+        seconds: 10.0,
+    });
+    let plan = plan(&shape, &pilot, Prices::default()).unwrap();
+    let eval = part(&plan, Part::Evaluation);
+    assert_eq!(eval.completion_tokens, 3.0 * 10.0 * 2.0 * 25.0);
+    // 80 prompt tokens a group; half a lesson at the end in the library and placebo prompts.
+    assert_eq!(
+        eval.prompt_tokens,
+        3.0 * 10.0 * 80.0 + 2.0 * 10.0 * 0.5 * 40.0
+    );
+    assert_eq!(eval.seconds, 1_500.0 * 0.1);
 }
 
 #[test]

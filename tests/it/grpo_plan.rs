@@ -129,6 +129,16 @@ fn a_plan_predicts_the_tokens_of_the_run_it_plans_within_a_quarter() {
         "the gate's answers are counted: {summary}"
     );
     let error = (planned as f64 - spent as f64) / spent as f64;
+    // The plan beside what each part of the run spent, for the log.
+    eprintln!("{plan}");
+    for part in [
+        "rollout_usage",
+        "distill_usage",
+        "validation_usage",
+        "credit_usage",
+    ] {
+        eprintln!("the run's {part}: {}", tokens(&summary[part]));
+    }
     eprintln!(
         "planned {planned} tokens, the run spent {spent} ({:+.1} %)",
         error * 100.0

@@ -8,16 +8,20 @@
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Instant;
 
 use anyhow::Context as _;
 use gym::data::Split;
 use gym::library::{Library, LibraryError, Op, Settings};
-use gym::rollout::eval::Control;
-use gym::run::plan::{Pilot, Prices, Shape, plan};
+use gym::rollout::eval::{Condition, Control, EvalSettings, evaluate};
+use gym::run::plan::{EvalPilot, Pilot, Prices, Shape, plan};
 use gym::run::{EventSink, Events, RunControl, RunEvent, Runner};
 
 use super::GrpoArgs;
 use crate::cli::backend_args::{load_embedder, runtime};
+
+/// Held-out queries the final evaluation's pilot answers.
+const EVAL_PILOT_QUERIES: usize = 2;
 
 /// Exit status when the budget does not cover the plan (as for a run that exhausts it).
 const OVER_BUDGET_EXIT: u8 = 3;
@@ -32,17 +36,18 @@ impl GrpoArgs {
             "{} has no training queries",
             self.dataset.source_name()?
         );
-        let eval_queries = if self.no_eval || self.eval_limit == 0 {
-            0
+        let heldout = if self.no_eval || self.eval_limit == 0 {
+            None
         } else {
             let mut dataset = self.dataset.clone();
             dataset.limit = Some(self.eval_limit);
-            dataset
-                .load_quietly(Split::Heldout, self.sampling.seed)
-                .context("the final evaluation's held-out queries")?
-                .samples
-                .len()
+            Some(
+                dataset
+                    .load_quietly(Split::Heldout, self.sampling.seed)
+                    .context("the final evaluation's held-out queries")?,
+            )
         };
+        let eval_queries = heldout.as_ref().map_or(0, |h| h.samples.len());
         let rollout_backend = self.backend.build()?;
         let distill_backend = self.build_distill_backend(&rollout_backend)?;
         let verifier = self.reward.build(&train, &distill_backend)?;
@@ -76,7 +81,7 @@ impl GrpoArgs {
             dir,
             rollout_backend: Arc::clone(&rollout_backend),
             distill_backend: Arc::clone(&distill_backend),
-            verifier,
+            verifier: Arc::clone(&verifier),
             embedder,
             dataset: self.dataset.source_name()?,
             samples: train.samples[..pilot_queries].to_vec(),
@@ -85,11 +90,48 @@ impl GrpoArgs {
             events: Arc::new(events),
             control: RunControl::default(),
             backend_label: format!("{:?}", self.backend.backend).to_lowercase(),
-            agent,
+            agent: agent.clone(),
         };
         let summary = rt.block_on(runner.run()).context("the pilot step")?;
         let (added, deleted) = committed_lessons(scratch.path(), &self.library, start_version)?;
-        let pilot = Pilot::of(&summary, self.group_size, lessons, &added, deleted);
+        let mut pilot = Pilot::of(&summary, self.group_size, lessons, &added, deleted);
+        // The final evaluation answers other queries under another prompt: a few of its groups
+        // without the library say how long its answers run.
+        if let Some(heldout) = heldout.as_ref().filter(|h| !h.samples.is_empty()) {
+            let queries = &heldout.samples[..EVAL_PILOT_QUERIES.min(heldout.samples.len())];
+            eprintln!(
+                "plan: {} held-out queries of the final evaluation …",
+                queries.len()
+            );
+            let settings = EvalSettings {
+                k: self.eval_k,
+                sampling: self.sampling.sampling(),
+                concurrency: self.parallel,
+                instruction: heldout.instruction.clone(),
+                agent,
+            };
+            let started = Instant::now();
+            let report = rt
+                .block_on(evaluate(
+                    rollout_backend.as_ref(),
+                    verifier.as_ref(),
+                    queries,
+                    &[Condition::without_library()],
+                    &settings,
+                    &|_, _| {},
+                ))
+                .context("the final evaluation's pilot")?;
+            pilot.eval = Some(EvalPilot {
+                groups: queries.len(),
+                answers: queries.len() * self.eval_k,
+                usage: report
+                    .conditions
+                    .first()
+                    .map(|c| c.usage)
+                    .unwrap_or_default(),
+                seconds: started.elapsed().as_secs_f64(),
+            });
+        }
 
         let shape = Shape {
             train_queries: train.samples.len(),
@@ -130,13 +172,19 @@ impl GrpoArgs {
             distill_backend.model()
         );
         print!("{}", plan.render());
-        let pilot_tokens = summary.total_usage();
+        let mut pilot_tokens = summary.total_usage();
+        let mut pilot_seconds = pilot.elapsed_s;
+        if let Some(eval) = &pilot.eval {
+            pilot_tokens += eval.usage;
+            pilot_seconds += eval.seconds;
+        }
         println!(
-            "pilot   {} groups ({} kept) and {} stage calls in {:.0} s, {} tokens (not in the plan)",
+            "pilot   {} groups ({} kept) and {} stage calls, {} held-out groups, in {:.0} s: {} tokens (not in the plan)",
             pilot.groups,
             pilot.kept_groups,
             pilot.stages.values().map(|(calls, _)| calls).sum::<u64>(),
-            pilot.elapsed_s,
+            pilot.eval.as_ref().map_or(0, |e| e.groups),
+            pilot_seconds,
             pilot_tokens.prompt_tokens + pilot_tokens.completion_tokens
         );
         if self.budget_tokens.is_none() && self.budget_usd.is_none() {
