@@ -3,7 +3,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::Usage;
+use super::{Completion, Group, Usage};
 
 /// What a model's tokens cost, in US dollars per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -100,6 +100,22 @@ impl PriceTable {
             table.prices.insert(model, price);
         }
         Ok(table)
+    }
+
+    /// A group an API answered with `model`, costed at its price (`None` without one).
+    pub fn group(
+        &self,
+        model: &str,
+        completions: Vec<Completion>,
+        usage: Usage,
+        retries: u32,
+    ) -> Group {
+        Group {
+            cost_usd: self.get(model).map(|p| p.cost(usage)),
+            completions,
+            usage,
+            retries,
+        }
     }
 
     pub fn insert(&mut self, model: impl Into<String>, price: Price) {

@@ -269,16 +269,8 @@ impl AnthropicBackend {
     }
 
     fn priced(&self, (completions, usage, retries): (Vec<Completion>, Usage, u32)) -> Group {
-        Group {
-            cost_usd: self
-                .config
-                .prices
-                .get(&self.config.model)
-                .map(|p| p.cost(usage)),
-            completions,
-            usage,
-            retries,
-        }
+        let prices = &self.config.prices;
+        prices.group(&self.config.model, completions, usage, retries)
     }
 
     async fn group(&self, request: &GroupRequest) -> Result<Group, BackendError> {

@@ -420,16 +420,8 @@ impl OpenAiBackend {
     }
 
     fn priced(&self, completions: Vec<Completion>, usage: Usage, retries: u32) -> Group {
-        Group {
-            cost_usd: self
-                .config
-                .prices
-                .get(&self.config.model)
-                .map(|p| p.cost(usage)),
-            completions,
-            usage,
-            retries,
-        }
+        let prices = &self.config.prices;
+        prices.group(&self.config.model, completions, usage, retries)
     }
 }
 
