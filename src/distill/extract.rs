@@ -26,8 +26,17 @@ const QUESTION_MAX_CHARS: usize = 600;
 const REFERENCE_MAX_CHARS: usize = 200;
 const SUMMARY_MAX_CHARS: usize = 300;
 /// Answers up to this long are shown whole, so stage 1 skips them (see
-/// [`worth_summarizing`](super::summarize::worth_summarizing)).
-pub(crate) const ANSWER_MAX_CHARS: usize = 300;
+/// [`worth_summarizing`](super::summarize::worth_summarizing)); a longer one is shown as its
+/// head and its longer tail, where the last steps and the final answer are. The step where
+/// right and wrong attempts part is usually late in a worked solution: at 300 characters the
+/// 1.5B policy's GSM-style answers (about 900 characters each) were cut to their opening
+/// restatement of the problem, every one of them was summarized by the same small model, and
+/// the stage compared its summaries instead of the work. Four answers at this size are about
+/// 1,300 tokens of prompt.
+pub(crate) const ANSWER_MAX_CHARS: usize = 1200;
+/// Most characters of a grader's reason shown beside an answer ("read 45 from the answer,
+/// expected 81").
+const REASON_MAX_CHARS: usize = 160;
 /// Room for the comparison the model writes before its lessons: enough for a few sentences
 /// naming the step where the attempts part.
 const COMPARISON_MAX_CHARS: usize = 700;
@@ -110,8 +119,14 @@ pub fn extract_prompt(
                 .iter()
                 .map(|line| format!("\n   Tool call: {line}"))
                 .collect();
+            // The grader's reason says what each attempt concluded, which a long answer's
+            // middle may hide.
+            let reason = match answer.reason.trim() {
+                "" => String::new(),
+                reason => format!(": {}", clip(reason, REASON_MAX_CHARS)),
+            };
             format!(
-                "{}. {} (reward {:.1}){tools}\n   Answer: {}{summary}",
+                "{}. {} (reward {:.1}{reason}){tools}\n   Answer: {}{summary}",
                 index + 1,
                 grade(answer.reward).to_uppercase(),
                 answer.reward,
@@ -210,15 +225,44 @@ mod tests {
     }
 
     #[test]
+    fn a_worked_solution_is_shown_whole_and_a_longer_one_keeps_its_end() {
+        use crate::distill::testing::answer;
+        // The length of the 1.5B policy's GSM-style answers: shown whole, not summarized.
+        let worked = format!(
+            "{} so the total is 12. Answer: 12",
+            "First step. ".repeat(70)
+        );
+        assert!(worked.chars().count() > 800);
+        let rambling = format!("{}Answer: 7", "Then more. ".repeat(300));
+        let mut group = group();
+        group.answers = vec![answer(&worked, 1.0), answer(&rambling, 0.0)];
+        assert!(!crate::distill::summarize::worth_summarizing(
+            &group.answers[0]
+        ));
+        assert!(crate::distill::summarize::worth_summarizing(
+            &group.answers[1]
+        ));
+        let prompt = extract_prompt(&sample(), &group, &[], &DistillConfig::default());
+        assert!(prompt.contains(worked.trim()), "{prompt}");
+        assert!(
+            prompt.contains("more. Answer: 7"),
+            "the tail is kept: {prompt}"
+        );
+        assert!(prompt.contains(" … "), "{prompt}");
+    }
+
+    #[test]
     fn the_prompt_lists_attempts_but_not_the_library() {
         let prompt = extract_prompt(&sample(), &group(), &summaries(), &DistillConfig::default());
         assert!(prompt.contains("write up to 2 lessons"), "{prompt}");
         assert!(
-            prompt.contains("1. CORRECT (reward 1.0)\n   Answer: 3 bags times 4 apples is 12. Answer: 12\n   Summary: It multiplied 3 by 4."),
+            prompt.contains("1. CORRECT (reward 1.0: matches 12)\n   Answer: 3 bags times 4 apples is 12. Answer: 12\n   Summary: It multiplied 3 by 4."),
             "{prompt}"
         );
         assert!(
-            prompt.contains("2. WRONG (reward 0.0)\n   Answer: 3 plus 4 is 7. Answer: 7\n\nFirst"),
+            prompt.contains(
+                "2. WRONG (reward 0.0: expected 12)\n   Answer: 3 plus 4 is 7. Answer: 7\n\nFirst"
+            ),
             "{prompt}"
         );
         assert!(prompt.contains("at most 32 words"), "{prompt}");
