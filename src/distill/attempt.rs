@@ -1,57 +1,22 @@
 //! The retry loop every stage shares: ask, read, and on failure ask again with another seed,
-//! counting everything. A retry after an output that was read but refused (or could not be
-//! read) shows the model its own output and why it failed, as the next turn of the chat: a
-//! blind redraw repeats the same mistake (a 1.5B model copied the prompt's example three times
-//! in a row), while a model told "it quotes the problem (its name Sam)" writes the lesson
-//! without the name.
+//! counting everything.
+//!
+//! A retry is a blind redraw of the same prompt, not a chat turn that shows the model its
+//! refused output and the reasons: tried on the 1.5B distiller with two extract calls whose
+//! three attempts had all been refused, the model shown its output wrote it again word for
+//! word under both seeds, while blind redraws varied and one of them passed the checks; the
+//! reasons appended to the prompt instead (quoting only each refused lesson's opening) did no
+//! better than a blind redraw (docs/benchmarks.md § Retrying a refused stage output).
 
 use serde_json::Value;
 
 use super::error::ParseError;
 use super::outcome::StageOutcome;
-use super::prompt::{RETRY, clip, render};
 use crate::backend::{Backend, ChatMessage, Constraint, GroupRequest, Sampling};
 use crate::rollout::query_seed;
 
 /// Retries sample at least this warm: a greedy retry would repeat the output that failed.
 pub(crate) const RETRY_TEMPERATURE: f32 = 0.5;
-
-/// Most reasons a retry quotes, and the characters of each: enough to name every item of a
-/// stage's reply, short enough that the retry's prompt stays near the first one's size.
-const FEEDBACK_REASONS: usize = 4;
-const FEEDBACK_REASON_CHARS: usize = 240;
-/// Most characters of the failed output shown back: a model that looped to its token limit
-/// need not read its whole loop again.
-const FEEDBACK_OUTPUT_CHARS: usize = 1500;
-
-/// Why an attempt failed, shown to the next one.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Feedback {
-    /// What the model wrote.
-    pub output: String,
-    /// The failure ("all 2 items were dropped", "unreadable JSON at byte 12 …").
-    pub error: String,
-    /// Why each item was dropped, as the stage's checks said it.
-    pub reasons: Vec<String>,
-}
-
-impl Feedback {
-    /// The user turn that follows the failed output.
-    fn message(&self) -> String {
-        let reasons: Vec<String> = self
-            .reasons
-            .iter()
-            .take(FEEDBACK_REASONS)
-            .map(|reason| format!("- {}", clip(reason, FEEDBACK_REASON_CHARS)))
-            .collect();
-        render(
-            RETRY,
-            &[("error", &self.error), ("reasons", &reasons.join("\n"))],
-        )
-        .trim_end()
-        .to_owned()
-    }
-}
 
 /// One stage call to make.
 pub(crate) struct Call<'a> {
@@ -65,27 +30,18 @@ pub(crate) struct Call<'a> {
 }
 
 impl Call<'_> {
-    /// The request of attempt `attempt` (from 0), after the failed attempt `feedback` tells
-    /// of, if any.
-    pub(crate) fn request(&self, attempt: u32, feedback: Option<&Feedback>) -> GroupRequest {
+    /// The request of attempt `attempt` (from 0).
+    pub(crate) fn request(&self, attempt: u32) -> GroupRequest {
         let base = query_seed(self.sampling.seed, &self.salt);
         let temperature = if attempt == 0 {
             self.sampling.temperature
         } else {
             self.sampling.temperature.max(RETRY_TEMPERATURE)
         };
-        let mut messages = vec![ChatMessage::user(self.prompt.clone())];
-        if let Some(feedback) = feedback {
-            messages.push(ChatMessage::assistant(clip(
-                &feedback.output,
-                FEEDBACK_OUTPUT_CHARS,
-            )));
-            messages.push(ChatMessage::user(feedback.message()));
-        }
         GroupRequest {
             tools: Vec::new(),
             tool_choice: Default::default(),
-            messages,
+            messages: vec![ChatMessage::user(self.prompt.clone())],
             n: 1,
             sampling: Sampling {
                 temperature,
@@ -105,12 +61,10 @@ impl Call<'_> {
         mut read: impl FnMut(&str, &mut Vec<String>) -> Result<T, ParseError>,
     ) -> StageOutcome<T> {
         let mut outcome = StageOutcome::default();
-        let mut feedback: Option<Feedback> = None;
         for attempt in 0..self.attempts.max(1) {
             let number = attempt + 1;
             outcome.attempts = number;
-            let request = self.request(attempt, feedback.as_ref());
-            let output = match self.backend.generate(&request).await {
+            let output = match self.backend.generate(&self.request(attempt)).await {
                 Ok(group) => {
                     outcome.usage += group.usage;
                     outcome.cost_usd += group.cost_usd.unwrap_or(0.0);
@@ -137,14 +91,14 @@ impl Call<'_> {
             };
             let mut dropped = Vec::new();
             let result = read(&output, &mut dropped);
+            outcome.raw_outputs.push(output);
             outcome.dropped.extend(
                 dropped
-                    .iter()
+                    .into_iter()
                     .map(|reason| format!("attempt {number}: {reason}")),
             );
             match result {
                 Ok(value) => {
-                    outcome.raw_outputs.push(output);
                     outcome.value = Some(value);
                     break;
                 }
@@ -155,12 +109,6 @@ impl Call<'_> {
                         outcome.parse_failures += 1;
                     }
                     outcome.errors.push(format!("attempt {number}: {error}"));
-                    feedback = Some(Feedback {
-                        output: output.clone(),
-                        error: error.to_string(),
-                        reasons: dropped,
-                    });
-                    outcome.raw_outputs.push(output);
                 }
             }
         }
@@ -258,60 +206,6 @@ mod tests {
             requests[0].sampling.constraint,
             Some(Constraint::JsonSchema(_))
         ));
-    }
-
-    /// Reads "ok", refuses anything else with the reason of each word.
-    fn read_ok(output: &str, dropped: &mut Vec<String>) -> Result<(), ParseError> {
-        if output == "ok" {
-            return Ok(());
-        }
-        let words: Vec<&str> = output.split_whitespace().collect();
-        dropped.extend(words.iter().map(|w| format!("{w} is not ok")));
-        Err(ParseError::AllDropped { count: words.len() })
-    }
-
-    #[tokio::test]
-    async fn a_retry_shows_the_failed_output_and_why_it_failed() {
-        let backend = Replay::new([Ok("Sam Olga"), Ok("{oops"), Ok("ok")]);
-        let outcome = call(&backend, 3).run(read_ok).await;
-        assert_eq!(outcome.value, Some(()));
-        let requests = backend.requests();
-        assert_eq!(requests.len(), 3);
-        assert_eq!(
-            requests[0].messages.len(),
-            1,
-            "the first ask is the prompt alone"
-        );
-        let second = &requests[1].messages;
-        assert_eq!(second.len(), 3);
-        assert_eq!(second[0].content, "Say something.");
-        assert_eq!(second[1].role, crate::backend::Role::Assistant);
-        assert_eq!(second[1].content, "Sam Olga");
-        assert_eq!(
-            second[2].content,
-            "That answer could not be used: all 2 items were dropped.\n- Sam is not ok\n\
-             - Olga is not ok\nAnswer again in the same JSON form and fix this."
-        );
-        // Each retry follows the attempt just before it, not the whole history.
-        let third = &requests[2].messages;
-        assert_eq!(third.len(), 3);
-        assert_eq!(third[1].content, "{oops");
-        assert!(
-            third[2]
-                .content
-                .starts_with("That answer could not be used: all 1 items"),
-            "{}",
-            third[2].content
-        );
-        assert_eq!(outcome.raw_outputs, vec!["Sam Olga", "{oops", "ok"]);
-    }
-
-    #[tokio::test]
-    async fn a_backend_error_is_retried_without_feedback() {
-        let backend = Replay::new([Err("connection reset"), Ok("ok")]);
-        let outcome = call(&backend, 2).run(read_ok).await;
-        assert_eq!(outcome.value, Some(()));
-        assert_eq!(backend.requests()[1].messages.len(), 1);
     }
 
     #[tokio::test]

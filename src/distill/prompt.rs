@@ -20,24 +20,17 @@ pub const CONSOLIDATE: &str = include_str!("../../prompts/consolidate.txt");
 /// Stage 4: `{candidate}`, `{neighbours}`, `{max_words}`.
 pub const INTEGRATE: &str = include_str!("../../prompts/integrate.txt");
 
-/// A retry after an output none of whose items could be used: `{error}`, `{reasons}`. Sent as
-/// the next user turn after the failed output, so the model sees what it wrote and why it was
-/// refused rather than drawing blind again (a 1.5B model copied the same example three times
-/// in a row when only the seed changed).
-pub const RETRY: &str = include_str!("../../prompts/retry.txt");
-
 /// Shown instead of an empty library, so the model does not invent one.
 pub const EMPTY_LIBRARY: &str = "(none yet)";
 
 /// Every stage template.
-const TEMPLATES: [&str; 7] = [
+const TEMPLATES: [&str; 6] = [
     SUMMARIZE,
     SUMMARIZE_TOOLS,
     EXTRACT,
     EXTRACT_TOOLS,
     CONSOLIDATE,
     INTEGRATE,
-    RETRY,
 ];
 
 /// SHA-256 (hex) over the stage templates, recorded in each version's provenance.
