@@ -234,6 +234,7 @@ pub(in crate::run) fn runner(
         events: Arc::new(sinks),
         control: super::super::RunControl::default(),
         backend_label: "scripted".into(),
+        distill_backend_label: "scripted".into(),
         agent: None,
     }
 }

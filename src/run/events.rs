@@ -84,6 +84,10 @@ pub enum RunEvent {
         library_version: u64,
         #[serde(default)]
         backend: String,
+        /// How the distiller is reached (`llama`, `openai`, `anthropic`); empty in events
+        /// files written before it was recorded.
+        #[serde(default)]
+        distill_backend: String,
         #[serde(default)]
         epochs: u32,
         #[serde(default)]

@@ -176,6 +176,8 @@ pub struct Runner {
     pub control: RunControl,
     /// How the rollout backend is reached (`llama`, `openai`), for the dashboard.
     pub backend_label: String,
+    /// How the distiller is reached, for the stage calls' telemetry.
+    pub distill_backend_label: String,
     /// With tools, every rollout is an agent trajectory.
     pub agent: Option<crate::agent::Agent>,
 }
@@ -224,6 +226,7 @@ impl Runner {
             library: self.library.name().to_string(),
             library_version: self.library.head_version(),
             backend: self.backend_label.clone(),
+            distill_backend: self.distill_backend_label.clone(),
             epochs: self.config.epochs,
             experiences: self.library.head().active_count(),
         });

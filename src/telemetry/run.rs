@@ -53,6 +53,7 @@ struct Run {
     model: String,
     distill_model: String,
     backend: String,
+    distill_backend: String,
     library: String,
     library_version: u64,
     ended: bool,
@@ -91,6 +92,7 @@ impl Fold {
                 library,
                 library_version,
                 backend,
+                distill_backend,
                 ..
             } => {
                 state.run = Some(Run {
@@ -102,6 +104,7 @@ impl Fold {
                     model: model.clone(),
                     distill_model: distill_model.clone(),
                     backend: backend.clone(),
+                    distill_backend: distill_backend.clone(),
                     library: library.clone(),
                     library_version: *library_version,
                     ended: false,
@@ -195,6 +198,10 @@ impl Fold {
                     now,
                     *elapsed_s,
                 );
+                if !run.distill_backend.is_empty() {
+                    span.set(span::PROVIDER, run.distill_backend.as_str());
+                    span.set(span::SYSTEM, run.distill_backend.as_str());
+                }
                 span.set_usage(*usage);
                 span.set("gym.stage.key", key.as_str());
                 span.set("gym.stage.ok", *ok);
@@ -410,6 +417,7 @@ mod tests {
                 library: "letters".into(),
                 library_version: 0,
                 backend: "openai".into(),
+                distill_backend: "anthropic".into(),
                 epochs: 1,
                 experiences: 0,
             },
@@ -546,6 +554,7 @@ mod tests {
 
         assert_eq!(text(stage, "gym.stage"), "extract");
         assert_eq!(text(stage, "gen_ai.request.model"), "teacher");
+        assert_eq!(text(stage, "gen_ai.provider.name"), "anthropic");
         assert_eq!(
             stage.get("gen_ai.usage.input_tokens"),
             Some(&Value::Int(300))

@@ -37,6 +37,7 @@ fn events() -> (Vec<RunEvent>, Vec<RunEvent>) {
             library: "letters".into(),
             library_version: 0,
             backend: "llama".into(),
+            distill_backend: "llama".into(),
             epochs: 1,
             experiences: 0,
         },

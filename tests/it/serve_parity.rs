@@ -280,10 +280,9 @@ async fn bad_bodies_get_a_400_naming_the_field() {
 mod real {
     use std::process::Command;
 
-    use gym::library::{Change, Library, Provenance, Settings};
     use serde_json::Value;
 
-    use crate::common::{Scratch, python};
+    use crate::common::{Scratch, letters_library, python};
 
     const CLIENT: &str = r#"
 import json, sys, threading, urllib.request
@@ -381,21 +380,7 @@ print(json.dumps(out))
     #[test]
     fn the_openai_python_client_gets_completions_and_responses_with_experiences() {
         let scratch = Scratch::new();
-        let mut library =
-            Library::init(&scratch.libraries(), "letters", Settings::default()).unwrap();
-        library
-            .commit(
-                &[
-                    Change::add(
-                        "When counting a letter in a word, spell the word out letter by letter.",
-                    ),
-                    Change::add(
-                        "When a recipe is scaled up, multiply every amount by the same factor.",
-                    ),
-                ],
-                Provenance::Init,
-            )
-            .unwrap();
+        let library = letters_library(&scratch);
         let root = library.head_record().root.to_string();
         let (mut server, url) = scratch.serve(&["--top-k", "1", "--threads", "2"]);
         let output = Command::new(python())

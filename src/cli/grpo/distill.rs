@@ -16,6 +16,12 @@ impl GrpoArgs {
             && self.distill_model.is_none()
     }
 
+    /// How the distillation stages' backend is reached (`llama`, `openai`, `anthropic`), as
+    /// their telemetry names it.
+    pub(super) fn distill_backend_label(&self) -> String {
+        format!("{:?}", self.distill_backend.unwrap_or(self.backend.backend)).to_lowercase()
+    }
+
     /// The backend flags of the distillation stages, or `None` when they share the rollout
     /// backend (and its loaded model).
     pub(super) fn distill_backend_args(&self) -> Option<BackendArgs> {

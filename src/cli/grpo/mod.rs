@@ -376,6 +376,7 @@ impl GrpoArgs {
             events: Arc::clone(&events),
             control: control.clone(),
             backend_label: format!("{:?}", self.backend.backend).to_lowercase(),
+            distill_backend_label: self.distill_backend_label(),
             agent: agent.clone(),
         };
         let evaluation = (!self.no_eval && self.eval_limit > 0).then(|| {

@@ -90,6 +90,7 @@ impl GrpoArgs {
             events: Arc::new(events),
             control: RunControl::default(),
             backend_label: format!("{:?}", self.backend.backend).to_lowercase(),
+            distill_backend_label: self.distill_backend_label(),
             agent: agent.clone(),
         };
         let summary = rt.block_on(runner.run()).context("the pilot step")?;
