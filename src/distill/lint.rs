@@ -53,6 +53,18 @@ pub(crate) fn lesson_flaw(text: &str) -> Option<String> {
     None
 }
 
+/// The first sentence of `text`, with its full stop, when more follows it: a sentence ends
+/// at a full stop followed by a space and a capital letter, so "0.5" and "e.g. a price" do
+/// not end one.
+pub(crate) fn first_sentence(text: &str) -> Option<&str> {
+    static END: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"[^.\s]\.\s+\p{Lu}").expect("valid regex"));
+    let end = END.find(text.trim())?;
+    // The match starts one character before the full stop.
+    let stop = end.start() + text.trim()[end.start()..].find('.')? + 1;
+    Some(&text.trim()[..stop])
+}
+
 /// Condition and strategy: what lies between the leading "When"/"If" and the first comma, and
 /// what follows it.
 fn split(text: &str) -> Option<(&str, &str)> {
@@ -127,6 +139,28 @@ fn repeats_itself(normalized: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_first_sentence_ends_at_a_full_stop_before_a_capital() {
+        assert_eq!(
+            first_sentence(
+                "When a price rises twice, apply the second rise to the new price. This is not the same as adding the rises."
+            ),
+            Some("When a price rises twice, apply the second rise to the new price.")
+        );
+        assert_eq!(
+            first_sentence("When halving, multiply by 0.5. Then round."),
+            Some("When halving, multiply by 0.5.")
+        );
+        assert_eq!(
+            first_sentence("When halving, multiply by 0.5 and round."),
+            None
+        );
+        assert_eq!(
+            first_sentence("When a rate is given, e.g. per hour, multiply by the hours."),
+            None
+        );
+    }
 
     #[test]
     fn lessons_pass() {

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use super::copying::{copied_from, is_content_word, quotes_problem, shares_a_run};
 use super::error::ParseError;
 use super::json::extract_json;
-use super::lint::lesson_flaw;
+use super::lint::{first_sentence, lesson_flaw};
 use super::proposal::ProposedOp;
 use super::resolve::normalize;
 use crate::library::{ExperienceId, State};
@@ -495,10 +495,15 @@ fn check_text(name: &str, text: &str, rules: &Rules<'_>) -> Result<String, Strin
     } else if let Some(flaw) = lesson_flaw(text) {
         Err(format!("{name} is not a lesson (it {flaw}): \"{text}\""))
     } else if words > rules.max_words {
-        Err(format!(
-            "{name} of {words} words is over the limit of {}: \"{text}\"",
-            rules.max_words
-        ))
+        // A lesson followed by its explanation keeps the lesson (the 1.5B distiller's most
+        // common reason for a drop was an added "This is equivalent to …").
+        match first_sentence(text) {
+            Some(first) if check_text(name, first, rules).is_ok() => Ok(first.to_owned()),
+            _ => Err(format!(
+                "{name} of {words} words is over the limit of {}: \"{text}\"",
+                rules.max_words
+            )),
+        }
     } else {
         Ok(text.to_owned())
     }

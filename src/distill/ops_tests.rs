@@ -367,3 +367,27 @@ fn topics_become_short_tags() {
         None
     );
 }
+
+#[test]
+fn a_lesson_over_the_limit_keeps_its_first_sentence_when_that_is_a_lesson() {
+    // 12 words at most here. A lesson and its explanation: the lesson stays.
+    assert_eq!(
+        ops(
+            r#"{"ops": [{"op": "add", "text": "When a price rises twice, apply each rise to the new price. This is not the same as adding both rises together."}]}"#
+        ),
+        vec![add(
+            "When a price rises twice, apply each rise to the new price."
+        )]
+    );
+    // One long sentence, or a first sentence that is no lesson, is still dropped.
+    for text in [
+        "When a price rises twice, apply each rise to the price it has after the rise before.",
+        "When rising, add. Apply each rise to the price it has after the rise before it.",
+    ] {
+        let (result, dropped) = read(&format!(
+            r#"{{"ops": [{{"op": "add", "text": "{text}"}}]}}"#
+        ));
+        assert_eq!(result.unwrap(), Vec::new(), "{text}");
+        assert!(dropped[0].contains("over the limit of 12"), "{dropped:?}");
+    }
+}
