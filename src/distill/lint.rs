@@ -59,10 +59,11 @@ pub(crate) fn lesson_flaw(text: &str) -> Option<String> {
 pub(crate) fn first_sentence(text: &str) -> Option<&str> {
     static END: LazyLock<Regex> =
         LazyLock::new(|| Regex::new(r"[^.\s]\.\s+\p{Lu}").expect("valid regex"));
-    let end = END.find(text.trim())?;
+    let text = text.trim();
+    let end = END.find(text)?;
     // The match starts one character before the full stop.
-    let stop = end.start() + text.trim()[end.start()..].find('.')? + 1;
-    Some(&text.trim()[..stop])
+    let stop = end.start() + end.as_str().find('.')? + 1;
+    Some(&text[..stop])
 }
 
 /// Condition and strategy: what lies between the leading "When"/"If" and the first comma, and

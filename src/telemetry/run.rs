@@ -142,10 +142,7 @@ impl Fold {
                 };
                 let mut span =
                     call_span(run, &state, *step, &run.model, "rollout", now, *elapsed_s);
-                if !run.backend.is_empty() {
-                    span.set(span::PROVIDER, run.backend.as_str());
-                    span.set(span::SYSTEM, run.backend.as_str());
-                }
+                span.set_provider(&run.backend);
                 span.set(span::CHOICE_COUNT, rewards.len());
                 span.set_usage(*usage);
                 span.set("gym.sample.id", sample_id.as_str());
@@ -198,10 +195,7 @@ impl Fold {
                     now,
                     *elapsed_s,
                 );
-                if !run.distill_backend.is_empty() {
-                    span.set(span::PROVIDER, run.distill_backend.as_str());
-                    span.set(span::SYSTEM, run.distill_backend.as_str());
-                }
+                span.set_provider(&run.distill_backend);
                 span.set_usage(*usage);
                 span.set("gym.stage.key", key.as_str());
                 span.set("gym.stage.ok", *ok);

@@ -78,8 +78,7 @@ impl Served<'_> {
             span.parent = Some((parent, true));
         }
         span.set(span::OPERATION, operation);
-        span.set(span::PROVIDER, PROVIDER);
-        span.set(span::SYSTEM, PROVIDER);
+        span.set_provider(PROVIDER);
         if !self.request_model.is_empty() {
             span.set(span::REQUEST_MODEL, self.request_model);
         }

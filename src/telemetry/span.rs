@@ -166,6 +166,16 @@ impl Span {
             .map(|(_, value)| value)
     }
 
+    /// Who served the call, under the current name (`gen_ai.provider.name`) and the older one
+    /// (`gen_ai.system`) that receivers still read; nothing when `provider` is empty (events
+    /// written before it was recorded).
+    pub fn set_provider(&mut self, provider: &str) {
+        if !provider.is_empty() {
+            self.set(PROVIDER, provider);
+            self.set(SYSTEM, provider);
+        }
+    }
+
     /// The token counts of `usage`: input, output and cached input tokens.
     pub fn set_usage(&mut self, usage: Usage) {
         self.set(INPUT_TOKENS, usage.prompt_tokens);
