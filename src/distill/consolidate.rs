@@ -6,9 +6,9 @@
 //! [`consolidate_schema`]); an explicit empty list from a server that ignores the schema is
 //! read as a decision, not a failure.
 //!
-//! The model chooses rather than rewrites: it keeps proposals by number,
-//! each with the numbers of the proposals that say the same thing (`{"keep": [{"covers": [2,
-//! 5]}]}`). A 1.5B model asked to rewrite a batch into new ops wrote a thousand tokens of
+//! The model chooses rather than rewrites: it keeps proposals by number, each with the
+//! numbers of the proposals that say the same thing (`{"keep": [{"lesson": 2, "same_as":
+//! [5]}]}`; `{"covers": [2, 5]}`, the kept one first, is read too). A 1.5B model asked to rewrite a batch into new ops wrote a thousand tokens of
 //! conditions equal to their strategies; asked to choose, it answers in a few tokens and
 //! cannot damage a lesson's wording, which stage 2 already checked. Replies in the op shape
 //! (`{"ops": [{"from": [1, 3], "op": "add", …}]}`), as servers that ignore the schema write
@@ -93,10 +93,33 @@ pub async fn consolidate(
     .await
 }
 
+/// A batch's proposals in the order stage 3 lists them: each group's first lesson, then each
+/// group's second, and so on. Given proposals group by group, the 1.5B distiller kept the first
+/// four in the list (two groups' pairs, once "multiply by the conversion factor" beside "divide
+/// by the conversion factor"); listed by turns, the first lessons of different problems come
+/// first, which is what the stage asks for: lessons about different situations.
+pub fn by_turns(groups: Vec<Vec<Proposal>>) -> Vec<Proposal> {
+    let mut queues: Vec<std::vec::IntoIter<Proposal>> =
+        groups.into_iter().map(Vec::into_iter).collect();
+    let mut listed = Vec::new();
+    loop {
+        let before = listed.len();
+        listed.extend(queues.iter_mut().filter_map(Iterator::next));
+        if listed.len() == before {
+            return listed;
+        }
+    }
+}
+
 /// The proposals a `{"keep": […]}` reply keeps, each as the 1-based numbers it covers with
 /// the kept one first; `None` when the reply is not of that shape. An item may be
-/// `{"covers": [2, 5]}`, `[2, 5]` or `2`; numbers out of range, and a proposal kept twice, are
-/// dropped with the reason.
+/// `{"lesson": 2, "same_as": [5]}`, `{"covers": [2, 5]}`, `[2, 5]` or `2`; numbers out of
+/// range, a proposal kept twice, and an item that calls every proposal of a batch of three or
+/// more the same lesson are dropped with the reason.
+///
+/// The last is a list, not a choice: the 1.5B distiller answered a batch of 11 proposals on
+/// five different topics (ages, percents, rounding up, rates, subtraction) with four items
+/// each covering 1 to 11, which kept proposal 1 alone, credited with the evidence of all 11.
 fn read_kept(
     output: &str,
     count: usize,
@@ -123,16 +146,23 @@ fn read_kept(
             Ok(Vec::new())
         });
     }
+    let numbers = |v: &Value| -> Vec<u64> {
+        match v {
+            Value::Array(list) => list.iter().filter_map(number).collect(),
+            other => number(other).into_iter().collect(),
+        }
+    };
     for item in items.iter().take(most.max(1) * 2) {
         let listed: Vec<u64> = match item {
-            Value::Object(map) => ["covers", "from", "proposals", "numbers"]
-                .iter()
-                .find_map(|key| map.get(*key))
-                .map(|v| match v {
-                    Value::Array(list) => list.iter().filter_map(number).collect(),
-                    other => number(other).into_iter().collect(),
-                })
-                .unwrap_or_default(),
+            Value::Object(map) => {
+                let kept = map.get("lesson").map(&numbers).unwrap_or_default();
+                let same = ["same_as", "covers", "from", "proposals", "numbers"]
+                    .iter()
+                    .find_map(|key| map.get(*key))
+                    .map(&numbers)
+                    .unwrap_or_default();
+                kept.into_iter().chain(same).collect()
+            }
             Value::Array(list) => list.iter().filter_map(number).collect(),
             other => number(other).into_iter().collect(),
         };
@@ -149,6 +179,10 @@ fn read_kept(
         }
         match covers.first() {
             None => dropped.push(format!("keep item without a proposal number: {item}")),
+            Some(first) if count >= 3 && covers.len() == count => dropped.push(format!(
+                "keep item calls all {count} proposals one lesson (a list, not a choice): \
+                 proposal {first}"
+            )),
             Some(first) if kept.iter().any(|k| k[0] == *first) => {
                 dropped.push(format!("proposal {first} kept twice"));
             }
@@ -214,7 +248,10 @@ pub fn consolidate_prompt(proposals: &[Proposal], cfg: &DistillConfig) -> String
     )
 }
 
-/// `{"keep": [1..=max_kept items {"covers": [proposal numbers, the kept one first]}]}`.
+/// `{"keep": [1..=max_kept items {"lesson": number, "same_as": [other proposal numbers]}]}`.
+///
+/// The kept proposal has a field of its own: asked for one list, "covers", with the kept
+/// number first, the 1.5B distiller listed every number in every item.
 pub fn consolidate_schema(proposals: &[Proposal], cfg: &DistillConfig) -> Value {
     let count = proposals.len().max(1);
     let numbers: Vec<usize> = (1..=count).collect();
@@ -233,14 +270,15 @@ pub fn consolidate_schema(proposals: &[Proposal], cfg: &DistillConfig) -> Value 
                 "items": {
                     "type": "object",
                     "properties": {
-                        "covers": {
+                        "lesson": {"enum": numbers},
+                        "same_as": {
                             "type": "array",
                             "items": {"enum": numbers},
-                            "minItems": 1,
-                            "maxItems": count
+                            "minItems": 0,
+                            "maxItems": count - 1
                         }
                     },
-                    "required": ["covers"],
+                    "required": ["lesson", "same_as"],
                     "additionalProperties": false
                 }
             }
@@ -309,6 +347,10 @@ mod tests {
             2
         );
         assert!(consolidate_prompt(&batch(), &two).contains("at most 2."));
+        assert_eq!(
+            schema["properties"]["keep"]["items"]["required"],
+            json!(["lesson", "same_as"])
+        );
         let grammar = json_schema_to_gbnf(&schema).unwrap();
         assert!(grammar.contains("3"), "{grammar}");
     }
@@ -356,6 +398,65 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_kept_lesson_and_its_twins_are_read_from_their_own_fields() {
+        let outcome = run(&[Ok(
+            r#"{"keep": [{"lesson": 2, "same_as": [1]}, {"lesson": 3, "same_as": []}]}"#,
+        )])
+        .await;
+        let ops = outcome.value.unwrap();
+        assert_eq!(
+            ops[0].op,
+            ProposedOp::add("When there are groups, multiply them.")
+        );
+        assert_eq!(ops[0].evidence.query_ids, vec!["q2", "q1"]);
+        assert_eq!(ops[1].op, ProposedOp::Delete { id: id(1) });
+        assert_eq!(ops[1].evidence.query_ids, vec!["q3"]);
+        assert!(outcome.dropped.is_empty(), "{:?}", outcome.dropped);
+    }
+
+    #[tokio::test]
+    async fn calling_every_proposal_one_lesson_is_a_list_not_a_choice() {
+        // What the 1.5B distiller wrote for a batch of 11 proposals on five topics.
+        let listed =
+            r#"{"keep": [{"covers": [1, 2, 3]}, {"covers": [1, 2, 3]}, {"covers": [3, 2, 1]}]}"#;
+        let outcome = run(&[
+            Ok(listed),
+            Ok(r#"{"keep": [{"lesson": 1, "same_as": [2, 3]}]}"#),
+            Ok(r#"{"keep": [{"lesson": 1, "same_as": [2]}, {"lesson": 3, "same_as": []}]}"#),
+        ])
+        .await;
+        assert_eq!((outcome.attempts, outcome.rejections), (3, 2));
+        assert_eq!(
+            outcome.errors[0],
+            "attempt 1: the model kept none of the 3 proposals"
+        );
+        assert!(
+            outcome.dropped[0].contains("calls all 3 proposals one lesson"),
+            "{:?}",
+            outcome.dropped
+        );
+        let ops = outcome.value.unwrap();
+        assert_eq!(ops.len(), 2);
+        assert_eq!(ops[0].evidence.query_ids, vec!["q1", "q2"]);
+        // Two proposals of a batch of two may well be one lesson.
+        let two = &batch()[..2];
+        let backend = Replay::new([Ok(r#"{"keep": [{"lesson": 1, "same_as": [2]}]}"#)]);
+        let merged = consolidate(&backend, two, &library(), &DistillConfig::default()).await;
+        assert_eq!(
+            merged.value.unwrap()[0].evidence.query_ids,
+            vec!["q1", "q2"]
+        );
+    }
+
+    #[test]
+    fn a_batch_lists_every_groups_first_lesson_before_any_second() {
+        let [a, b, c] = batch().try_into().unwrap();
+        let listed = by_turns(vec![vec![a.clone(), b.clone()], vec![], vec![c.clone()]]);
+        assert_eq!(listed, vec![a.clone(), c.clone(), b.clone()]);
+        assert!(by_turns(Vec::new()).is_empty());
+    }
+
+    #[tokio::test]
     async fn an_empty_batch_asks_nothing() {
         let backend = Replay::new([]);
         let outcome = consolidate(&backend, &[], &library(), &DistillConfig::default()).await;
@@ -385,7 +486,7 @@ mod tests {
                 "attempt 1: keep item without a proposal number: {\"covers\":[]}"
             ]
         );
-        let nothing = run(&[Ok(r#"{"keep": [{"covers": [7]}]}"#)]).await;
+        let nothing = run(&[Ok(r#"{"keep": [{"lesson": 7, "same_as": []}]}"#)]).await;
         assert_eq!(
             nothing.value, None,
             "a keep list naming no proposal is not a decision"

@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::Sampling;
 use crate::library::DEFAULT_MAX_WORDS;
 
-pub use consolidate::{consolidate, consolidate_prompt, consolidate_schema};
+pub use consolidate::{by_turns, consolidate, consolidate_prompt, consolidate_schema};
 pub use error::ParseError;
 pub use extract::{extract, extract_prompt, extract_schema};
 pub use integrate::{
@@ -150,9 +150,10 @@ mod tests {
     #[test]
     fn defaults_follow_the_paper() {
         let cfg = DistillConfig::default();
+        // The word limit is the paper's 32 raised to 40 (`DEFAULT_MAX_WORDS` says why).
         assert_eq!(
             (cfg.max_experiences, cfg.max_words, cfg.attempts),
-            (2, 32, 3)
+            (2, 40, 3)
         );
         assert_eq!(
             (cfg.sampling.temperature, cfg.sampling.max_tokens),

@@ -45,6 +45,9 @@ pub(crate) struct Read {
     pub items: Vec<Item>,
     /// Items that said "no change" (`none`, `keep`, …): a decision, not a failure.
     pub declined: usize,
+    /// Items dropped because they copy the prompt (its examples or its instructions): a reply
+    /// made only of these has no lesson of its own to give.
+    pub copied: usize,
     /// Items looked at, usable or not.
     pub total: usize,
 }
@@ -67,7 +70,11 @@ pub(crate) fn read_ops(
             Vec::new()
         }
     };
-    let useful = |parsed: &[Parsed]| parsed.iter().any(|p| !matches!(p, Parsed::Dropped(_)));
+    let useful = |parsed: &[Parsed]| {
+        parsed
+            .iter()
+            .any(|p| !matches!(p, Parsed::Dropped(_) | Parsed::Copied(_)))
+    };
     let mut cut_off = None;
     let parsed = match extract_json(output) {
         Ok(extracted) => {
@@ -109,6 +116,10 @@ pub(crate) fn read_ops(
         match parsed {
             Parsed::Op(item) => read.items.push(item),
             Parsed::Declined => read.declined += 1,
+            Parsed::Copied(reason) => {
+                read.copied += 1;
+                dropped.push(reason);
+            }
             Parsed::Dropped(reason) => dropped.push(match &cut_off {
                 Some(cut) if index == last => {
                     format!("{reason} (the output was cut off inside \"{cut}\")")
@@ -125,6 +136,8 @@ pub(crate) fn read_ops(
 enum Parsed {
     Op(Item),
     Declined,
+    /// Dropped for copying the prompt, told apart from other drops (see [`Read::copied`]).
+    Copied(String),
     Dropped(String),
 }
 
@@ -468,8 +481,14 @@ fn build(kind: Kind, id: Option<&str>, text: Option<&str>, rules: &Rules<'_>) ->
             op,
             from: Vec::new(),
         }),
+        Err(reason) if kind != Kind::Delete && copies_prompt(body, rules) => Parsed::Copied(reason),
         Err(reason) => Parsed::Dropped(reason),
     }
+}
+
+/// Whether `text` is lifted from the prompt: one of its examples, or a run of its words.
+fn copies_prompt(text: &str, rules: &Rules<'_>) -> bool {
+    copied_from(rules.template, text) || shares_a_run(rules.template, text)
 }
 
 /// The text of an op, checked as the library will check it: never truncated.
@@ -479,7 +498,7 @@ fn check_text(name: &str, text: &str, rules: &Rules<'_>) -> Result<String, Strin
         Err(format!("{name} with an empty text"))
     } else if is_placeholder(text) {
         Err(format!("{name} with a placeholder for a text: \"{text}\""))
-    } else if copied_from(rules.template, text) || shares_a_run(rules.template, text) {
+    } else if copies_prompt(text, rules) {
         Err(format!("{name} copies the prompt: \"{text}\""))
     } else if let Some(quoted) = rules
         .problem

@@ -265,12 +265,14 @@ pub(super) async fn run_step(
     for (_, outcome) in extracted.all() {
         at.report.lessons.count_extract(outcome);
     }
-    let proposals: Vec<Proposal> = extracted
-        .into_all()
-        .flat_map(|((sample, group), outcome)| {
-            with_evidence(outcome.value.unwrap_or_default(), sample, group)
-        })
-        .collect();
+    let proposals: Vec<Proposal> = distill::by_turns(
+        extracted
+            .into_all()
+            .map(|((sample, group), outcome)| {
+                with_evidence(outcome.value.unwrap_or_default(), sample, group)
+            })
+            .collect(),
+    );
 
     if extract_ok == 0 {
         let end = StepEnd::Failed {

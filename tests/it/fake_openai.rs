@@ -178,6 +178,37 @@ impl FakeOpenAi {
         .to_vec()
     }
 
+    /// `gym grpo` with this server in both roles on `sevens.jsonl` ([`Scratch::write_sevens`]):
+    /// one epoch of steps of 4 queries with 2 answers each, graded numerically, into `library`
+    /// as run `run`, then `extra`. The tests' common run, written once.
+    ///
+    /// [`Scratch::write_sevens`]: crate::common::Scratch::write_sevens
+    pub fn sevens_grpo(&self, library: &str, run: &str, extra: &[&str]) -> Vec<String> {
+        let mut args: Vec<String> = [
+            "grpo",
+            "--dataset",
+            "sevens.jsonl",
+            "--reward",
+            "numeric",
+            "--batch-size",
+            "4",
+            "--group-size",
+            "2",
+            "--epochs",
+            "1",
+            "--library",
+            library,
+            "--run-id",
+            run,
+        ]
+        .iter()
+        .chain(extra)
+        .map(|arg| arg.to_string())
+        .collect();
+        args.extend(self.both_roles_flags());
+        args
+    }
+
     /// Writes `DIR/upstreams.toml` naming this server as the upstream `remote` (model
     /// `upstream-model`) for `gym serve --upstreams`; returns its path.
     pub fn upstreams_file(&self, dir: &std::path::Path) -> std::path::PathBuf {
@@ -478,6 +509,16 @@ fn is_stage(request: &Value) -> bool {
         || prompt.contains("Attempts:\n")
 }
 
+/// The numbers of the proposals in a consolidate prompt (`N. add: …` lines) that contain
+/// `text`.
+fn proposal_numbers(prompt: &str, text: &str) -> Vec<usize> {
+    prompt
+        .lines()
+        .filter(|line| line.to_lowercase().contains(&text.to_lowercase()))
+        .filter_map(|line| line.split_once(". ")?.0.trim().parse().ok())
+        .collect()
+}
+
 /// What a capable model answers to each of the distillation stages' prompts, and to the LLM
 /// judge's (see [`judge_reply`]).
 fn distill_reply(request: &Value, two_lessons: bool) -> String {
@@ -489,7 +530,17 @@ fn distill_reply(request: &Value, two_lessons: bool) -> String {
     if two_lessons {
         let (harmful_condition, harmful_strategy) = HARMFUL;
         return if prompt.contains("Lessons proposed from different problems") {
-            json!({"keep": [{"covers": [1]}, {"covers": [2]}]}).to_string()
+            // As a capable model would: each distinct lesson once, with the proposals that
+            // repeat it.
+            let keep: Vec<Value> = [strategy, harmful_strategy]
+                .iter()
+                .filter_map(|lesson| {
+                    let numbers = proposal_numbers(prompt, lesson);
+                    let (first, rest) = numbers.split_first()?;
+                    Some(json!({"lesson": first, "same_as": rest}))
+                })
+                .collect();
+            json!({ "keep": keep }).to_string()
         } else if prompt.contains("Attempts:\n") {
             json!({"comparison": "The right attempts spelled the word out.", "lessons": [
                 {"topic": "letters", "when": condition, "do": strategy},

@@ -337,29 +337,12 @@ fn gated(
     let server = runtime.block_on(start);
     let scratch = Scratch::new();
     scratch.write_sevens(8);
-    let mut args = vec![
-        "grpo",
-        "--dataset",
-        "sevens.jsonl",
-        "--reward",
-        "numeric",
-        "--batch-size",
-        "4",
-        "--group-size",
-        "2",
-        "--epochs",
-        "1",
-        "--validate",
-        "4",
-        "--library",
+    let args = server.sevens_grpo(
         "gated",
-        "--run-id",
         "gated",
-        "--no-eval",
-    ];
-    args.extend(extra);
-    let both_roles = server.both_roles_flags();
-    args.extend(both_roles.iter().map(String::as_str));
+        &[&["--validate", "4", "--no-eval"], extra].concat(),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let output = scratch.model_command(&args).output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);

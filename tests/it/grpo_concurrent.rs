@@ -13,28 +13,7 @@ use crate::fake_openai::{FakeOpenAi, LESSON};
 const OTHER: &str = "When a question names a letter in quotes, look for that exact letter only.";
 
 fn grpo(scratch: &Scratch, server: &FakeOpenAi, run: &str) -> (i32, String, String) {
-    let mut args: Vec<String> = [
-        "grpo",
-        "--dataset",
-        "sevens.jsonl",
-        "--reward",
-        "numeric",
-        "--batch-size",
-        "4",
-        "--group-size",
-        "2",
-        "--epochs",
-        "1",
-        "--library",
-        "shared",
-        "--run-id",
-        run,
-        "--no-eval",
-        "--no-tui",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.extend(server.both_roles_flags());
+    let args = server.sevens_grpo("shared", run, &["--no-eval", "--no-tui"]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let output = scratch.model_command(&args).output().unwrap();
     (

@@ -113,30 +113,12 @@ fn a_run_measures_credit_after_each_epoch_and_journals_it() {
     let server = runtime.block_on(FakeOpenAi::policy(true));
     let scratch = Scratch::new();
     scratch.write_sevens(8);
-    let mut args = vec![
-        "grpo",
-        "--dataset",
-        "sevens.jsonl",
-        "--reward",
-        "numeric",
-        "--batch-size",
-        "4",
-        "--group-size",
-        "2",
-        "--epochs",
-        "1",
-        "--validate",
-        "4",
-        "--credit-queries",
-        "4",
-        "--library",
+    let args = server.sevens_grpo(
         "credited",
-        "--run-id",
         "credited",
-        "--no-eval",
-    ];
-    let both_roles = server.both_roles_flags();
-    args.extend(both_roles.iter().map(String::as_str));
+        &["--validate", "4", "--credit-queries", "4", "--no-eval"],
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, stdout, stderr) = run(&scratch, &args);
     assert_eq!(code, 0, "{stdout}\n{stderr}");
 

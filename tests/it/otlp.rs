@@ -355,30 +355,11 @@ fn a_tiny_run_exports_its_rollout_and_stage_spans() {
     let scratch = Scratch::new();
     scratch.write_sevens(4);
     let phoenix = Phoenix::start();
-    let mut args: Vec<String> = [
-        "grpo",
-        "--dataset",
-        "sevens.jsonl",
-        "--reward",
-        "numeric",
-        "--batch-size",
-        "4",
-        "--group-size",
-        "2",
-        "--epochs",
-        "1",
-        "--library",
+    let args = upstream.sevens_grpo(
         "sevens",
-        "--run-id",
         "traced",
-        "--no-eval",
-        "--no-tui",
-        "--otlp-endpoint",
-        &phoenix.url(),
-    ]
-    .map(String::from)
-    .to_vec();
-    args.extend(upstream.both_roles_flags());
+        &["--no-eval", "--no-tui", "--otlp-endpoint", &phoenix.url()],
+    );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let output = scratch
         .model_command(&args)

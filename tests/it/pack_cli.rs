@@ -171,33 +171,19 @@ fn a_pack_takes_its_results_from_the_run_that_made_the_version() {
     let server = runtime.block_on(FakeOpenAi::policy(true));
     let scratch = Scratch::new();
     write_split_sevens(&scratch);
-    let mut args: Vec<String> = [
-        "grpo",
-        "--dataset",
-        "sevens.jsonl",
-        "--reward",
-        "numeric",
-        "--batch-size",
-        "4",
-        "--group-size",
-        "2",
-        "--epochs",
-        "1",
-        "--validate",
-        "0",
-        "--library",
+    let args = server.sevens_grpo(
         "sevens",
-        "--run-id",
         "learn",
-        "--eval-limit",
-        "4",
-        "--eval-k",
-        "2",
-        "--no-tui",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.extend(server.both_roles_flags());
+        &[
+            "--validate",
+            "0",
+            "--eval-limit",
+            "4",
+            "--eval-k",
+            "2",
+            "--no-tui",
+        ],
+    );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let output = scratch.model_command(&args).output().unwrap();
     assert!(output.status.success(), "{output:?}");
