@@ -50,7 +50,22 @@ pub(crate) fn lesson_flaw(text: &str) -> Option<String> {
     if repeats_itself(&format!("{condition} {strategy}")) {
         return Some("repeats a phrase over and over".to_owned());
     }
+    if joins_two_lessons(text) {
+        return Some("joins a second lesson (\"…, when …, …\") to the first".to_owned());
+    }
     None
+}
+
+/// Whether a second "when …, …" follows the first lesson's strategy: the 1.5B distiller,
+/// asked to refine a lesson, glued the new one on ("When dividing by a number that is not a
+/// whole number, round up …, when dividing by a fraction, multiply …"), which made a library
+/// lesson in both paper-setting runs. Two situations are two lessons; a condition inside the
+/// strategy without a clause of its own ("round up when there is a remainder") is not one.
+fn joins_two_lessons(text: &str) -> bool {
+    static SECOND: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"(?i)(?:[,;]|\.)\s+(?:when|whenever)\b[^,;.]*,\s*\S").expect("valid regex")
+    });
+    split(text).is_some_and(|(_, strategy)| SECOND.is_match(strategy))
 }
 
 /// The first sentence of `text`, with its full stop, when more follows it: a sentence ends
@@ -176,6 +191,9 @@ mod tests {
             "When converting minutes to hours, divide the total time in minutes by 60 to get the total time in hours.",
             "When calculating the total time spent on football in 3 weeks, multiply the weekly total time in hours by the number of weeks to get the total time in hours.",
             "When increasing a price by a percentage of the original price, multiply the original price by the percentage, and then add the result to the original price.",
+            // A condition inside the strategy, without a clause of its own.
+            "When packing items into boxes, divide the items by the box size and round up when there is a remainder.",
+            "When dividing a number by another, always round up to the next whole number if the division results in a remainder.",
         ] {
             assert_eq!(lesson_flaw(text), None, "{text}");
         }
@@ -197,6 +215,19 @@ mod tests {
             (
                 "When the crown, the crown the crown the crown the crown.",
                 "repeats a phrase",
+            ),
+            // Integrate's "update" by the 1.5B distiller, in two runs' libraries.
+            (
+                "When dividing by a number that is not a whole number, round up to the nearest whole number, when dividing by a fraction, multiply the numerator by the reciprocal of the denominator.",
+                "joins a second lesson",
+            ),
+            (
+                "When sum of ages given, use the given sum to set up an equation and solve for the ages, when add 3 to each age, add 3 to each age to find their ages in 3 years.",
+                "joins a second lesson",
+            ),
+            (
+                "When a price rises twice, apply the second rise to the new price. When a price falls, subtract the fall.",
+                "joins a second lesson",
             ),
             (
                 "When X, which is the answer directly from the question, X, which is the answer directly.",
