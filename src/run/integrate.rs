@@ -82,6 +82,70 @@ pub(super) async fn similarities(
     })
 }
 
+/// The batch's proposals in the order stage 3 is shown them: those that more groups arrived at
+/// first, by turns within the same support (see [`distill::by_turns`]), near-duplicates merged
+/// into the first of them ([`merge_twins`]). A proposal's support is the number of groups
+/// whose proposals are related to it (similarity ≥ `related`, its own group included).
+///
+/// Why: the 1.5B distiller does not choose; it keeps the first `--max-kept` proposals listed
+/// (docs/benchmarks.md). Listed by support, those are the lessons that several problems taught
+/// independently, the agreement consolidation is asked to look for; a lesson only one group
+/// arrived at ("When classifying words as verbs or nouns, …", from the letter-counting demo)
+/// comes after them. Returns the ordered proposals and how many were merged.
+pub(super) async fn by_support(
+    embedder: Option<Arc<dyn Embedder>>,
+    groups: Vec<Vec<Proposal>>,
+    related: f32,
+    duplicate: f32,
+) -> Result<(Vec<Proposal>, u64), RunError> {
+    let listed = distill::by_turns(groups);
+    let texts: Vec<String> = listed
+        .iter()
+        .map(|p| p.op.text().unwrap_or_default().to_owned())
+        .collect();
+    let measured = similarities(embedder, &texts, &State::new(), related, duplicate).await?;
+    let support: Vec<usize> = (0..listed.len())
+        .map(|i| {
+            let mut groups: Vec<&String> = (0..listed.len())
+                .filter(|&j| {
+                    j == i || (measured.among[i][j] >= measured.related && !texts[j].is_empty())
+                })
+                .flat_map(|j| &listed[j].evidence.query_ids)
+                .collect();
+            groups.sort();
+            groups.dedup();
+            groups.len()
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..listed.len()).collect();
+    // Stable: by turns within the same support.
+    order.sort_by_key(|&i| std::cmp::Reverse(support[i]));
+    let mut slots: Vec<Option<Proposal>> = listed.into_iter().map(Some).collect();
+    let ordered: Vec<Proposal> = order.iter().filter_map(|&i| slots[i].take()).collect();
+    let among: Vec<Vec<f32>> = order
+        .iter()
+        .map(|&i| order.iter().map(|&j| measured.among[i][j]).collect())
+        .collect();
+    // `merge_twins` indexes its table by add, so the adds' rows alone.
+    let adds: Vec<usize> = (0..ordered.len())
+        .filter(|&i| matches!(ordered[i].op, ProposedOp::Add { .. }))
+        .collect();
+    let among_adds: Vec<Vec<f32>> = adds
+        .iter()
+        .map(|&i| adds.iter().map(|&j| among[i][j]).collect())
+        .collect();
+    let (merged, _, twins) = merge_twins(
+        ordered,
+        Similarities {
+            rows: vec![Vec::new(); adds.len()],
+            among: among_adds,
+            related: measured.related,
+            duplicate: measured.duplicate,
+        },
+    );
+    Ok((merged, twins))
+}
+
 /// Merges adds of the batch that are near-duplicates of an earlier add (of any topic; see
 /// [`distill::neighbours`]) into that add: their evidence joins
 /// it. Consolidation is asked to do this, but a small model or its fallback may not. Returns
@@ -267,6 +331,29 @@ mod tests {
             },
             evidence: evidence(query),
         }
+    }
+
+    #[tokio::test]
+    async fn proposals_more_groups_arrived_at_are_listed_first_and_twins_merged() {
+        let spell = "When counting a letter in a word, spell the word out and count each letter.";
+        let spell_again =
+            "When counting a letter in a word, spell the word out and count each letter once.";
+        let parts = "When counting letters in a long word, spell the word out in parts.";
+        let nouns = "When classifying words as verbs or nouns, look at their meaning.";
+        let groups = vec![
+            vec![add(nouns, "q1"), add(spell, "q1")],
+            vec![add(spell_again, "q2")],
+            vec![add(parts, "q3")],
+        ];
+        let (listed, twins) = by_support(None, groups, 0.6, 0.85).await.unwrap();
+        let texts: Vec<&str> = listed.iter().map(|p| p.op.text().unwrap()).collect();
+        // By turns it would be nouns, spell_again, parts, spell: the lesson one group alone
+        // proposed goes last, and the twin joins the first of the pair.
+        assert_eq!(texts, [spell_again, parts, nouns]);
+        assert_eq!(twins, 1);
+        assert_eq!(listed[0].evidence.query_ids, ["q2", "q1"]);
+        let (none, merged) = by_support(None, Vec::new(), 0.6, 0.85).await.unwrap();
+        assert!(none.is_empty() && merged == 0);
     }
 
     fn twin(n: u32) -> Neighbour {

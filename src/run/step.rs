@@ -265,14 +265,20 @@ pub(super) async fn run_step(
     for (_, outcome) in extracted.all() {
         at.report.lessons.count_extract(outcome);
     }
-    let proposals: Vec<Proposal> = distill::by_turns(
-        extracted
-            .into_all()
-            .map(|((sample, group), outcome)| {
-                with_evidence(outcome.value.unwrap_or_default(), sample, group)
-            })
-            .collect(),
-    );
+    let by_group: Vec<Vec<Proposal>> = extracted
+        .into_all()
+        .map(|((sample, group), outcome)| {
+            with_evidence(outcome.value.unwrap_or_default(), sample, group)
+        })
+        .collect();
+    let proposed: usize = by_group.iter().map(Vec::len).sum();
+    let (proposals, twins) = integrate::by_support(
+        runner.embedder.clone(),
+        by_group,
+        runner.config.related_threshold,
+        runner.config.duplicate_threshold,
+    )
+    .await?;
 
     if extract_ok == 0 {
         let end = StepEnd::Failed {
@@ -312,14 +318,15 @@ pub(super) async fn run_step(
         return Ok(StepOutcome::Stopped);
     };
     let final_proposals = match consolidated.value {
+        // Twins merged before the stage are counted with what it merged: by the evidence
+        // the kept lessons carry.
         Some(value) => {
-            at.report
-                .lessons
-                .count_consolidated(proposals.len(), &value);
+            at.report.lessons.count_consolidated(proposed, &value);
             value
         }
         None => {
             at.report.consolidate_fallback = true;
+            at.report.lessons.merged += twins;
             proposals
         }
     };
