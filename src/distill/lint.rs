@@ -31,8 +31,10 @@ pub(crate) fn lesson_flaw(text: &str) -> Option<String> {
             words(&condition) + words(&strategy)
         ));
     }
-    if condition == strategy
-        || strategy.contains(&condition) && condition.len() * 2 > strategy.len()
+    let (stemmed_condition, stemmed_strategy) = (stemmed(&condition), stemmed(&strategy));
+    if stemmed_condition == stemmed_strategy
+        || stemmed_strategy.contains(&stemmed_condition)
+            && stemmed_condition.len() * 2 > stemmed_strategy.len()
     {
         return Some("repeats its condition as its strategy".to_owned());
     }
@@ -79,6 +81,27 @@ pub(crate) fn first_sentence(text: &str) -> Option<&str> {
     // The match starts one character before the full stop.
     let stop = end.start() + end.as_str().find('.')? + 1;
     Some(&text[..stop])
+}
+
+/// `normalized` with each word's "-ing" and plural "-s" cut off, so a strategy that repeats its
+/// condition in another form is seen to ("When reading the answer directly and correctly,
+/// read the answer directly and correctly.", a lesson of the letter-counting demo's library).
+fn stemmed(normalized: &str) -> String {
+    normalized
+        .split(' ')
+        .filter(|w| !w.is_empty())
+        .map(|word| {
+            let word = match word.strip_suffix("ing") {
+                Some(stem) if stem.len() >= 3 => stem,
+                _ => word,
+            };
+            match word.strip_suffix('s') {
+                Some(stem) if stem.len() >= 3 && !stem.ends_with('s') => stem,
+                _ => word,
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Condition and strategy: what lies between the leading "When"/"If" and the first comma, and
@@ -206,6 +229,10 @@ mod tests {
             ("When counting letters check twice.", "no comma"),
             (
                 "When The correct answer is 2, The correct answer is 2.",
+                "repeats its condition",
+            ),
+            (
+                "When reading the answer directly and correctly, read the answer directly and correctly.",
                 "repeats its condition",
             ),
             (
