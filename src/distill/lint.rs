@@ -17,10 +17,10 @@ const MIN_WORDS: usize = 3;
 /// Why `text` is not a usable lesson, or `None` when it is. `text` already starts with
 /// "When"/"If" (checked by the caller).
 pub(crate) fn lesson_flaw(text: &str) -> Option<String> {
-    let Some((condition, strategy)) = split(text) else {
+    let Some((condition, written_strategy)) = split(text) else {
         return Some("has no strategy after its condition (no comma)".to_owned());
     };
-    let (condition, strategy) = (normalize(condition), normalize(strategy));
+    let (condition, strategy) = (normalize(condition), normalize(written_strategy));
     let words = |part: &str| part.split(' ').filter(|w| !w.is_empty()).count();
     if words(&condition) == 0 || words(&strategy) == 0 {
         return Some("has an empty condition or strategy".to_owned());
@@ -52,22 +52,23 @@ pub(crate) fn lesson_flaw(text: &str) -> Option<String> {
     if repeats_itself(&format!("{condition} {strategy}")) {
         return Some("repeats a phrase over and over".to_owned());
     }
-    if joins_two_lessons(text) {
+    if joins_two_lessons(written_strategy) {
         return Some("joins a second lesson (\"…, when …, …\") to the first".to_owned());
     }
     None
 }
 
-/// Whether a second "when …, …" follows the first lesson's strategy: the 1.5B distiller,
+/// Whether a second "when …, …" follows in a lesson's `strategy` (as written, punctuation
+/// kept): the 1.5B distiller,
 /// asked to refine a lesson, glued the new one on ("When dividing by a number that is not a
 /// whole number, round up …, when dividing by a fraction, multiply …"), which made a library
 /// lesson in both paper-setting runs. Two situations are two lessons; a condition inside the
 /// strategy without a clause of its own ("round up when there is a remainder") is not one.
-fn joins_two_lessons(text: &str) -> bool {
+fn joins_two_lessons(strategy: &str) -> bool {
     static SECOND: LazyLock<Regex> = LazyLock::new(|| {
         Regex::new(r"(?i)(?:[,;]|\.)\s+(?:when|whenever)\b[^,;.]*,\s*\S").expect("valid regex")
     });
-    split(text).is_some_and(|(_, strategy)| SECOND.is_match(strategy))
+    SECOND.is_match(strategy)
 }
 
 /// The first sentence of `text`, with its full stop, when more follows it: a sentence ends

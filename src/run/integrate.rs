@@ -120,20 +120,18 @@ pub(super) async fn by_support(
     let mut order: Vec<usize> = (0..listed.len()).collect();
     // Stable: by turns within the same support.
     order.sort_by_key(|&i| std::cmp::Reverse(support[i]));
-    let mut slots: Vec<Option<Proposal>> = listed.into_iter().map(Some).collect();
-    let ordered: Vec<Proposal> = order.iter().filter_map(|&i| slots[i].take()).collect();
-    let among: Vec<Vec<f32>> = order
+    // `merge_twins` indexes its table by add, in the new order.
+    let adds: Vec<usize> = order
         .iter()
-        .map(|&i| order.iter().map(|&j| measured.among[i][j]).collect())
-        .collect();
-    // `merge_twins` indexes its table by add, so the adds' rows alone.
-    let adds: Vec<usize> = (0..ordered.len())
-        .filter(|&i| matches!(ordered[i].op, ProposedOp::Add { .. }))
+        .copied()
+        .filter(|&i| matches!(listed[i].op, ProposedOp::Add { .. }))
         .collect();
     let among_adds: Vec<Vec<f32>> = adds
         .iter()
-        .map(|&i| adds.iter().map(|&j| among[i][j]).collect())
+        .map(|&i| adds.iter().map(|&j| measured.among[i][j]).collect())
         .collect();
+    let mut slots: Vec<Option<Proposal>> = listed.into_iter().map(Some).collect();
+    let ordered: Vec<Proposal> = order.iter().filter_map(|&i| slots[i].take()).collect();
     let (merged, _, twins) = merge_twins(
         ordered,
         Similarities {
