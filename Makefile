@@ -71,8 +71,12 @@ $(CARGO_DENY):
 $(CARGO_HACK):
 	$(CARGO) install --locked --quiet cargo-hack --version 0.6.46 --root $(TOOLS_DIR)
 
-# Licenses, bans and sources of every dependency (deny.toml): offline.
+# Licenses, bans and sources of every dependency (deny.toml), offline. cargo-deny reads the
+# metadata of every target's dependencies (winapi, android_*), which a build on Linux never
+# downloads: `cargo fetch` brings them into the registry cache first (a fresh CI machine has
+# none of them).
 deny: $(CARGO_DENY)
+	$(CARGO) fetch --locked --quiet
 	$(CARGO_DENY) deny --offline --locked check licenses bans sources
 
 # Known vulnerabilities and yanked crates: needs the RustSec advisory database (fetched).
