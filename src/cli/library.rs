@@ -163,8 +163,9 @@ enum LibraryCommand {
     /// Measure each experience's own effect on the mean reward and record it in usage.json.
     ///
     /// The same queries and seeds with the full library and without each experience
-    /// (leave-one-out, or --shapley N orders), paired by query. Leave-one-out draws
-    /// (experiences + 1) x --queries x --group-size answers.
+    /// (leave-one-out, --shapley N orders, or --banzhaf P complementary pairs of random
+    /// subsets), paired by query. Leave-one-out draws (experiences + 1) x --queries x
+    /// --group-size answers, Banzhaf at most (2 x P + 1) x --queries x --group-size.
     Credit(Box<super::library_credit::CreditArgs>),
     /// How distinct the experiences are: the MiniLM cosine of every pair, most similar first
     /// (the similarity `gym grpo` merges near-duplicates by).

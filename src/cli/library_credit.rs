@@ -41,8 +41,14 @@ pub struct CreditArgs {
     /// Estimate Shapley values from N random orders of the experiences instead of leave-one-out
     /// (each experience's gain when added after those before it; subsets shared by orders are
     /// run once).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", conflicts_with = "banzhaf")]
     shapley: Option<usize>,
+
+    /// Estimate Banzhaf values from P complementary pairs of random subsets instead of
+    /// leave-one-out: 2 x P + 1 conditions however many experiences the library has, each
+    /// experience's credit the mean reward of the side of a pair showing it minus the other.
+    #[arg(long, value_name = "P")]
+    banzhaf: Option<usize>,
 
     /// Print the plan (conditions and answers) and stop.
     #[arg(long)]
@@ -84,6 +90,7 @@ impl CreditArgs {
         anyhow::ensure!(self.queries >= 1, "--queries must be at least 1");
         anyhow::ensure!(self.group_size >= 1, "--group-size must be at least 1");
         anyhow::ensure!(self.shapley != Some(0), "--shapley needs at least 1 order");
+        anyhow::ensure!(self.banzhaf != Some(0), "--banzhaf needs at least 1 pair");
         let LibraryRef { name, version } = self.library.parse()?;
         let mut library = Library::open(root, &name)?;
         let version = version.unwrap_or_else(|| library.head_version());
@@ -96,12 +103,11 @@ impl CreditArgs {
         let mut dataset = self.dataset.load(self.split, self.sampling.seed)?;
         dataset.samples.truncate(self.queries);
         let samples = &dataset.samples;
-        let ablation = match self.shapley {
-            Some(permutations) => Ablation::Shapley {
-                permutations,
-                seed: self.sampling.seed,
-            },
-            None => Ablation::LeaveOneOut,
+        let seed = self.sampling.seed;
+        let ablation = match (self.shapley, self.banzhaf) {
+            (Some(permutations), _) => Ablation::Shapley { permutations, seed },
+            (None, Some(pairs)) => Ablation::Banzhaf { pairs, seed },
+            (None, None) => Ablation::LeaveOneOut,
         };
         let experiences = state.active_count();
         let plan = Plan::new(ablation, experiences);
@@ -124,6 +130,10 @@ impl CreditArgs {
                     format!("leave-one-out (full + {experiences} without one)"),
                 Ablation::Shapley { permutations, .. } =>
                     format!("shapley ({permutations} orders; subsets shared by orders run once)"),
+                Ablation::Banzhaf { pairs, .. } => format!(
+                    "banzhaf (full + {pairs} complementary pairs of random subsets; a subset \
+                     drawn twice runs once)"
+                ),
             },
             plan.conditions(),
             samples.len(),

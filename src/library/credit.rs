@@ -25,14 +25,19 @@ pub enum CreditMethod {
     /// Permutation-sampled Shapley value: the experience's marginal gain when added after a
     /// random subset of the others, averaged over sampled orders.
     Shapley,
+    /// Banzhaf value from complementary pairs of random subsets: the mean reward of the side
+    /// of a pair showing the experience minus the side without it, averaged over pairs and
+    /// queries (a fixed number of conditions however large the library).
+    Banzhaf,
 }
 
 impl CreditMethod {
-    /// The name used in output (`leave-one-out`, `shapley`).
+    /// The name used in output (`leave-one-out`, `shapley`, `banzhaf`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::LeaveOneOut => "leave-one-out",
             Self::Shapley => "shapley",
+            Self::Banzhaf => "banzhaf",
         }
     }
 }
@@ -46,6 +51,9 @@ pub struct Credit {
     /// Orders sampled (Shapley only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permutations: Option<usize>,
+    /// Complementary pairs run (Banzhaf only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pairs: Option<usize>,
     /// Mean reward with the experience − without it, paired by query, with its 95% interval.
     pub delta: f64,
     pub low: f64,
@@ -92,9 +100,14 @@ impl Credit {
 
     /// One line, e.g. `credit Δ -0.250 [-0.400, -0.100] on 8 queries x 4 at v3 (leave-one-out)`.
     pub fn summary(&self) -> String {
-        let method = match self.permutations {
-            Some(orders) => format!("{}, {orders} orders", self.method.as_str()),
-            None => self.method.as_str().to_owned(),
+        let method = match (self.permutations, self.pairs) {
+            (Some(orders), _) => format!("{}, {orders} orders", self.method.as_str()),
+            (None, Some(pairs)) => format!(
+                "{}, {pairs} pair{}",
+                self.method.as_str(),
+                if pairs == 1 { "" } else { "s" }
+            ),
+            (None, None) => self.method.as_str().to_owned(),
         };
         format!(
             "credit {} on {} quer{} x {} at v{} ({method})",
@@ -121,6 +134,7 @@ pub(crate) fn sample_credit(delta: f64, low: f64, high: f64) -> Credit {
     Credit {
         method: CreditMethod::LeaveOneOut,
         permutations: None,
+        pairs: None,
         delta,
         low,
         high,
@@ -188,5 +202,17 @@ mod tests {
         );
         assert_eq!(serde_json::from_str::<Credit>(&text).unwrap(), shapley);
         assert!(shapley.summary().ends_with("(shapley, 6 orders)"));
+        let banzhaf = Credit {
+            method: CreditMethod::Banzhaf,
+            pairs: Some(6),
+            ..credit(0.125, -0.05, 0.3)
+        };
+        let text = serde_json::to_string(&banzhaf).unwrap();
+        assert!(
+            text.starts_with(r#"{"method":"banzhaf","pairs":6,"delta""#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<Credit>(&text).unwrap(), banzhaf);
+        assert!(banzhaf.summary().ends_with("(banzhaf, 6 pairs)"));
     }
 }

@@ -8,6 +8,18 @@
 //! averages each one's gain when added after those before it; the empty and full libraries are
 //! shared by all orders and every subset is run once however many orders reach it.
 //!
+//! Both cost more as the library grows: leave-one-out n + 1 conditions, each experience's
+//! credit resting on one condition's answers. Banzhaf runs a fixed number of complementary
+//! pairs of random subsets (every experience shown in one of each pair with probability ½,
+//! the full library beside them) and credits each experience with the mean reward of the side
+//! showing it minus the side without it, every pair and query counting for every experience
+//! (the maximum-sample-reuse estimate of the Banzhaf value, Wang & Jia, "Data Banzhaf",
+//! AISTATS 2023): 2 × pairs + 1 conditions however large the library, each credit resting on
+//! all of them. The other experiences' effects fall on either side at random and average out
+//! over the pairs; the draw among candidate designs that keeps every two experiences' sides
+//! closest to independent is run, and the interval counts the pairs' spread beside the
+//! queries' ([`Estimate::crossed_mean`]).
+//!
 //! Answers drawn: conditions × queries × G; [`Plan::answers`] says it before anything runs.
 
 use std::collections::BTreeMap;
@@ -33,7 +45,38 @@ pub enum Ablation {
     /// `permutations` random orders of the experiences (drawn from `seed`), each experience
     /// credited with its gain when added after those before it in the order.
     Shapley { permutations: usize, seed: u64 },
+    /// `pairs` random subsets of the experiences (drawn from `seed`), each run with its
+    /// complement, every experience credited with the mean reward of the side showing it
+    /// minus the side without it.
+    Banzhaf { pairs: usize, seed: u64 },
 }
+
+impl Ablation {
+    /// Leave-one-out while it runs no more conditions than `pairs` Banzhaf pairs would
+    /// (at most 2 × pairs experiences), Banzhaf above: the credit pass of `gym grpo` costs at
+    /// most 2 × pairs + 1 conditions however large the library grows. `pairs` 0: always
+    /// leave-one-out.
+    pub fn bounded(experiences: usize, pairs: usize, seed: u64) -> Self {
+        if pairs == 0 || experiences <= 2 * pairs {
+            Self::LeaveOneOut
+        } else {
+            Self::Banzhaf { pairs, seed }
+        }
+    }
+
+    /// How output names it, e.g. `banzhaf (6 pairs)`.
+    pub fn describe(self) -> String {
+        match self {
+            Self::LeaveOneOut => "leave-one-out".into(),
+            Self::Shapley { permutations, .. } => format!("shapley ({permutations} orders)"),
+            Self::Banzhaf { pairs, .. } => format!("banzhaf ({pairs} complementary pairs)"),
+        }
+    }
+}
+
+/// Candidate Banzhaf designs drawn; the one whose experiences' sides are closest to
+/// independent is run. Drawing is free next to running one condition.
+const BANZHAF_CANDIDATES: usize = 256;
 
 /// The library subsets an ablation of `experiences` experiences runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,8 +85,21 @@ pub struct Plan {
     experiences: usize,
     /// Distinct subsets as sorted indices (in the library's id order), the full library first.
     subsets: Vec<Vec<usize>>,
-    /// Shapley's sampled orders (empty for leave-one-out).
+    /// Shapley's sampled orders (empty for the others).
     orders: Vec<Vec<usize>>,
+    /// Banzhaf's pairs as indices into `subsets`, and for each pair which experiences the
+    /// first side shows (empty for the others).
+    pairs: Vec<BanzhafPair>,
+}
+
+/// One complementary pair of a Banzhaf plan.
+#[derive(Debug, Clone, PartialEq)]
+struct BanzhafPair {
+    /// The subset shown on this side, and its complement, as indices into the plan's subsets.
+    shown: usize,
+    complement: usize,
+    /// Per experience: whether `shown` holds it.
+    members: Vec<bool>,
 }
 
 impl Plan {
@@ -55,6 +111,7 @@ impl Plan {
             experiences,
             subsets: vec![full.clone()],
             orders: Vec::new(),
+            pairs: Vec::new(),
         };
         if experiences == 0 {
             return plan;
@@ -75,6 +132,20 @@ impl Plan {
                         plan.subset(&order[..end]);
                     }
                     plan.orders.push(order);
+                }
+            }
+            Ablation::Banzhaf { pairs, seed } => {
+                for members in banzhaf_design(experiences, pairs.max(1), seed) {
+                    let side = |shown: bool| -> Vec<usize> {
+                        (0..experiences).filter(|&i| members[i] == shown).collect()
+                    };
+                    let shown = plan.subset(&side(true));
+                    let complement = plan.subset(&side(false));
+                    plan.pairs.push(BanzhafPair {
+                        shown,
+                        complement,
+                        members,
+                    });
                 }
             }
         }
@@ -107,6 +178,42 @@ impl Plan {
     pub fn answers(&self, queries: usize, group_size: usize) -> usize {
         self.conditions() * queries * group_size
     }
+}
+
+/// `pairs` membership rows for `experiences` experiences, each experience in each row with
+/// probability ½: of [`BANZHAF_CANDIDATES`] draws from `seed`, the one whose two most alike
+/// experiences' columns agree least (two columns that agree or disagree on every row would
+/// credit each experience with the other's effect), then with the least summed squared
+/// agreement over all two columns (the E(s²) criterion of supersaturated designs).
+fn banzhaf_design(experiences: usize, pairs: usize, seed: u64) -> Vec<Vec<bool>> {
+    use rand::Rng as _;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    // (largest agreement of two columns, summed squared agreement) and the rows.
+    type Scored = ((i64, i64), Vec<Vec<bool>>);
+    let mut best: Option<Scored> = None;
+    for _ in 0..BANZHAF_CANDIDATES {
+        let rows: Vec<Vec<bool>> = (0..pairs)
+            .map(|_| (0..experiences).map(|_| rng.random_bool(0.5)).collect())
+            .collect();
+        let (mut worst, mut squares) = (0_i64, 0_i64);
+        for i in 0..experiences {
+            for j in i + 1..experiences {
+                let agreement: i64 = rows
+                    .iter()
+                    .map(|row| if row[i] == row[j] { 1 } else { -1 })
+                    .sum();
+                worst = worst.max(agreement.abs());
+                squares += agreement * agreement;
+            }
+        }
+        if best
+            .as_ref()
+            .is_none_or(|(lowest, _)| (worst, squares) < *lowest)
+        {
+            best = Some(((worst, squares), rows));
+        }
+    }
+    best.map(|(_, rows)| rows).unwrap_or_default()
 }
 
 /// One experience's credit and what it came from.
@@ -236,8 +343,13 @@ pub async fn measure(
         method: match ablation {
             Ablation::LeaveOneOut => CreditMethod::LeaveOneOut,
             Ablation::Shapley { .. } => CreditMethod::Shapley,
+            Ablation::Banzhaf { .. } => CreditMethod::Banzhaf,
         },
         permutations,
+        pairs: match ablation {
+            Ablation::Banzhaf { .. } => Some(plan.pairs.len()),
+            _ => None,
+        },
         delta: estimate.value,
         low: estimate.low,
         high: estimate.high,
@@ -261,6 +373,11 @@ pub async fn measure(
                 Estimate::mean(&shapley_gains(&plan, &means, index, samples.len())),
                 None,
                 Some(plan.orders.len()),
+            ),
+            Ablation::Banzhaf { .. } => (
+                Estimate::crossed_mean(&banzhaf_contrasts(&plan, &means, index)),
+                None,
+                None,
             ),
         };
         experiences.push(ExperienceCredit {
@@ -310,6 +427,26 @@ fn shapley_gains(plan: &Plan, means: &[Vec<f64>], index: usize, queries: usize) 
     }
     let orders = plan.orders.len().max(1) as f64;
     gains.iter().map(|g| g / orders).collect()
+}
+
+/// Experience `index`'s contrast per pair and query (`[pair][query]`): the mean reward of
+/// the pair's side showing it minus that of the side without it.
+fn banzhaf_contrasts(plan: &Plan, means: &[Vec<f64>], index: usize) -> Vec<Vec<f64>> {
+    plan.pairs
+        .iter()
+        .map(|pair| {
+            let (with, without) = if pair.members[index] {
+                (pair.shown, pair.complement)
+            } else {
+                (pair.complement, pair.shown)
+            };
+            means[with]
+                .iter()
+                .zip(&means[without])
+                .map(|(w, wo)| w - wo)
+                .collect()
+        })
+        .collect()
 }
 
 fn average(values: &[f64]) -> f64 {

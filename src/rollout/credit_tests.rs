@@ -26,45 +26,46 @@ impl Backend for LessonModel {
         &'a self,
         request: &'a GroupRequest,
     ) -> BoxFuture<'a, Result<Group, BackendError>> {
-        Box::pin(async move {
-            let prompt: String = request.messages.iter().map(|m| &*m.content).collect();
-            let mut share = 0.5;
-            if prompt.contains(HELPS) {
-                share += 0.25;
+        let prompt: String = request.messages.iter().map(|m| &*m.content).collect();
+        let mut share = 0.5;
+        if prompt.contains(HELPS) {
+            share += 0.25;
+        }
+        if prompt.contains(HURTS) {
+            share -= 0.25;
+        }
+        Box::pin(async move { Ok(scripted_group(request, &prompt, share)) })
+    }
+}
+
+/// `share` of the request's answers right (none on a `hard` question), `Answer: yes` first.
+fn scripted_group(request: &GroupRequest, prompt: &str, share: f64) -> Group {
+    let share = if prompt.contains("hard") { 0.0 } else { share };
+    let right = (share * request.n as f64).round() as usize;
+    let completions = (0..request.n)
+        .map(|i| Completion {
+            text: if i < right {
+                "Answer: yes"
+            } else {
+                "Answer: no"
             }
-            if prompt.contains(HURTS) {
-                share -= 0.25;
-            }
-            if prompt.contains("hard") {
-                share = 0.0;
-            }
-            let right = (share * request.n as f64).round() as usize;
-            let completions = (0..request.n)
-                .map(|i| Completion {
-                    text: if i < right {
-                        "Answer: yes"
-                    } else {
-                        "Answer: no"
-                    }
-                    .into(),
-                    finish: FinishReason::Stop,
-                    seed: request.sampling.seed + i as u64,
-                    completion_tokens: 2,
-                    logprobs: None,
-                    tool_calls: Vec::new(),
-                })
-                .collect();
-            Ok(Group {
-                completions,
-                usage: Usage {
-                    prompt_tokens: 10,
-                    completion_tokens: 2 * request.n as u64,
-                    ..Usage::default()
-                },
-                cost_usd: None,
-                retries: 0,
-            })
+            .into(),
+            finish: FinishReason::Stop,
+            seed: request.sampling.seed + i as u64,
+            completion_tokens: 2,
+            logprobs: None,
+            tool_calls: Vec::new(),
         })
+        .collect();
+    Group {
+        completions,
+        usage: Usage {
+            prompt_tokens: 10,
+            completion_tokens: 2 * request.n as u64,
+            ..Usage::default()
+        },
+        cost_usd: None,
+        retries: 0,
     }
 }
 
@@ -183,6 +184,161 @@ async fn shapley_agrees_on_an_additive_model_and_runs_each_subset_once() {
     assert!(report.experiences[1].credit.harmful());
     assert_eq!(report.experiences[0].credit.permutations, Some(4));
     assert_eq!(report.experiences[0].without_mean, None);
+}
+
+#[tokio::test]
+async fn banzhaf_credits_the_helpful_lesson_and_blames_the_harmful_one() {
+    let ablation = Ablation::Banzhaf { pairs: 16, seed: 3 };
+    let report = run(ablation).await;
+    let plan = Plan::new(ablation, 3);
+    assert_eq!(report.conditions, plan.conditions());
+    assert!(report.conditions <= 8, "three lessons have 8 subsets");
+    assert!((report.full_mean - 2.0 / 6.0).abs() < 1e-9);
+    let [helps, hurts, neutral] = &report.experiences[..] else {
+        panic!("{report:?}")
+    };
+    // Sixteen rows leave room for columns that agree on exactly half of them: each lesson's
+    // contrast then holds none of another's effect.
+    assert!((helps.credit.delta - 1.0 / 6.0).abs() < 1e-9, "{helps:?}");
+    assert!(helps.credit.helpful(), "{helps:?}");
+    assert!((hurts.credit.delta + 1.0 / 6.0).abs() < 1e-9, "{hurts:?}");
+    assert!(hurts.credit.harmful(), "{hurts:?}");
+    assert!(neutral.credit.delta.abs() < 1e-9, "{neutral:?}");
+    assert!(!neutral.credit.harmful() && !neutral.credit.helpful());
+    assert_eq!(
+        (hurts.credit.method, hurts.credit.pairs, hurts.without_mean),
+        (CreditMethod::Banzhaf, Some(16), None)
+    );
+}
+
+#[tokio::test]
+async fn banzhafs_interval_holds_the_other_lessons_share_of_a_contrast() {
+    // Four pairs: a pair whose sides split HELPS and HURTS contrasts them by 0.5 on an easy
+    // query, a pair that puts them together by 0; the interval counts that spread.
+    let report = run(Ablation::Banzhaf { pairs: 4, seed: 3 }).await;
+    let helps = &report.experiences[0].credit;
+    let lessons = run(Ablation::Banzhaf { pairs: 16, seed: 3 }).await;
+    let many = &lessons.experiences[0].credit;
+    assert!(
+        helps.high - helps.low > many.high - many.low,
+        "{helps:?} vs {many:?}"
+    );
+}
+
+/// A model with 20 lessons in its library, of which `case 01` alone matters: a quarter more of
+/// its answers are right when it is shown.
+struct OneOfTwenty;
+
+fn case(i: usize) -> String {
+    format!("When case {i:02} comes up, check it twice.")
+}
+
+impl Backend for OneOfTwenty {
+    fn model(&self) -> &str {
+        "twenty"
+    }
+
+    fn generate<'a>(
+        &'a self,
+        request: &'a GroupRequest,
+    ) -> BoxFuture<'a, Result<Group, BackendError>> {
+        let prompt: String = request.messages.iter().map(|m| &*m.content).collect();
+        let share = if prompt.contains(&case(1)) { 0.75 } else { 0.5 };
+        Box::pin(async move { Ok(scripted_group(request, &prompt, share)) })
+    }
+}
+
+#[tokio::test]
+async fn banzhaf_costs_the_same_for_twenty_lessons_and_blames_none_for_anothers_effect() {
+    let mut state = State::new();
+    let changes: Vec<Change> = (1..=20).map(|i| Change::add(case(i))).collect();
+    let ops = state
+        .resolve(&changes, Limits { max_words: 32 })
+        .expect("valid changes");
+    drop(state.apply(1, &Provenance::Init, &ops).expect("applies"));
+    let samples = queries();
+    let settings = settings(4);
+    let resume = Resume::default();
+    let bench = Bench {
+        backend: &OneOfTwenty,
+        verifier: &ExactVerifier,
+        samples: &samples,
+        settings: &settings,
+        resume: &resume,
+    };
+    let ablation = Ablation::bounded(20, 6, 11);
+    assert_eq!(ablation, Ablation::Banzhaf { pairs: 6, seed: 11 });
+    let report = measure(bench, &state, 1, ablation, &|_, _| {})
+        .await
+        .unwrap();
+    // 13 conditions instead of leave-one-out's 21.
+    assert_eq!(report.conditions, 13);
+    assert_eq!(
+        report.usage.completion_tokens,
+        13 * samples.len() as u64 * 4 * 2
+    );
+    let (first, rest) = report.experiences.split_first().unwrap();
+    assert!((first.credit.delta - 1.0 / 6.0).abs() < 1e-9, "{first:?}");
+    assert!(first.credit.helpful(), "{first:?}");
+    // The others share pairs' sides with case 01 now and then; the pairs' spread is in their
+    // intervals, so none is judged for it.
+    for other in rest {
+        assert!(
+            !other.credit.harmful() && !other.credit.helpful(),
+            "{other:?}"
+        );
+    }
+}
+
+#[test]
+fn a_banzhaf_design_keeps_every_two_lessons_sides_near_independent() {
+    let plan = Plan::new(Ablation::Banzhaf { pairs: 8, seed: 5 }, 24);
+    assert_eq!(plan.pairs.len(), 8);
+    assert_eq!(plan.conditions(), 17, "full + 8 pairs");
+    let mut worst = 0_i64;
+    for i in 0..24 {
+        for j in i + 1..24 {
+            let agreement: i64 = plan
+                .pairs
+                .iter()
+                .map(|p| if p.members[i] == p.members[j] { 1 } else { -1 })
+                .sum();
+            worst = worst.max(agreement.abs());
+        }
+    }
+    // Two independent columns of 8 fair coins agree or disagree on all 8 rows for 1 in 128
+    // pairs of lessons: of 276, about 2 in a design drawn once. The chosen design has none.
+    assert!(worst <= 6, "{worst}");
+    // Each pair's sides are complements, and the same seed draws the same design.
+    for pair in &plan.pairs {
+        let (shown, complement) = (&plan.subsets[pair.shown], &plan.subsets[pair.complement]);
+        assert_eq!(shown.len() + complement.len(), 24);
+        assert!(
+            shown
+                .iter()
+                .all(|i| pair.members[*i] && !complement.contains(i))
+        );
+    }
+    assert_eq!(plan, Plan::new(Ablation::Banzhaf { pairs: 8, seed: 5 }, 24));
+    assert_ne!(plan, Plan::new(Ablation::Banzhaf { pairs: 8, seed: 6 }, 24));
+}
+
+#[test]
+fn the_bounded_ablation_is_leave_one_out_while_that_costs_no_more() {
+    assert_eq!(Ablation::bounded(12, 6, 1), Ablation::LeaveOneOut);
+    assert_eq!(
+        Ablation::bounded(13, 6, 1),
+        Ablation::Banzhaf { pairs: 6, seed: 1 }
+    );
+    assert_eq!(Ablation::bounded(40, 0, 1), Ablation::LeaveOneOut);
+    for experiences in 1..40 {
+        let plan = Plan::new(Ablation::bounded(experiences, 6, 1), experiences);
+        assert!(
+            plan.conditions() <= 13,
+            "{experiences}: {}",
+            plan.conditions()
+        );
+    }
 }
 
 #[test]

@@ -73,6 +73,43 @@ impl Estimate {
         }
     }
 
+    /// The grand mean of a table whose rows and columns are both samples (the complementary
+    /// pairs of a Banzhaf credit × the queries), `table[row][column]`, with a conservative
+    /// interval: the variance of the row means over the rows plus that of the column means over
+    /// the columns. Under `value = mean + row effect + column effect + noise` that is the
+    /// variance of the grand mean plus one more share of the noise, so the interval is never too
+    /// narrow for either source; [`Self::mean`] of the column means alone would leave out the
+    /// rows' (which subsets were drawn). Ragged rows are cut to the shortest.
+    pub fn crossed_mean(table: &[Vec<f64>]) -> Self {
+        let columns = table.iter().map(Vec::len).min().unwrap_or(0);
+        if columns == 0 {
+            return Self::mean(&[]);
+        }
+        let rows = table.len() as f64;
+        let row_means: Vec<f64> = table
+            .iter()
+            .map(|row| row[..columns].iter().sum::<f64>() / columns as f64)
+            .collect();
+        let column_means: Vec<f64> = (0..columns)
+            .map(|c| table.iter().map(|row| row[c]).sum::<f64>() / rows)
+            .collect();
+        let share = |means: &[f64]| {
+            if means.len() < 2 {
+                return 0.0;
+            }
+            let n = means.len() as f64;
+            let mean = means.iter().sum::<f64>() / n;
+            means.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / (n - 1.0) / n
+        };
+        let mean = row_means.iter().sum::<f64>() / rows;
+        let half = Z95 * (share(&row_means) + share(&column_means)).sqrt();
+        Self {
+            value: mean,
+            low: mean - half,
+            high: mean + half,
+        }
+    }
+
     /// The mean paired difference `after[i] - before[i]`.
     pub fn paired_difference(before: &[f64], after: &[f64]) -> Self {
         let diffs: Vec<f64> = before.iter().zip(after).map(|(b, a)| a - b).collect();
@@ -113,5 +150,33 @@ mod tests {
         let d = Estimate::paired_difference(&[0.0, 0.5, 1.0], &[0.5, 0.5, 1.0]);
         assert!(close(d.value, 1.0 / 6.0));
         assert_eq!(Estimate::bounded_mean(&[1.0, 1.0, 0.9]).high, 1.0);
+    }
+
+    #[test]
+    fn a_crossed_mean_counts_both_the_rows_and_the_columns_spread() {
+        // One row: the columns' interval, as `mean` gives it.
+        let columns = [0.0, 0.5, 1.0, 0.5];
+        assert_eq!(
+            Estimate::crossed_mean(&[columns.to_vec()]),
+            Estimate::mean(&columns)
+        );
+        // Rows that differ by a constant: the column means agree with a single row's spread,
+        // but the rows' spread widens the interval.
+        let shifted = [
+            vec![0.0, 0.5, 1.0, 0.5],
+            vec![0.2, 0.7, 1.2, 0.7],
+            vec![-0.2, 0.3, 0.8, 0.3],
+        ];
+        let crossed = Estimate::crossed_mean(&shifted);
+        let by_column = Estimate::mean(&[0.0, 0.5, 1.0, 0.5]);
+        assert!(close(crossed.value, 0.5), "{crossed}");
+        assert!(
+            crossed.high - crossed.low > by_column.high - by_column.low,
+            "{crossed} vs {by_column}"
+        );
+        // Rows alike and columns alike: no spread.
+        let flat = Estimate::crossed_mean(&[vec![0.25; 3], vec![0.25; 3]]);
+        assert!(close(flat.low, 0.25) && close(flat.high, 0.25), "{flat}");
+        assert_eq!(Estimate::crossed_mean(&[]).value, 0.0);
     }
 }

@@ -22,7 +22,8 @@ use super::validate::{judge, paired_settings, validation_queries};
 use super::{RunError, Runner};
 use crate::backend::BackendError;
 use crate::library::{
-    Change, Credit, ExperienceId, Library, LibraryError, Provenance, State, Usage, Validation,
+    Change, Credit, CreditMethod, ExperienceId, Library, LibraryError, Provenance, State, Usage,
+    Validation,
 };
 use crate::rollout::credit::{Ablation, Bench, CreditReport, Plan, mean_rewards, measure};
 use crate::rollout::eval::{QueryResult, Resume};
@@ -161,8 +162,18 @@ pub struct CreditSummary {
     pub group_size: usize,
     /// Mean reward with the whole library.
     pub full_mean: f64,
+    /// How the credits were measured (runs from before Banzhaf passes: leave-one-out).
+    #[serde(default = "leave_one_out")]
+    pub method: CreditMethod,
+    /// Banzhaf's complementary pairs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pairs: Option<usize>,
     /// Most helpful first.
     pub lessons: Vec<LessonCredit>,
+}
+
+fn leave_one_out() -> CreditMethod {
+    CreditMethod::LeaveOneOut
 }
 
 /// One lesson's own effect: the mean reward the library loses without it, with its 95%
@@ -193,7 +204,10 @@ impl CreditSummary {
             })
             .collect();
         lessons.sort_by(|a, b| b.delta.total_cmp(&a.delta).then(a.id.cmp(&b.id)));
+        let first = pass.credits.values().next();
         Self {
+            method: first.map_or(CreditMethod::LeaveOneOut, |c| c.method),
+            pairs: first.and_then(|c| c.pairs),
             epoch,
             library_version: pass.library_version,
             queries: pass.queries,
@@ -203,21 +217,46 @@ impl CreditSummary {
         }
     }
 
+    /// How the pass measured, e.g. `leave-one-out`, `banzhaf, 6 pairs`.
+    pub fn method_name(&self) -> String {
+        match self.pairs {
+            Some(pairs) => format!("{}, {}", self.method.as_str(), plural(pairs, "pair")),
+            None => self.method.as_str().to_owned(),
+        }
+    }
+
     /// A Markdown section for the run's report.
     pub fn markdown(passes: &[CreditSummary]) -> String {
         use std::fmt::Write as _;
         let mut out = String::new();
         for pass in passes {
+            let how = match (pass.method, pass.pairs) {
+                (CreditMethod::Banzhaf, Some(pairs)) => format!(
+                    "Banzhaf values from {} of random subsets of the library, on {} training queries x {} (the whole library scores {:.3}): the mean reward of the side of a pair showing the lesson minus the side without it",
+                    plural(pairs, "complementary pair"),
+                    pass.queries,
+                    pass.group_size,
+                    pass.full_mean
+                ),
+                (CreditMethod::Shapley, _) => format!(
+                    "Shapley values on {} training queries x {} (the whole library scores {:.3}): the lesson's gain when added after those before it in random orders",
+                    pass.queries, pass.group_size, pass.full_mean
+                ),
+                _ => format!(
+                    "Leave-one-out on {} training queries x {}: the mean reward with the whole library ({:.3}) minus that without the lesson",
+                    pass.queries, pass.group_size, pass.full_mean
+                ),
+            };
             let _ = writeln!(
                 out,
                 "
 ### Each lesson's own effect (epoch {}, v{})
 
-Leave-one-out on {} training queries x {}: the mean reward with the whole library ({:.3}) minus that without the lesson, with its 95% interval. A lesson whose interval lies below zero hurts.
+{how}, with its 95% interval. A lesson whose interval lies below zero hurts.
 
 | id | Δ | 95% interval | lesson |
 |---|---:|---|---|",
-                pass.epoch, pass.library_version, pass.queries, pass.group_size, pass.full_mean
+                pass.epoch, pass.library_version
             );
             for lesson in &pass.lessons {
                 let _ = writeln!(
@@ -233,6 +272,11 @@ Leave-one-out on {} training queries x {}: the mean reward with the whole librar
         }
         out
     }
+}
+
+/// `count` and `noun`, with an `s` unless one.
+fn plural(count: usize, noun: &str) -> String {
+    format!("{count} {noun}{}", if count == 1 { "" } else { "s" })
 }
 
 /// How a run's credit pass after an epoch went.
@@ -263,12 +307,13 @@ pub(super) async fn after_epoch(
     if let Some(pass) = replay.credits.get(&epoch) {
         record(&mut runner.library, &pass.credits)?;
         emit(runner, epoch, pass, true);
-        let measured = replay.measured.get(&measure_pass(
-            &format!("credit-epoch-{epoch}"),
-            pass.library_version,
-        ));
         let mut spent = Spent::default();
-        for result in measured.into_iter().flat_map(|groups| groups.values()) {
+        let measurement = format!("credit-epoch-{epoch}");
+        let measured = replay.measured.iter().filter(|(name, _)| {
+            name.strip_suffix(&format!("@v{}", pass.library_version))
+                .is_some_and(|m| m == measurement || m.starts_with(&format!("{measurement}-")))
+        });
+        for result in measured.flat_map(|(_, groups)| groups.values()) {
             spent.tokens += result.group.usage;
             spent.cost_usd += result.group.cost_usd.unwrap_or(0.0);
         }
@@ -286,13 +331,21 @@ pub(super) async fn after_epoch(
         return Ok(AfterEpoch::Nothing);
     }
     let group_size = runner.config.group_size;
-    let answers = Plan::new(Ablation::LeaveOneOut, experiences).answers(queries.len(), group_size);
+    let ablation = Ablation::bounded(
+        experiences,
+        runner.config.credit_pairs,
+        runner.config.sampling.seed ^ u64::from(epoch),
+    );
+    let plan = Plan::new(ablation, experiences);
+    let answers = plan.answers(queries.len(), group_size);
     runner.events.emit(RunEvent::Log {
         level: "info".into(),
         text: format!(
             "epoch {epoch}: measuring the credit of {experiences} experience(s) of v{version} \
-             on {} training queries x {group_size}: {answers} answers …",
-            queries.len()
+             on {} training queries x {group_size}, {}: {} conditions, {answers} answers …",
+            queries.len(),
+            ablation.describe(),
+            plan.conditions(),
         ),
     });
     if !runner.control.proceed().await {
@@ -301,7 +354,7 @@ pub(super) async fn after_epoch(
     let settings = paired_settings(runner);
     // Each finished group is journaled: a pass stopped midway (it can take hours with a
     // large model) goes on where it stopped when the run resumes.
-    let pass_name = measure_pass(&format!("credit-epoch-{epoch}"), version);
+    let pass_name = measure_pass(&credit_measurement(epoch, ablation), version);
     let recorder = Recorder::new(journal, pass_name.clone());
     let keep = |result: &QueryResult| recorder.record(result);
     let resume = Resume {
@@ -315,7 +368,7 @@ pub(super) async fn after_epoch(
         settings: &settings,
         resume: &resume,
     };
-    let measured = measure(bench, &state, version, Ablation::LeaveOneOut, &|_, _| {});
+    let measured = measure(bench, &state, version, ablation, &|_, _| {});
     let report: Result<CreditReport, BackendError> = tokio::select! {
         biased;
         () = runner.control.stopped() => return Ok(AfterEpoch::Stopped),
@@ -339,6 +392,16 @@ pub(super) async fn after_epoch(
             cost_usd: report.cost_usd.unwrap_or(0.0),
         },
     })
+}
+
+/// The journal's name for the credit pass after `epoch`: a Banzhaf pass's groups are named
+/// by its pairs too, so that a pass resumed with other `--credit-pairs` draws its own conditions
+/// instead of reading another design's (its conditions are numbered alike).
+fn credit_measurement(epoch: u32, ablation: Ablation) -> String {
+    match ablation {
+        Ablation::Banzhaf { pairs, .. } => format!("credit-epoch-{epoch}-banzhaf{pairs}"),
+        _ => format!("credit-epoch-{epoch}"),
+    }
 }
 
 fn emit(runner: &Runner, epoch: u32, pass: &CreditPass, reused: bool) {

@@ -221,6 +221,7 @@ pub(in crate::run) fn runner(
             validate_threshold: 0.0,
             validate_each: false,
             credit_queries: 6,
+            credit_pairs: 0,
         },
         dir: root.join("run"),
         rollout_backend: backend.clone(),

@@ -121,6 +121,18 @@ pub struct RunConfig {
     /// Training queries of the credit pass after each epoch (0: none), see [`credit`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub credit_queries: usize,
+    /// The credit pass runs leave-one-out up to 2 × this many lessons and this many Banzhaf
+    /// pairs above (0: always leave-one-out), see [`crate::rollout::credit::Ablation::bounded`].
+    #[serde(default = "default_credit_pairs")]
+    pub credit_pairs: usize,
+}
+
+/// Complementary pairs of the credit pass's Banzhaf ablation unless set: 13 conditions, as
+/// leave-one-out of 12 lessons costs.
+pub const DEFAULT_CREDIT_PAIRS: usize = 6;
+
+fn default_credit_pairs() -> usize {
+    DEFAULT_CREDIT_PAIRS
 }
 
 fn is_zero(count: &usize) -> bool {

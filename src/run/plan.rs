@@ -15,7 +15,8 @@
 //!   after the first step (an upper bound);
 //! - **validation**: per step with a candidate, 2 × V × G answers (`--validate-each`:
 //!   (changes + 1) × V × G), V = `--validate` capped by the queries outside the batch;
-//! - **credit**: after each epoch, (lessons + 1) × C × G answers (`--credit-queries` C);
+//! - **credit**: after each epoch, (lessons + 1) × C × G answers (`--credit-queries` C), at
+//!   most (2 × P + 1) × C × G (`--credit-pairs` P, past 2 × P lessons);
 //! - **final evaluation**: held-out queries × k × conditions (without, placebo, library).
 //!
 //! The library grows at every step that has a kept group, by half the pilot step's net lessons
@@ -45,6 +46,8 @@ pub struct Shape {
     pub validate_each: bool,
     /// `--credit-queries` (0: no credit pass).
     pub credit_queries: usize,
+    /// `--credit-pairs`: the pass's conditions are at most 2 × this + 1 (0: leave-one-out).
+    pub credit_pairs: usize,
     /// Held-out queries of the final evaluation (0: none).
     pub eval_queries: usize,
     pub eval_k: usize,
@@ -382,7 +385,8 @@ pub fn plan(shape: &Shape, pilot: &Pilot, prices: Prices) -> Result<Plan, PlanEr
         ));
     }
 
-    // The credit pass after each epoch: the full library and each lesson left out.
+    // The credit pass after each epoch: the full library and each lesson left out, or past
+    // 2 × pairs lessons the full library and the pairs' two sides.
     if shape.credit_queries > 0 {
         let queries = (shape.credit_queries as f64).min(train);
         let mut credit: Option<Estimate> = None;
@@ -391,7 +395,16 @@ pub fn plan(shape: &Shape, pilot: &Pilot, prices: Prices) -> Result<Plan, PlanEr
             if lessons < 0.5 {
                 continue;
             }
-            let part = answering(Part::Credit, (lessons + 1.0) * queries, g, lessons);
+            let pairs = shape.credit_pairs as f64;
+            // Conditions, and the lessons a condition shows on average (a pair's sides split
+            // the library between them).
+            let (conditions, shown) = if shape.credit_pairs == 0 || lessons <= 2.0 * pairs {
+                (lessons + 1.0, lessons)
+            } else {
+                let conditions = 2.0 * pairs + 1.0;
+                (conditions, (lessons + pairs * lessons) / conditions)
+            };
+            let part = answering(Part::Credit, conditions * queries, g, shown);
             credit = Some(match credit {
                 None => part,
                 Some(sum) => add(sum, &part),

@@ -43,6 +43,7 @@ fn shape() -> Shape {
         validate: 0,
         validate_each: false,
         credit_queries: 0,
+        credit_pairs: 6,
         eval_queries: 0,
         eval_k: 4,
         eval_placebo: true,
@@ -269,6 +270,7 @@ proptest! {
             group_size: g,
             validate,
             credit_queries: credit,
+            credit_pairs: 6,
             eval_queries: 5,
             ..shape()
         };

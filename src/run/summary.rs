@@ -277,8 +277,12 @@ impl RunSummary {
         for pass in &self.credit {
             let _ = writeln!(
                 out,
-                "credit after epoch {} (v{}, leave-one-out on {} queries x {}):",
-                pass.epoch, pass.library_version, pass.queries, pass.group_size
+                "credit after epoch {} (v{}, {} on {} queries x {}):",
+                pass.epoch,
+                pass.library_version,
+                pass.method_name(),
+                pass.queries,
+                pass.group_size
             );
             for lesson in &pass.lessons {
                 let _ = writeln!(

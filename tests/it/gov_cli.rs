@@ -162,6 +162,7 @@ fn propose_review_vote_below_and_above_66_percent_then_execute() {
     let credit = gym::library::Credit {
         method: gym::library::CreditMethod::LeaveOneOut,
         permutations: None,
+        pairs: None,
         delta: -0.25,
         low: -0.4,
         high: -0.1,

@@ -190,6 +190,146 @@ fn a_run_measures_credit_after_each_epoch_and_journals_it() {
     );
 }
 
+#[test]
+fn banzhaf_pairs_blame_the_hurting_lesson_among_several_at_a_fixed_cost() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    // With the lesson in the prompt every answer is wrong; without it, every other one right.
+    let server = runtime.block_on(FakeOpenAi::policy(false));
+    let scratch = Scratch::new();
+    scratch.write_sevens(6);
+    scratch.ok(&["library", "init", "sevens"]);
+    scratch.ok(&["library", "add", "sevens", "--text", &lesson()]);
+    for text in [
+        "When adding two numbers, check the sum.",
+        "When a number ends in zero, say so.",
+        "When the answer is large, write its digits in groups.",
+        "When a question repeats a number, use it once.",
+    ] {
+        scratch.ok(&["library", "add", "sevens", "--text", text]);
+    }
+    let base_url = server.base_url();
+    let credit = |extra: &[&str]| {
+        let mut args = vec![
+            "library",
+            "credit",
+            "sevens",
+            "--dataset",
+            "sevens.jsonl",
+            "--reward",
+            "numeric",
+            "--queries",
+            "4",
+            "-G",
+            "2",
+            "--backend",
+            "openai",
+            "--base-url",
+            &base_url,
+            "--model",
+            "policy",
+        ];
+        args.extend(extra);
+        run(&scratch, &args)
+    };
+    let (code, planned, stderr) = credit(&["--banzhaf", "2", "--dry-run"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        planned.contains("plan: banzhaf (full + 2 complementary pairs of random subsets; a subset drawn twice runs once)"),
+        "{planned}"
+    );
+    let (code, _, stderr) = credit(&["--banzhaf", "0"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("--banzhaf needs at least 1 pair"),
+        "{stderr}"
+    );
+
+    let (code, measured, stderr) = credit(&["--banzhaf", "6"]);
+    assert_eq!(code, 0, "{stderr}");
+    // The full library and 6 pairs' two sides: at most 13 conditions for 5 lessons, where
+    // leave-one-out would run 6 with far fewer answers behind each credit.
+    let conditions = server.requests() / 4;
+    assert!((2..=13).contains(&conditions), "{conditions}\n{measured}");
+    let recorded = usage(&scratch, "sevens");
+    let blamed = &recorded["usage"]["E0001"]["credit"];
+    assert_eq!(blamed["method"], "banzhaf", "{recorded}");
+    assert_eq!(blamed["pairs"], 6, "{recorded}");
+    // Every pair: the side without the lesson gets every other answer right, the side with it
+    // none, whatever else either side shows.
+    assert_eq!(blamed["delta"], -0.5, "{recorded}");
+    assert!(blamed["high"].as_f64().unwrap() < 0.0, "{recorded}");
+    for other in ["E0002", "E0003", "E0004", "E0005"] {
+        let credit = &recorded["usage"][other]["credit"];
+        assert!(
+            credit["low"].as_f64().unwrap() <= 0.0 && credit["high"].as_f64().unwrap() >= 0.0,
+            "{other} is judged for E0001's effect: {recorded}"
+        );
+    }
+    assert!(
+        measured.contains("judged harmful") || measured.contains("E0001"),
+        "{measured}"
+    );
+}
+
+#[test]
+fn a_runs_credit_pass_switches_to_banzhaf_past_twice_its_pairs() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(FakeOpenAi::policy(true));
+    let scratch = Scratch::new();
+    scratch.write_sevens(8);
+    scratch.ok(&["library", "init", "paired"]);
+    for text in [
+        "When adding two numbers, check the sum.",
+        "When a number ends in zero, say so.",
+        "When a question repeats a number, use it once.",
+    ] {
+        scratch.ok(&["library", "add", "paired", "--text", text]);
+    }
+    let args = server.sevens_grpo(
+        "paired",
+        "paired",
+        &["--credit-queries", "4", "--credit-pairs", "1", "--no-eval"],
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, stdout, stderr) = run(&scratch, &args);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let journal = scratch.journal("paired");
+    let pass = journal
+        .iter()
+        .find(|e| e["kind"] == "credited")
+        .expect("a credit pass");
+    let version = pass["pass"]["library_version"].as_u64().unwrap();
+    let credits = pass["pass"]["credits"].as_object().unwrap();
+    assert!(credits.len() >= 3, "{pass}");
+    assert!(
+        credits
+            .values()
+            .all(|c| c["method"] == "banzhaf" && c["pairs"] == 1),
+        "{pass}"
+    );
+    // The full library and one pair's two sides, 4 queries each, journaled under the design's
+    // own name.
+    let measured = journal
+        .iter()
+        .filter(|e| {
+            e["kind"] == "measured"
+                && e["pass"] == format!("credit-epoch-1-banzhaf1@v{version}").as_str()
+        })
+        .count();
+    assert_eq!(measured, 3 * 4, "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "credit after epoch 1 (v{version}, banzhaf, 1 pair on 4 queries x 2):"
+        )),
+        "{stdout}"
+    );
+    let report = std::fs::read_to_string(scratch.dir.path().join("runs/paired/report.md")).unwrap();
+    assert!(
+        report.contains("Banzhaf values from 1 complementary pair of random subsets"),
+        "{report}"
+    );
+}
+
 /// The real default model on four letter-counting queries, two answers each: the numbers are
 /// the model's (deterministic on one machine, not across CPUs), so the snapshot keeps the rest.
 #[cfg(feature = "llama")]

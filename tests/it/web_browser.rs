@@ -119,6 +119,7 @@ fn site() -> Site {
         credit: Some(Credit {
             method: CreditMethod::LeaveOneOut,
             permutations: None,
+            pairs: None,
             delta: 0.125,
             low: 0.031,
             high: 0.219,

@@ -144,11 +144,17 @@ pub struct GrpoArgs {
     validate_each: bool,
 
     /// Credit pass: after each epoch, measure each active experience's own effect on this many
-    /// training queries (leave-one-out, --group-size answers each: (experiences + 1) x N x G
-    /// answers), record it in usage.json and propose deleting lessons that hurt beyond their
-    /// interval at the next step (through the validation gate). 0 turns it off.
+    /// training queries, --group-size answers each (see --credit-pairs for how), record it in
+    /// usage.json and propose deleting lessons that hurt beyond their interval at the next step
+    /// (through the validation gate). 0 turns it off.
     #[arg(long, default_value_t = 0)]
     credit_queries: usize,
+
+    /// The credit pass runs leave-one-out ((experiences + 1) x N x G answers) while the library
+    /// has at most 2 x P lessons, and P complementary pairs of random subsets above (Banzhaf
+    /// values: (2 x P + 1) x N x G answers however large the library). 0: always leave-one-out.
+    #[arg(long, value_name = "P", default_value_t = gym::run::DEFAULT_CREDIT_PAIRS)]
+    credit_pairs: usize,
 
     /// Groups in flight at once (llama.cpp decodes them in one batch).
     #[arg(long, default_value_t = 4)]
@@ -558,6 +564,7 @@ impl GrpoArgs {
             validate_threshold: self.validate_threshold,
             validate_each: self.validate_each,
             credit_queries: self.credit_queries,
+            credit_pairs: self.credit_pairs,
         }
     }
 }

@@ -142,6 +142,7 @@ impl GrpoArgs {
             validate: self.validate,
             validate_each: self.validate_each,
             credit_queries: self.credit_queries,
+            credit_pairs: self.credit_pairs,
             eval_queries,
             eval_k: self.eval_k,
             eval_placebo: self.eval_control == Control::Placebo,

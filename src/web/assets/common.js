@@ -152,7 +152,8 @@ const gym = (() => {
     const signed = (x) => `${x >= 0 ? "+" : "−"}${Math.abs(Number(x)).toFixed(3)}`;
     const verdict = c.high < 0 ? "it hurts beyond its interval: the library scores higher without it"
       : c.low > 0 ? "it helps beyond its interval" : "its interval includes zero";
-    const method = c.method === "shapley" ? `Shapley, ${c.permutations} orders` : "leave-one-out";
+    const method = c.method === "shapley" ? `Shapley, ${c.permutations} orders`
+      : c.method === "banzhaf" ? `Banzhaf, ${c.pairs} complementary pairs` : "leave-one-out";
     return [counts, el("p", { class: `credit${c.high < 0 ? " harmful" : ""}` },
       `Measured credit: Δ mean reward ${signed(c.delta)} [${signed(c.low)}, ${signed(c.high)}] on ${c.queries} queries × ${c.group_size} at v${c.version} (${method}), ${when(c.measured_at)}; ${verdict}.`)];
   }
