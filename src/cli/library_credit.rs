@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use clap::Args;
 use gym::data::Split;
-use gym::library::{Change, Library, LibraryRef};
+use gym::library::{Change, Library, LibraryRef, Provenance};
 use gym::rollout::credit::{Ablation, Bench, CreditReport, Plan, measure};
 use gym::rollout::eval::EvalSettings;
 use gym::rollout::eval::Resume;
@@ -182,8 +182,14 @@ impl CreditArgs {
         let deletes = proposed_deletes(&library);
         print!("{}", render_deletes(&deletes, self.propose));
         if self.propose && !deletes.is_empty() {
-            let proposed =
-                rt.block_on(commit_deletes(bench, &mut library, &report, &deletes, 0.0))?;
+            let proposed = rt.block_on(commit_deletes(
+                bench,
+                &mut library,
+                &report,
+                &deletes,
+                0.0,
+                Provenance::manual_by_current_user(),
+            ))?;
             println!("{}", render_proposed(&name, &proposed));
         }
         Ok(ExitCode::SUCCESS)

@@ -40,12 +40,31 @@ pub struct CreditPass {
     pub full_mean: f64,
     /// Each active experience's credit.
     pub credits: BTreeMap<ExperienceId, Credit>,
+    /// After the run's last pass: the lessons it judged harmful, checked together and deleted
+    /// or kept ([`closing_deletes`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted: Option<ClosingDeletes>,
+}
+
+/// What became of the lessons the run's last credit pass judged harmful: there is no next step
+/// to propose their deletion, so they are checked together right after the pass.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClosingDeletes {
+    /// The lessons judged harmful, in id order.
+    pub ids: Vec<ExperienceId>,
+    /// The library without them against the full library, on the pass's queries and seeds.
+    pub validation: Validation,
+    /// The version that deleted them; `None` when the library without them scored worse and
+    /// they were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u64>,
 }
 
 impl CreditPass {
     /// The pass a report describes.
     pub fn of(report: &CreditReport) -> Self {
         Self {
+            deleted: None,
             library_version: report.version,
             queries: report.queries,
             group_size: report.group_size,
@@ -110,14 +129,16 @@ pub enum Proposed {
 /// Checks `deletes` together the way the validation gate checks a step's candidate (the
 /// library without them against the full library, on the same queries and seeds, paired by
 /// query, refused below `-threshold`) and commits them as one version of the working head
-/// when they pass. The full library's side is `measured`'s (not drawn again), so `bench` must
-/// be the bench it was measured on and the library still at the version it measured.
+/// when they pass, with `provenance`. The full library's side is `measured`'s (not drawn
+/// again), so `bench` must be the bench it was measured on and the library still at the
+/// version it measured.
 pub async fn commit_deletes(
     bench: Bench<'_>,
     library: &mut Library,
     measured: &CreditReport,
     deletes: &[Change],
     threshold: f64,
+    provenance: Provenance,
 ) -> Result<Proposed, RunError> {
     library.refresh()?;
     if library.head_version() != measured.version {
@@ -144,9 +165,14 @@ pub async fn commit_deletes(
     if !validation.accepted {
         return Ok(Proposed::Refused { validation });
     }
-    let version = library
-        .commit(deletes, Provenance::manual_by_current_user())?
-        .version;
+    let mut provenance = provenance;
+    if let Provenance::Run {
+        validation: slot, ..
+    } = &mut provenance
+    {
+        *slot = Some(validation.clone());
+    }
+    let version = library.commit(deletes, provenance)?.version;
     Ok(Proposed::Committed {
         version,
         validation,
@@ -170,6 +196,9 @@ pub struct CreditSummary {
     pub pairs: Option<usize>,
     /// Most helpful first.
     pub lessons: Vec<LessonCredit>,
+    /// After the run's last pass: the harmful lessons' check, and whether they were deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted: Option<ClosingDeletes>,
 }
 
 fn leave_one_out() -> CreditMethod {
@@ -208,6 +237,7 @@ impl CreditSummary {
         Self {
             method: first.map_or(CreditMethod::LeaveOneOut, |c| c.method),
             pairs: first.and_then(|c| c.pairs),
+            deleted: pass.deleted.clone(),
             epoch,
             library_version: pass.library_version,
             queries: pass.queries,
@@ -223,6 +253,27 @@ impl CreditSummary {
             Some(pairs) => format!("{}, {}", self.method.as_str(), plural(pairs, "pair")),
             None => self.method.as_str().to_owned(),
         }
+    }
+
+    /// What became of the lessons the last pass judged harmful, in one line (none: `None`).
+    pub fn deleted_line(&self) -> Option<String> {
+        let deleted = self.deleted.as_ref()?;
+        let ids = deleted
+            .ids
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        Some(match deleted.version {
+            Some(version) => format!(
+                "judged harmful and deleted as v{version} before the final evaluation: {ids} (the library without them {})",
+                deleted.validation.summary()
+            ),
+            None => format!(
+                "judged harmful but kept: {ids} (the library scores lower without them: {})",
+                deleted.validation.summary()
+            ),
+        })
     }
 
     /// A Markdown section for the run's report.
@@ -258,6 +309,7 @@ impl CreditSummary {
 |---|---:|---|---|",
                 pass.epoch, pass.library_version
             );
+            let closing = pass.deleted_line();
             for lesson in &pass.lessons {
                 let _ = writeln!(
                     out,
@@ -268,6 +320,9 @@ impl CreditSummary {
                     lesson.high,
                     super::report::cell(&lesson.text)
                 );
+            }
+            if let Some(line) = closing {
+                let _ = writeln!(out, "\nLessons {line}.");
             }
         }
         out
@@ -285,7 +340,10 @@ pub(super) enum AfterEpoch {
     Nothing,
     /// Measured now or read back from the journal: what it found, and the tokens and cost its
     /// answers took (whichever process drew them).
-    Measured { credit: CreditSummary, spent: Spent },
+    Measured {
+        credit: Box<CreditSummary>,
+        spent: Spent,
+    },
     /// A stop came before or during the pass; it runs again on resume.
     Stopped,
 }
@@ -318,7 +376,7 @@ pub(super) async fn after_epoch(
             spent.cost_usd += result.group.cost_usd.unwrap_or(0.0);
         }
         return Ok(AfterEpoch::Measured {
-            credit: CreditSummary::of(epoch, pass, runner.library.head()),
+            credit: Box::new(CreditSummary::of(epoch, pass, runner.library.head())),
             spent,
         });
     }
@@ -378,20 +436,168 @@ pub(super) async fn after_epoch(
         warn_unjournaled(&runner.events, &pass_name, &error);
     }
     let report = report?;
-    let pass = CreditPass::of(&report);
+    let mut pass = CreditPass::of(&report);
+    // Recorded before it is journaled: the closing check reads the harmful lessons from
+    // usage, and a crash in between measures again from the journaled groups.
+    record(&mut runner.library, &pass.credits)?;
+    emit(runner, epoch, &pass, false);
+    let mut spent = Spent {
+        tokens: report.usage,
+        cost_usd: report.cost_usd.unwrap_or(0.0),
+    };
+    if epoch == runner.config.epochs {
+        let closing = closing_deletes(runner, journal, replay, epoch, &report, &queries, &settings);
+        pass.deleted = match closing.await? {
+            Closing::Stopped => return Ok(AfterEpoch::Stopped),
+            Closing::Nothing => None,
+            Closing::Checked(deleted, checked) => {
+                spent += checked;
+                Some(deleted)
+            }
+        };
+    }
     journal.append(&Entry::Credited {
         epoch,
         pass: pass.clone(),
     })?;
-    record(&mut runner.library, &pass.credits)?;
-    emit(runner, epoch, &pass, false);
     Ok(AfterEpoch::Measured {
-        credit: CreditSummary::of(epoch, &pass, &state),
-        spent: Spent {
-            tokens: report.usage,
-            cost_usd: report.cost_usd.unwrap_or(0.0),
-        },
+        credit: Box::new(CreditSummary::of(epoch, &pass, &state)),
+        spent,
     })
+}
+
+/// What the check after the run's last pass came to.
+enum Closing {
+    /// No lesson was judged harmful (or the library moved on since the pass).
+    Nothing,
+    /// Checked, with what the check's answers spent.
+    Checked(ClosingDeletes, Spent),
+    /// A stop came during the check: the pass runs again on resume (from its journaled
+    /// groups) and so does the check.
+    Stopped,
+}
+
+/// After the run's last credit pass there is no next step to propose deleting the lessons it
+/// judged harmful, and the final evaluation would measure a library holding them: they are
+/// checked together now, the way `gym library credit --propose` does (the library without them
+/// against the full library on the pass's queries and seeds, paired by query; the full
+/// library's side is the pass's, the other side is journaled group by group), and deleted as
+/// one version when the library without them does not score lower. The version's provenance is
+/// the run's last step, with the check as its validation.
+async fn closing_deletes(
+    runner: &mut Runner,
+    journal: &mut Journal,
+    replay: &Replay,
+    epoch: u32,
+    report: &CreditReport,
+    queries: &[crate::data::Sample],
+    settings: &crate::rollout::eval::EvalSettings,
+) -> Result<Closing, RunError> {
+    let deletes = proposed_deletes(&runner.library);
+    if deletes.is_empty() {
+        return Ok(Closing::Nothing);
+    }
+    let ids: Vec<ExperienceId> = deletes.iter().filter_map(Change::target).collect();
+    runner.events.emit(RunEvent::Log {
+        level: "info".into(),
+        text: format!(
+            "the last credit pass judged {} harmful: checking the library without {} on its \
+             {} queries …",
+            ids.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            if ids.len() == 1 { "it" } else { "them" },
+            queries.len()
+        ),
+    });
+    // Named under the pass's own measurement, so that a resume that reads the pass back
+    // counts these answers with it.
+    let pass_name = measure_pass(&format!("credit-epoch-{epoch}-deletes"), report.version);
+    let recorder = Recorder::new(journal, pass_name.clone());
+    let spent = std::sync::Mutex::new(Spent::default());
+    let keep = |result: &QueryResult| {
+        if let Ok(mut spent) = spent.lock() {
+            spent.tokens += result.group.usage;
+            spent.cost_usd += result.group.cost_usd.unwrap_or(0.0);
+        }
+        recorder.record(result);
+    };
+    let resume = Resume {
+        done: replay.measured.get(&pass_name).cloned().unwrap_or_default(),
+        record: Some(&keep),
+    };
+    let bench = Bench {
+        backend: runner.rollout_backend.as_ref(),
+        verifier: runner.verifier.as_ref(),
+        samples: queries,
+        settings,
+        resume: &resume,
+    };
+    let provenance = Provenance::Run {
+        run: runner.config.run_id.clone(),
+        epoch: runner.config.epochs,
+        step: runner.total_steps(),
+        model: runner.distill_backend.model().to_string(),
+        prompts_hash: super::commit::prompts_hash(),
+        validation: None,
+    };
+    let control = runner.control.clone();
+    let checked = commit_deletes(
+        bench,
+        &mut runner.library,
+        report,
+        &deletes,
+        0.0,
+        provenance,
+    );
+    let proposed = tokio::select! {
+        biased;
+        () = control.stopped() => return Ok(Closing::Stopped),
+        proposed = checked => proposed,
+    };
+    if let Some(error) = recorder.finish() {
+        warn_unjournaled(&runner.events, &pass_name, &error);
+    }
+    let (validation, version) = match proposed? {
+        Proposed::Moved { .. } => return Ok(Closing::Nothing),
+        Proposed::Refused { validation } => (validation, None),
+        Proposed::Committed {
+            version,
+            validation,
+        } => (validation, Some(version)),
+    };
+    runner.events.emit(RunEvent::Log {
+        level: "info".into(),
+        text: match version {
+            Some(version) => format!(
+                "deleted {} as v{version}: {}",
+                ids.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                validation.summary()
+            ),
+            None => format!(
+                "kept {}: the library scores lower without {} ({})",
+                ids.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if ids.len() == 1 { "it" } else { "them" },
+                validation.summary()
+            ),
+        },
+    });
+    let spent = spent.into_inner().unwrap_or_default();
+    Ok(Closing::Checked(
+        ClosingDeletes {
+            ids,
+            validation,
+            version,
+        },
+        spent,
+    ))
 }
 
 /// The journal's name for the credit pass after `epoch`: a Banzhaf pass's groups are named

@@ -87,7 +87,7 @@ async fn a_credit_below_zero_becomes_a_proposed_delete_and_propose_commits_it_af
     assert_eq!(touching.len(), 1);
 
     // --propose: the library without it is checked against the full library, then committed.
-    let proposed = commit_deletes(bench, &mut library, &report, &deletes, 0.0)
+    let proposed = commit_deletes(bench, &mut library, &report, &deletes, 0.0, manual())
         .await
         .unwrap();
     let Proposed::Committed {
@@ -108,7 +108,7 @@ async fn a_credit_below_zero_becomes_a_proposed_delete_and_propose_commits_it_af
     assert_eq!(library.head().active_count(), 2);
 
     // The measurement was of v1: it cannot vouch for deletes from v2.
-    let moved = commit_deletes(bench, &mut library, &report, &deletes, 0.0)
+    let moved = commit_deletes(bench, &mut library, &report, &deletes, 0.0, manual())
         .await
         .unwrap();
     assert_eq!(
@@ -128,6 +128,7 @@ async fn a_credit_below_zero_becomes_a_proposed_delete_and_propose_commits_it_af
         &report,
         &[Change::delete(id("E0001"))],
         0.0,
+        manual(),
     )
     .await
     .unwrap();
@@ -203,7 +204,8 @@ pub(in crate::run) fn runner(
     Runner {
         config: super::super::RunConfig {
             run_id: "credit".into(),
-            epochs: 1,
+            // Epoch 1 is not the last: its harmful lessons are left to the next step.
+            epochs: 2,
             batch_size: 6,
             group_size: 4,
             sampling: crate::backend::Sampling::default(),
@@ -316,4 +318,82 @@ async fn the_pass_after_an_epoch_is_journaled_and_a_resume_records_it_without_me
         .await
         .unwrap();
     assert!(matches!(outcome, AfterEpoch::Nothing));
+}
+
+#[tokio::test]
+async fn the_last_pass_deletes_its_harmful_lessons_before_the_final_evaluation() {
+    let root = tempfile::tempdir().unwrap();
+    drop(library(root.path()));
+    let backend = Arc::new(Counting(AtomicUsize::new(0)));
+    let events = Arc::new(Recorded::default());
+    let mut first = runner(root.path(), backend.clone(), events.clone());
+    first.config.epochs = 1;
+    std::fs::create_dir_all(&first.dir).unwrap();
+    let (mut journal, replay) = Journal::open(&first.dir).unwrap();
+    let outcome = after_epoch(&mut first, &mut journal, &replay, 1)
+        .await
+        .unwrap();
+    let AfterEpoch::Measured { credit, spent } = outcome else {
+        panic!("not measured")
+    };
+    // Four conditions of the pass, then the library without E0002 on the same six queries.
+    assert_eq!(backend.0.load(Ordering::SeqCst), 4 * 6 + 6);
+    assert_eq!(spent.tokens.completion_tokens, 5 * 6 * 4 * 2);
+    let deleted = credit
+        .deleted
+        .clone()
+        .expect("the harmful lesson was checked");
+    assert_eq!(deleted.ids, [id("E0002")]);
+    assert_eq!(deleted.version, Some(2));
+    assert!(deleted.validation.accepted && deleted.validation.delta > 0.0);
+    assert_eq!(first.library.head_version(), 2);
+    assert_eq!(
+        first.library.head().get(id("E0002")).unwrap().status,
+        Status::Deleted
+    );
+    let record = &first.library.versions()[2];
+    let Provenance::Run {
+        run,
+        epoch,
+        step,
+        validation: Some(validation),
+        ..
+    } = &record.provenance
+    else {
+        panic!("{:?}", record.provenance)
+    };
+    assert_eq!((run.as_str(), *epoch, *step), ("credit", 1, 1));
+    assert_eq!(validation, &deleted.validation);
+    let line = credit.deleted_line().unwrap();
+    assert!(
+        line.starts_with("judged harmful and deleted as v2 before the final evaluation: E0002"),
+        "{line}"
+    );
+    assert!(
+        CreditSummary::markdown(std::slice::from_ref(&credit))
+            .contains(&format!("Lessons {line}.")),
+    );
+    drop(journal);
+
+    // Resumed: read back with the deletion, nothing drawn, the check's answers counted.
+    let (mut journal, replay) = Journal::open(&first.dir).unwrap();
+    let mut again = runner(root.path(), backend.clone(), events.clone());
+    again.config.epochs = 1;
+    let AfterEpoch::Measured {
+        credit: read_back,
+        spent: spent_back,
+    } = after_epoch(&mut again, &mut journal, &replay, 1)
+        .await
+        .unwrap()
+    else {
+        panic!("not read back")
+    };
+    assert_eq!(backend.0.load(Ordering::SeqCst), 4 * 6 + 6);
+    assert_eq!(read_back.deleted, credit.deleted);
+    assert_eq!(spent_back.tokens, spent.tokens);
+    assert_eq!(again.library.head_version(), 2, "nothing committed again");
+}
+
+fn manual() -> Provenance {
+    Provenance::manual_by_current_user()
 }

@@ -316,7 +316,7 @@ impl Runner {
                     credit,
                     spent: pass_spent,
                 } => {
-                    summary.credit.push(credit);
+                    summary.credit.push(*credit);
                     summary.credit_usage += pass_spent.tokens;
                     summary.cost_usd += pass_spent.cost_usd;
                     spent += pass_spent;

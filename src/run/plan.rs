@@ -16,7 +16,8 @@
 //! - **validation**: per step with a candidate, 2 × V × G answers (`--validate-each`:
 //!   (changes + 1) × V × G), V = `--validate` capped by the queries outside the batch;
 //! - **credit**: after each epoch, (lessons + 1) × C × G answers (`--credit-queries` C), at
-//!   most (2 × P + 1) × C × G (`--credit-pairs` P, past 2 × P lessons);
+//!   most (2 × P + 1) × C × G (`--credit-pairs` P, past 2 × P lessons); not counted: the
+//!   check after the last pass when it judged a lesson harmful (one more condition, C × G);
 //! - **final evaluation**: held-out queries × k × conditions (without, placebo, library).
 //!
 //! The library grows at every step that has a kept group, by half the pilot step's net lessons

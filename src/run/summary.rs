@@ -291,6 +291,9 @@ impl RunSummary {
                     lesson.id, lesson.delta, lesson.low, lesson.high, lesson.text
                 );
             }
+            if let Some(line) = pass.deleted_line() {
+                let _ = writeln!(out, "  {line}");
+            }
         }
         let _ = writeln!(
             out,

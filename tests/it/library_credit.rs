@@ -330,6 +330,71 @@ fn a_runs_credit_pass_switches_to_banzhaf_past_twice_its_pairs() {
     );
 }
 
+#[test]
+fn a_lesson_the_last_pass_finds_harmful_is_gone_before_the_final_evaluation() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    // With the lesson in the prompt every answer is wrong; without it, every other one right.
+    let server = runtime.block_on(FakeOpenAi::policy(false));
+    let scratch = Scratch::new();
+    // Eight training questions and four held out, all answered 7.
+    let lines: String = (0..12)
+        .map(|i| {
+            format!(
+                "{{\"id\": \"q{i}\", \"question\": \"What is {i} + {}?\", \"answer\": \"7\", \"split\": \"{}\"}}\n",
+                7 - i,
+                if i < 8 { "train" } else { "test" }
+            )
+        })
+        .collect();
+    std::fs::write(scratch.dir.path().join("sevens.jsonl"), lines).unwrap();
+    scratch.ok(&["library", "init", "closing"]);
+    scratch.ok(&["library", "add", "closing", "--text", &lesson()]);
+    let args = server.sevens_grpo(
+        "closing",
+        "closing",
+        &[
+            "--credit-queries",
+            "4",
+            "--eval-limit",
+            "4",
+            "--eval-k",
+            "2",
+        ],
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, stdout, stderr) = run(&scratch, &args);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let journal = scratch.journal("closing");
+    let pass = journal
+        .iter()
+        .find(|e| e["kind"] == "credited")
+        .expect("a credit pass");
+    let deleted = &pass["pass"]["deleted"];
+    assert_eq!(deleted["ids"], serde_json::json!(["E0001"]), "{pass}");
+    assert_eq!(deleted["validation"]["accepted"], true, "{pass}");
+    let version = deleted["version"].as_u64().expect("committed");
+    let shown = scratch.ok(&["library", "show", "closing", "--all"]);
+    assert!(
+        shown.contains("E0001") && shown.contains("deleted"),
+        "{shown}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "judged harmful and deleted as v{version} before the final evaluation: E0001"
+        )),
+        "{stdout}"
+    );
+    // The final evaluation measured the library after the deletion.
+    let eval: Value = serde_json::from_slice(
+        &std::fs::read(scratch.dir.path().join("runs/closing/eval.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        eval.to_string().contains(&format!("closing@{version}")),
+        "{eval:#}"
+    );
+}
+
 /// The real default model on four letter-counting queries, two answers each: the numbers are
 /// the model's (deterministic on one machine, not across CPUs), so the snapshot keeps the rest.
 #[cfg(feature = "llama")]
