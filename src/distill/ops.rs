@@ -493,6 +493,8 @@ fn copies_prompt(text: &str, rules: &Rules<'_>) -> bool {
 
 /// The text of an op, checked as the library will check it: never truncated.
 fn check_text(name: &str, text: &str, rules: &Rules<'_>) -> Result<String, String> {
+    let tidied = tidy(text);
+    let text = tidied.as_str();
     let words = text.split_whitespace().count();
     if words == 0 {
         Err(format!("{name} with an empty text"))
@@ -525,6 +527,34 @@ fn check_text(name: &str, text: &str, rules: &Rules<'_>) -> Result<String, Strin
         }
     } else {
         Ok(text.to_owned())
+    }
+}
+
+/// `text` without what a small distiller leaves around a lesson: a JSON brace or bracket
+/// that closes nothing before its last full stop ("… for each increase.}.", kept in the third paper-setting run's
+/// library), and sentences after the first that talk about the lessons rather than the task
+/// ("This is the same advice provided in the new lesson."): a user reads them in the library
+/// and the policy in its prompt, and they say nothing about the problem.
+fn tidy(text: &str) -> String {
+    static STRAY: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r#"[.\s]*"?[}\]]+[.\s]*$"#).expect("valid regex"));
+    static ABOUT_LESSONS: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"(?i)(?:lessons?|advice|the library|experiences? (?:above|below|list))")
+            .expect("valid regex")
+    });
+    let mut text = text.trim().to_owned();
+    let unclosed =
+        |open: char, close: char| text.matches(close).count() > text.matches(open).count();
+    if let Some(stray) = STRAY.find(&text)
+        && stray.start() > 0
+        && (unclosed('{', '}') || unclosed('[', ']'))
+    {
+        text.truncate(stray.start());
+        text.push('.');
+    }
+    match first_sentence(&text) {
+        Some(first) if ABOUT_LESSONS.is_match(&text[first.len()..]) => first.to_owned(),
+        _ => text,
     }
 }
 

@@ -369,6 +369,33 @@ fn topics_become_short_tags() {
 }
 
 #[test]
+fn what_a_small_distiller_leaves_around_a_lesson_is_tidied_away() {
+    for (written, kept) in [
+        // Both from the third paper-setting run's library (the 1.5B distiller).
+        (
+            "When calculating interest increases, multiply by 1 + the rate each time.}.",
+            "When calculating interest increases, multiply by 1 + the rate each time.",
+        ),
+        (
+            "When solving for a variable, isolate it. This is the same advice provided in the new lesson.",
+            "When solving for a variable, isolate it.",
+        ),
+        ("When a list ends, stop.\"]", "When a list ends, stop."),
+    ] {
+        let json = serde_json::json!({"ops": [{"op": "add", "text": written}]}).to_string();
+        assert_eq!(ops(&json), vec![add(kept)], "{written}");
+    }
+    // A second sentence about the task stays (within the word limit), and so do brackets
+    // that close what the lesson opened.
+    let bracketed = "When a list is given, read it all [twice].";
+    let json = serde_json::json!({"ops": [{"op": "add", "text": bracketed}]}).to_string();
+    assert_eq!(ops(&json), vec![add(bracketed)]);
+    let explained = "When a price rises twice, apply each rise. Rises compound.";
+    let json = serde_json::json!({"ops": [{"op": "add", "text": explained}]}).to_string();
+    assert_eq!(ops(&json), vec![add(explained)]);
+}
+
+#[test]
 fn a_lesson_over_the_limit_keeps_its_first_sentence_when_that_is_a_lesson() {
     // 12 words at most here. A lesson and its explanation: the lesson stays.
     assert_eq!(
