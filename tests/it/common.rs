@@ -98,6 +98,21 @@ impl Scratch {
         std::fs::write(self.dir.path().join("sevens.jsonl"), lines).unwrap();
     }
 
+    /// `sevens.jsonl` as [`Self::write_sevens`] writes it, the first `train` questions in the
+    /// `train` split and the next `held_out` in `heldout`.
+    pub fn write_sevens_split(&self, train: usize, held_out: usize) {
+        let lines: String = (0..train + held_out)
+            .map(|i| {
+                format!(
+                    "{{\"id\": \"q{i}\", \"question\": \"What is {i} + {}?\", \"answer\": \"7\", \"split\": \"{}\"}}\n",
+                    7 - i as i64,
+                    if i < train { "train" } else { "heldout" }
+                )
+            })
+            .collect();
+        std::fs::write(self.dir.path().join("sevens.jsonl"), lines).unwrap();
+    }
+
     /// The lines of run `run`'s journal that parse (a torn last line is left out).
     pub fn journal(&self, run: &str) -> Vec<serde_json::Value> {
         let path = self.dir.path().join("runs").join(run).join("journal.jsonl");

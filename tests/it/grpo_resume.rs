@@ -238,16 +238,7 @@ fn a_run_killed_during_its_final_evaluation_resumes_it_where_it_stopped() {
         400,
     ));
     let scratch = Scratch::new();
-    let lines: String = (0..12)
-        .map(|i| {
-            format!(
-                "{{\"id\": \"q{i}\", \"question\": \"What is {i} + {}?\", \"answer\": \"7\", \"split\": \"{}\"}}\n",
-                7 - i,
-                if i < 6 { "train" } else { "heldout" }
-            )
-        })
-        .collect();
-    std::fs::write(scratch.dir.path().join("sevens.jsonl"), lines).unwrap();
+    scratch.write_sevens_split(6, 6);
     let mut args = strings(&[
         "grpo",
         "--dataset",

@@ -21,6 +21,32 @@ fn run(scratch: &Scratch, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `gym library credit sevens` on the first 4 questions of `sevens.jsonl`, 2 answers each,
+/// against the policy server at `base_url`, with `extra` flags.
+fn credit_sevens(scratch: &Scratch, base_url: &str, extra: &[&str]) -> (i32, String, String) {
+    let mut args = vec![
+        "library",
+        "credit",
+        "sevens",
+        "--dataset",
+        "sevens.jsonl",
+        "--reward",
+        "numeric",
+        "--queries",
+        "4",
+        "-G",
+        "2",
+        "--backend",
+        "openai",
+        "--base-url",
+        base_url,
+        "--model",
+        "policy",
+    ];
+    args.extend(extra);
+    run(scratch, &args)
+}
+
 fn usage(scratch: &Scratch, library: &str) -> Value {
     let path = scratch.libraries().join(library).join("usage.json");
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
@@ -43,29 +69,7 @@ fn a_lesson_that_hurts_is_blamed_recorded_and_deleted_with_propose() {
         "When adding two numbers, check the sum.",
     ]);
     let base_url = server.base_url();
-    let credit = |extra: &[&str]| {
-        let mut args = vec![
-            "library",
-            "credit",
-            "sevens",
-            "--dataset",
-            "sevens.jsonl",
-            "--reward",
-            "numeric",
-            "--queries",
-            "4",
-            "-G",
-            "2",
-            "--backend",
-            "openai",
-            "--base-url",
-            &base_url,
-            "--model",
-            "policy",
-        ];
-        args.extend(extra);
-        run(&scratch, &args)
-    };
+    let credit = |extra: &[&str]| credit_sevens(&scratch, &base_url, extra);
 
     let (code, planned, stderr) = credit(&["--dry-run"]);
     assert_eq!(code, 0, "{stderr}");
@@ -208,29 +212,7 @@ fn banzhaf_pairs_blame_the_hurting_lesson_among_several_at_a_fixed_cost() {
         scratch.ok(&["library", "add", "sevens", "--text", text]);
     }
     let base_url = server.base_url();
-    let credit = |extra: &[&str]| {
-        let mut args = vec![
-            "library",
-            "credit",
-            "sevens",
-            "--dataset",
-            "sevens.jsonl",
-            "--reward",
-            "numeric",
-            "--queries",
-            "4",
-            "-G",
-            "2",
-            "--backend",
-            "openai",
-            "--base-url",
-            &base_url,
-            "--model",
-            "policy",
-        ];
-        args.extend(extra);
-        run(&scratch, &args)
-    };
+    let credit = |extra: &[&str]| credit_sevens(&scratch, &base_url, extra);
     let (code, planned, stderr) = credit(&["--banzhaf", "2", "--dry-run"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(
@@ -336,17 +318,7 @@ fn a_lesson_the_last_pass_finds_harmful_is_gone_before_the_final_evaluation() {
     // With the lesson in the prompt every answer is wrong; without it, every other one right.
     let server = runtime.block_on(FakeOpenAi::policy(false));
     let scratch = Scratch::new();
-    // Eight training questions and four held out, all answered 7.
-    let lines: String = (0..12)
-        .map(|i| {
-            format!(
-                "{{\"id\": \"q{i}\", \"question\": \"What is {i} + {}?\", \"answer\": \"7\", \"split\": \"{}\"}}\n",
-                7 - i,
-                if i < 8 { "train" } else { "test" }
-            )
-        })
-        .collect();
-    std::fs::write(scratch.dir.path().join("sevens.jsonl"), lines).unwrap();
+    scratch.write_sevens_split(8, 4);
     scratch.ok(&["library", "init", "closing"]);
     scratch.ok(&["library", "add", "closing", "--text", &lesson()]);
     let args = server.sevens_grpo(
