@@ -10,7 +10,7 @@ use std::time::Instant;
 use clap::Args;
 use gym::data::Split;
 use gym::library::{Change, Library, LibraryRef, Provenance};
-use gym::rollout::credit::{Ablation, Bench, CreditReport, Plan, measure};
+use gym::rollout::credit::{Ablation, Bench, CreditReport, MAX_SAMPLES, Plan, measure};
 use gym::rollout::eval::EvalSettings;
 use gym::rollout::eval::Resume;
 use gym::run::credit::{CreditPass, Proposed, commit_deletes, proposed_deletes, record};
@@ -89,8 +89,15 @@ impl CreditArgs {
     pub fn run(self, root: &Path) -> anyhow::Result<ExitCode> {
         anyhow::ensure!(self.queries >= 1, "--queries must be at least 1");
         anyhow::ensure!(self.group_size >= 1, "--group-size must be at least 1");
-        anyhow::ensure!(self.shapley != Some(0), "--shapley needs at least 1 order");
-        anyhow::ensure!(self.banzhaf != Some(0), "--banzhaf needs at least 1 pair");
+        let samples = 1..=MAX_SAMPLES;
+        anyhow::ensure!(
+            self.shapley.is_none_or(|n| samples.contains(&n)),
+            "--shapley needs 1 to {MAX_SAMPLES} orders"
+        );
+        anyhow::ensure!(
+            self.banzhaf.is_none_or(|n| samples.contains(&n)),
+            "--banzhaf needs 1 to {MAX_SAMPLES} pairs"
+        );
         let LibraryRef { name, version } = self.library.parse()?;
         let mut library = Library::open(root, &name)?;
         let version = version.unwrap_or_else(|| library.head_version());

@@ -78,6 +78,14 @@ impl Ablation {
 /// independent is run. Drawing is free next to running one condition.
 const BANZHAF_CANDIDATES: usize = 256;
 
+/// Column comparisons (pairs × experiences²) the design search may spend in all: a large
+/// library with many pairs draws fewer candidates rather than stalling the plan.
+const BANZHAF_SEARCH_BUDGET: usize = 1 << 26;
+
+/// Most Shapley orders or Banzhaf pairs a plan takes: 1,024 pairs are 2,049 conditions, far
+/// past any measurement worth its answers, and a typo's million would stall planning alone.
+pub const MAX_SAMPLES: usize = 1024;
+
 /// The library subsets an ablation of `experiences` experiences runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
@@ -125,7 +133,7 @@ impl Plan {
             }
             Ablation::Shapley { permutations, seed } => {
                 let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-                for _ in 0..permutations.max(1) {
+                for _ in 0..permutations.clamp(1, MAX_SAMPLES) {
                     let mut order = full.clone();
                     order.shuffle(&mut rng);
                     for end in 0..experiences {
@@ -135,7 +143,7 @@ impl Plan {
                 }
             }
             Ablation::Banzhaf { pairs, seed } => {
-                for members in banzhaf_design(experiences, pairs.max(1), seed) {
+                for members in banzhaf_design(experiences, pairs.clamp(1, MAX_SAMPLES), seed) {
                     let side = |shown: bool| -> Vec<usize> {
                         (0..experiences).filter(|&i| members[i] == shown).collect()
                     };
@@ -191,7 +199,9 @@ fn banzhaf_design(experiences: usize, pairs: usize, seed: u64) -> Vec<Vec<bool>>
     // (largest agreement of two columns, summed squared agreement) and the rows.
     type Scored = ((i64, i64), Vec<Vec<bool>>);
     let mut best: Option<Scored> = None;
-    for _ in 0..BANZHAF_CANDIDATES {
+    let per_candidate = (pairs * experiences * experiences).max(1);
+    let candidates = (BANZHAF_SEARCH_BUDGET / per_candidate).clamp(1, BANZHAF_CANDIDATES);
+    for _ in 0..candidates {
         let rows: Vec<Vec<bool>> = (0..pairs)
             .map(|_| (0..experiences).map(|_| rng.random_bool(0.5)).collect())
             .collect();

@@ -324,6 +324,28 @@ fn a_banzhaf_design_keeps_every_two_lessons_sides_near_independent() {
 }
 
 #[test]
+fn a_huge_plan_is_capped_and_planned_quickly() {
+    // Planned from the CLI's --banzhaf/--shapley, which refuse more than MAX_SAMPLES; the
+    // plan caps them too, and a big design searches fewer candidates instead of stalling.
+    let plan = Plan::new(
+        Ablation::Banzhaf {
+            pairs: usize::MAX,
+            seed: 1,
+        },
+        200,
+    );
+    assert_eq!(plan.pairs.len(), MAX_SAMPLES);
+    let shapley = Plan::new(
+        Ablation::Shapley {
+            permutations: usize::MAX,
+            seed: 1,
+        },
+        2,
+    );
+    assert_eq!(shapley.orders.len(), MAX_SAMPLES);
+}
+
+#[test]
 fn the_bounded_ablation_is_leave_one_out_while_that_costs_no_more() {
     assert_eq!(Ablation::bounded(12, 6, 1), Ablation::LeaveOneOut);
     assert_eq!(

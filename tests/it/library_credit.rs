@@ -222,7 +222,13 @@ fn banzhaf_pairs_blame_the_hurting_lesson_among_several_at_a_fixed_cost() {
     let (code, _, stderr) = credit(&["--banzhaf", "0"]);
     assert_eq!(code, 1, "{stderr}");
     assert!(
-        stderr.contains("--banzhaf needs at least 1 pair"),
+        stderr.contains("--banzhaf needs 1 to 1024 pairs"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = credit(&["--banzhaf", "100000000", "--dry-run"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("--banzhaf needs 1 to 1024 pairs"),
         "{stderr}"
     );
 

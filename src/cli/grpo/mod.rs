@@ -523,6 +523,11 @@ impl GrpoArgs {
             self.batch_size >= 1 && self.epochs >= 1,
             "--batch-size and --epochs must be at least 1"
         );
+        anyhow::ensure!(
+            self.credit_pairs <= gym::rollout::credit::MAX_SAMPLES,
+            "--credit-pairs takes at most {} pairs",
+            gym::rollout::credit::MAX_SAMPLES
+        );
         self.check_default_distill_model()
     }
 
