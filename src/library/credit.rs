@@ -32,6 +32,20 @@ pub enum CreditMethod {
 }
 
 impl CreditMethod {
+    /// The name with its sample count where it has one: `leave-one-out`, `shapley, 6 orders`,
+    /// `banzhaf, 1 pair`.
+    pub fn describe(self, permutations: Option<usize>, pairs: Option<usize>) -> String {
+        match (permutations, pairs) {
+            (Some(orders), _) => format!("{}, {orders} orders", self.as_str()),
+            (None, Some(pairs)) => format!(
+                "{}, {pairs} pair{}",
+                self.as_str(),
+                if pairs == 1 { "" } else { "s" }
+            ),
+            (None, None) => self.as_str().to_owned(),
+        }
+    }
+
     /// The name used in output (`leave-one-out`, `shapley`, `banzhaf`).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -100,15 +114,7 @@ impl Credit {
 
     /// One line, e.g. `credit Δ -0.250 [-0.400, -0.100] on 8 queries x 4 at v3 (leave-one-out)`.
     pub fn summary(&self) -> String {
-        let method = match (self.permutations, self.pairs) {
-            (Some(orders), _) => format!("{}, {orders} orders", self.method.as_str()),
-            (None, Some(pairs)) => format!(
-                "{}, {pairs} pair{}",
-                self.method.as_str(),
-                if pairs == 1 { "" } else { "s" }
-            ),
-            (None, None) => self.method.as_str().to_owned(),
-        };
+        let method = self.method.describe(self.permutations, self.pairs);
         format!(
             "credit {} on {} quer{} x {} at v{} ({method})",
             self.estimate(),

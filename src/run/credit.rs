@@ -249,21 +249,13 @@ impl CreditSummary {
 
     /// How the pass measured, e.g. `leave-one-out`, `banzhaf, 6 pairs`.
     pub fn method_name(&self) -> String {
-        match self.pairs {
-            Some(pairs) => format!("{}, {}", self.method.as_str(), plural(pairs, "pair")),
-            None => self.method.as_str().to_owned(),
-        }
+        self.method.describe(None, self.pairs)
     }
 
     /// What became of the lessons the last pass judged harmful, in one line (none: `None`).
     pub fn deleted_line(&self) -> Option<String> {
         let deleted = self.deleted.as_ref()?;
-        let ids = deleted
-            .ids
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(", ");
+        let ids = id_list(&deleted.ids);
         Some(match deleted.version {
             Some(version) => format!(
                 "judged harmful and deleted as v{version} before the final evaluation: {ids} (the library without them {})",
@@ -329,6 +321,14 @@ impl CreditSummary {
     }
 }
 
+/// `ids` as `E0002, E0005`.
+fn id_list(ids: &[ExperienceId]) -> String {
+    ids.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `count` and `noun`, with an `s` unless one.
 fn plural(count: usize, noun: &str) -> String {
     format!("{count} {noun}{}", if count == 1 { "" } else { "s" })
@@ -372,8 +372,7 @@ pub(super) async fn after_epoch(
                 .is_some_and(|m| m == measurement || m.starts_with(&format!("{measurement}-")))
         });
         for result in measured.flat_map(|(_, groups)| groups.values()) {
-            spent.tokens += result.group.usage;
-            spent.cost_usd += result.group.cost_usd.unwrap_or(0.0);
+            spent.add_group(result);
         }
         return Ok(AfterEpoch::Measured {
             credit: Box::new(CreditSummary::of(epoch, pass, runner.library.head())),
@@ -503,10 +502,7 @@ async fn closing_deletes(
         text: format!(
             "the last credit pass judged {} harmful: checking the library without {} on its \
              {} queries …",
-            ids.iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", "),
+            id_list(&ids),
             if ids.len() == 1 { "it" } else { "them" },
             queries.len()
         ),
@@ -518,8 +514,7 @@ async fn closing_deletes(
     let spent = std::sync::Mutex::new(Spent::default());
     let keep = |result: &QueryResult| {
         if let Ok(mut spent) = spent.lock() {
-            spent.tokens += result.group.usage;
-            spent.cost_usd += result.group.cost_usd.unwrap_or(0.0);
+            spent.add_group(result);
         }
         recorder.record(result);
     };
@@ -572,18 +567,12 @@ async fn closing_deletes(
         text: match version {
             Some(version) => format!(
                 "deleted {} as v{version}: {}",
-                ids.iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                id_list(&ids),
                 validation.summary()
             ),
             None => format!(
                 "kept {}: the library scores lower without {} ({})",
-                ids.iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                id_list(&ids),
                 if ids.len() == 1 { "it" } else { "them" },
                 validation.summary()
             ),

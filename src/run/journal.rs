@@ -241,6 +241,12 @@ impl std::ops::AddAssign for Spent {
 }
 
 impl Spent {
+    /// Adds what one measured group's answers took.
+    pub fn add_group(&mut self, result: &crate::rollout::eval::QueryResult) {
+        self.tokens += result.group.usage;
+        self.cost_usd += result.group.cost_usd.unwrap_or(0.0);
+    }
+
     pub fn total_tokens(&self) -> u64 {
         self.tokens.prompt_tokens + self.tokens.completion_tokens
     }
