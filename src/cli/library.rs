@@ -167,6 +167,11 @@ enum LibraryCommand {
     /// subsets), paired by query. Leave-one-out draws (experiences + 1) x --queries x
     /// --group-size answers, Banzhaf at most (2 x P + 1) x --queries x --group-size.
     Credit(Box<super::library_credit::CreditArgs>),
+    /// Try each lesson on the training problems it was learned from, as `gym grpo --admit`
+    /// does before a lesson commits: the library it was written into, without and with it,
+    /// --group-size fresh answers each, paired by seed. Says which lessons the trial would
+    /// have let in; changes nothing.
+    Trial(Box<super::library_trial::TrialArgs>),
     /// How distinct the experiences are: the MiniLM cosine of every pair, most similar first
     /// (the similarity `gym grpo` merges near-duplicates by).
     Similar(super::library_similar::SimilarArgs),
@@ -206,6 +211,7 @@ impl LibraryArgs {
             LibraryCommand::McpServe(args) => return args.run(root),
             LibraryCommand::Credit(args) => return args.run(root),
             LibraryCommand::Similar(args) => return args.run(root),
+            LibraryCommand::Trial(args) => return args.run(root),
             LibraryCommand::Init { name, max_words } => {
                 let library = Library::init(root, &name, Settings { max_words })?;
                 writeln!(

@@ -24,6 +24,7 @@ mod library_dir;
 #[cfg(feature = "mcp")]
 mod library_mcp;
 mod library_similar;
+mod library_trial;
 mod otlp_args;
 mod pack;
 mod run_settings;

@@ -193,67 +193,11 @@ pub async fn evaluate_resuming(
     resume: &Resume<'_>,
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<EvalReport, BackendError> {
-    let jobs: Vec<(usize, &Sample)> = (0..conditions.len())
+    let jobs: Vec<(&Condition, &Sample)> = conditions
+        .iter()
         .flat_map(|c| samples.iter().map(move |s| (c, s)))
         .collect();
-    let total = jobs.len();
-    let mut results: Vec<Option<QueryResult>> = vec![None; total];
-    let mut to_draw = Vec::with_capacity(total);
-    for (slot, (c, sample)) in jobs.into_iter().enumerate() {
-        match resume.reusable(&conditions[c], sample, settings.k) {
-            Some(result) => results[slot] = Some(result),
-            None => to_draw.push((slot, (c, sample))),
-        }
-    }
-    let mut done = total - to_draw.len();
-    if done > 0 {
-        progress(done, total);
-    }
-    let mut stream =
-        futures::stream::iter(to_draw.into_iter().map(|(slot, (c, sample))| async move {
-            let condition = &conditions[c];
-            let messages = solve_messages(
-                sample,
-                settings.instruction.as_deref(),
-                &condition.experiences,
-            );
-            let group = rollout(
-                backend,
-                verifier,
-                sample,
-                messages,
-                settings.k,
-                &settings.sampling,
-                settings.agent.as_ref(),
-            )
-            .await?;
-            let solved = group.rewards().any(|r| r >= SOLVED);
-            let result = QueryResult {
-                condition: condition.label.clone(),
-                id: sample.id.clone(),
-                question: sample.question.clone(),
-                reference: sample.answer.clone(),
-                mean_reward: group.mean_reward(),
-                solved,
-                group,
-            };
-            Ok::<_, BackendError>((slot, result))
-        }))
-        .buffer_unordered(settings.concurrency.max(1));
-    while let Some(item) = stream.next().await {
-        let (slot, result) = item?;
-        if let Some(record) = resume.record {
-            record(&result);
-        }
-        results[slot] = Some(result);
-        done += 1;
-        progress(done, total);
-    }
-    drop(stream);
-    let results: Vec<QueryResult> = results
-        .into_iter()
-        .map(|r| r.expect("every job reported"))
-        .collect();
+    let results = draw_groups(backend, verifier, &jobs, settings, resume, progress).await?;
 
     let per_condition: Vec<&[QueryResult]> = results.chunks(samples.len().max(1)).collect();
     let summaries = conditions
@@ -283,6 +227,78 @@ pub async fn evaluate_resuming(
         vs_control_pass_at_k,
         results,
     })
+}
+
+/// Draws a group of `settings.k` answers for each `(condition, sample)` of `jobs`, at most
+/// `settings.concurrency` at once, reusing the groups `resume` holds and handing it each one
+/// drawn now; the results are in the order of `jobs`. The one loop behind the held-out
+/// evaluation, the credit pass, the validation gate and the source-problem trial.
+pub async fn draw_groups(
+    backend: &dyn Backend,
+    verifier: &dyn Verifier,
+    jobs: &[(&Condition, &Sample)],
+    settings: &EvalSettings,
+    resume: &Resume<'_>,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<Vec<QueryResult>, BackendError> {
+    let total = jobs.len();
+    let mut results: Vec<Option<QueryResult>> = vec![None; total];
+    let mut to_draw = Vec::with_capacity(total);
+    for (slot, &(condition, sample)) in jobs.iter().enumerate() {
+        match resume.reusable(condition, sample, settings.k) {
+            Some(result) => results[slot] = Some(result),
+            None => to_draw.push((slot, (condition, sample))),
+        }
+    }
+    let mut done = total - to_draw.len();
+    if done > 0 {
+        progress(done, total);
+    }
+    let mut stream = futures::stream::iter(to_draw.into_iter().map(
+        |(slot, (condition, sample))| async move {
+            let messages = solve_messages(
+                sample,
+                settings.instruction.as_deref(),
+                &condition.experiences,
+            );
+            let group = rollout(
+                backend,
+                verifier,
+                sample,
+                messages,
+                settings.k,
+                &settings.sampling,
+                settings.agent.as_ref(),
+            )
+            .await?;
+            let solved = group.rewards().any(|r| r >= SOLVED);
+            let result = QueryResult {
+                condition: condition.label.clone(),
+                id: sample.id.clone(),
+                question: sample.question.clone(),
+                reference: sample.answer.clone(),
+                mean_reward: group.mean_reward(),
+                solved,
+                group,
+            };
+            Ok::<_, BackendError>((slot, result))
+        },
+    ))
+    .buffer_unordered(settings.concurrency.max(1));
+    while let Some(item) = stream.next().await {
+        let (slot, result) = item?;
+        if let Some(record) = resume.record {
+            record(&result);
+        }
+        results[slot] = Some(result);
+        done += 1;
+        progress(done, total);
+    }
+    drop(stream);
+    Ok(results
+        .into_iter()
+        .map(|r| r.expect("every job reported"))
+        .collect())
 }
 
 /// `b − a` of Mean@k and Pass@k, paired by query (the rows are in the same query order).

@@ -7,5 +7,6 @@ mod group;
 pub mod placebo;
 pub mod prompt;
 pub mod stats;
+pub mod trial;
 
 pub use group::{RolloutGroup, ScoredAnswer, query_seed, rollout};

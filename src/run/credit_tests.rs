@@ -222,6 +222,7 @@ pub(in crate::run) fn runner(
             validate: 0,
             validate_threshold: 0.0,
             validate_each: false,
+            admit: 0,
             credit_queries: 6,
             credit_pairs: 0,
         },

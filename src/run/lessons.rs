@@ -134,6 +134,7 @@ fn drop_kind(reason: &str) -> &'static str {
         ("repeats", "repeats a lesson"),
         ("does not change", "repeats a lesson"),
         ("validation gate", "scored worse at the gate"),
+        ("on its own problem", "scored lower on its own problem"),
     ];
     KINDS
         .iter()

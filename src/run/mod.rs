@@ -13,6 +13,7 @@
 //! a step the rollouts and each stage run through one helper that reuses journaled results,
 //! runs the rest with bounded concurrency and journals, announces and counts each result.
 
+mod admit;
 mod commit;
 pub mod control;
 pub mod credit;
@@ -118,6 +119,10 @@ pub struct RunConfig {
     /// Judge each prompt-changing change of a step on its own and commit those that pass.
     #[serde(default)]
     pub validate_each: bool,
+    /// Source problems each new or rewritten lesson is tried on before the gate (0: no trial),
+    /// see `run/admit.rs`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub admit: usize,
     /// Training queries of the credit pass after each epoch (0: none), see [`credit`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub credit_queries: usize,

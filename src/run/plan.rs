@@ -45,6 +45,8 @@ pub struct Shape {
     /// `--validate` (0: no gate).
     pub validate: usize,
     pub validate_each: bool,
+    /// `--admit`: source problems each new lesson is tried on (0: no trial).
+    pub admit: usize,
     /// `--credit-queries` (0: no credit pass).
     pub credit_queries: usize,
     /// `--credit-pairs`: the pass's conditions are at most 2 × this + 1 (0: leave-one-out).
@@ -372,19 +374,31 @@ pub fn plan(shape: &Shape, pilot: &Pilot, prices: Prices) -> Result<Plan, PlanEr
     // The validation gate: the current library and the candidate (or each change) on V queries.
     let outside = shape.train_queries.saturating_sub(shape.batch_size) as f64;
     let validated = (shape.validate as f64).min(outside);
+    let mut validation = None;
     if validated > 0.0 {
         let conditions = if shape.validate_each && pilot.net_lessons > 1.0 {
             pilot.net_lessons + 1.0
         } else {
             2.0
         };
-        parts.push(answering(
+        validation = Some(answering(
             Part::Validation,
             s * active * conditions * validated,
             g,
             mean_lessons,
         ));
     }
+    // The source-problem trial: each step's new lessons on up to N problems each, with a
+    // control group per problem (counted as if no two lessons shared one: an upper bound).
+    if shape.admit > 0 && pilot.net_lessons > 0.0 {
+        let groups = 2.0 * pilot.net_lessons * shape.admit as f64;
+        let trial = answering(Part::Validation, s * active * groups, g, mean_lessons);
+        validation = Some(match validation {
+            None => trial,
+            Some(sum) => add(sum, &trial),
+        });
+    }
+    parts.extend(validation);
 
     // The credit pass after each epoch: the full library and each lesson left out, or past
     // 2 × pairs lessons the full library and the pairs' two sides.

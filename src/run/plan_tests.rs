@@ -42,6 +42,7 @@ fn shape() -> Shape {
         group_size: 4,
         validate: 0,
         validate_each: false,
+        admit: 0,
         credit_queries: 0,
         credit_pairs: 6,
         eval_queries: 0,

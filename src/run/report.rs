@@ -9,7 +9,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::StepEnd;
-use super::summary::RunSummary;
+use super::summary::{JudgedChange, RunSummary, StepReport};
 use crate::rollout::eval::EvalReport;
 
 pub const REPORT_FILE: &str = "report.md";
@@ -40,6 +40,39 @@ pub fn write_report(
 /// Pipes and newlines would break a Markdown table cell.
 pub(super) fn cell(text: &str) -> String {
     text.replace('|', "\\|").replace('\n', " ")
+}
+
+/// A table of the changes judged one by one (by the trial or the gate), if any, under `title`.
+fn judged_table(
+    out: &mut String,
+    summary: &RunSummary,
+    of: impl Fn(&StepReport) -> &Vec<JudgedChange>,
+    title: &str,
+) {
+    let judged: Vec<_> = summary
+        .steps
+        .iter()
+        .flat_map(|step| of(step).iter().map(move |judged| (step.step, judged)))
+        .collect();
+    if judged.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n{title}\n\n| step | change | Δ | 95% interval | verdict |\n|---:|---|---:|---|---|"
+    );
+    for (step, judged) in judged {
+        let v = &judged.validation;
+        let _ = writeln!(
+            out,
+            "| {step} | {} | {:+.3} | [{:+.3}, {:+.3}] | {} |",
+            cell(&judged.change),
+            v.delta,
+            v.delta_low,
+            v.delta_high,
+            if judged.kept { "kept" } else { "left out" }
+        );
+    }
 }
 
 pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) -> String {
@@ -104,29 +137,18 @@ pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) 
             }),
         );
     }
-    let judged: Vec<_> = summary
-        .steps
-        .iter()
-        .flat_map(|step| step.judged.iter().map(move |judged| (step.step, judged)))
-        .collect();
-    if !judged.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nChanges judged one by one (`--validate-each`): the current library with the change alone against the current library.\n\n| step | change | Δ | 95% interval | verdict |\n|---:|---|---:|---|---|"
-        );
-        for (step, judged) in judged {
-            let v = &judged.validation;
-            let _ = writeln!(
-                out,
-                "| {step} | {} | {:+.3} | [{:+.3}, {:+.3}] | {} |",
-                cell(&judged.change),
-                v.delta,
-                v.delta_low,
-                v.delta_high,
-                if judged.kept { "kept" } else { "left out" }
-            );
-        }
-    }
+    judged_table(
+        &mut out,
+        summary,
+        |step| &step.tried,
+        "Lessons tried on the problems they were learned from (`--admit`): the current library with the lesson added against the current library, fresh answers paired by seed.",
+    );
+    judged_table(
+        &mut out,
+        summary,
+        |step| &step.judged,
+        "Changes judged one by one (`--validate-each`): the current library with the change alone against the current library.",
+    );
     if !summary.stages.is_empty() {
         let _ = writeln!(
             out,
@@ -443,6 +465,7 @@ mod tests {
             stage_tokens: if n == 1 { 1000 } else { 0 },
             lessons: Default::default(),
             judged: Vec::new(),
+            tried: Vec::new(),
         }
     }
 

@@ -1,10 +1,12 @@
 //! One step of a run: rollouts, group filter, the three stages, near-duplicate check, the
-//! validation gate, commit. Each journaled part runs through [`Step::stage`] (`stage.rs`);
-//! the commit and usage counts are in `commit.rs`, the gate in `validate.rs`.
+//! source-problem trial, the validation gate, commit. Each journaled part runs through
+//! [`Step::stage`] (`stage.rs`); the commit and usage counts are in `commit.rs`, the trial in
+//! `admit.rs`, the gate in `validate.rs`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::admit;
 use super::commit::{
     commit_rebased, committed_end, count_usage, harmful_deletes, prompts_hash, refresh_library,
 };
@@ -404,12 +406,18 @@ pub(super) async fn run_step(
     at.report.lessons.confirmed +=
         integrate::add_confirmations(&mut changes, integrated.confirmed, &state);
 
+    // `--admit`: each new or rewritten lesson on the problems it was learned from.
+    let Some(admission) = admit::admit(runner, &mut at, queries, &state, changes).await? else {
+        return Ok(StepOutcome::Stopped);
+    };
+    let mut changes = admission.account(&mut at.report);
+
     harmful_deletes(runner.library.usage(), &state, &mut changes);
 
     let end = if changes.is_empty() {
         StepEnd::Skipped {
             reason: format!(
-                "all proposed changes were dropped ({} invalid or contradicted)",
+                "all proposed changes were dropped ({} invalid, contradicted or worse on their own problems)",
                 at.report.dropped_ops
             ),
         }

@@ -52,9 +52,14 @@ pub struct StepReport {
     /// `--validate-each`: each prompt-changing change with its own verdict.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub judged: Vec<JudgedChange>,
+    /// `--admit`: each new or rewritten lesson tried on the problems it was learned from, with
+    /// its evidence and whether it went on to the gate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tried: Vec<JudgedChange>,
 }
 
-/// A change the validation gate judged on its own (`--validate-each`).
+/// A change judged on its own: by the validation gate (`--validate-each`) or on its source
+/// problems (`--admit`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JudgedChange {
     /// The change, as a log line shows it (`add "When …"`, `update E0003 "When …"`).
@@ -106,6 +111,7 @@ impl StepReport {
             stage_tokens: 0,
             lessons: LessonCounts::default(),
             judged: Vec::new(),
+            tried: Vec::new(),
         }
     }
 

@@ -507,6 +507,64 @@ fn judged_together_a_harmful_lesson_sinks_a_helpful_one_judged_each_it_does_not(
     assert_eq!(usage["usage"]["E0001"]["harmful"], 0, "{usage}");
 }
 
+#[test]
+fn a_lesson_that_fails_on_its_own_problem_is_left_out_before_the_gate() {
+    let (stdout, entries, scratch) = two_lesson_run(&["--admit", "1"]);
+    // Each lesson on the one problem it came from, beside that problem's control group.
+    let trial: Vec<&Value> = entries
+        .iter()
+        .filter(|e| {
+            e["kind"] == "measured" && e["pass"].as_str().unwrap().starts_with("admit-step-1@")
+        })
+        .collect();
+    let conditions: Vec<&str> = trial
+        .iter()
+        .map(|e| e["result"]["condition"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        conditions.iter().filter(|c| **c == "current").count(),
+        trial.len() - 2,
+        "{conditions:?}"
+    );
+    for entry in &trial {
+        let result = &entry["result"];
+        let expected = match result["condition"].as_str().unwrap() {
+            "current" => 0.5,
+            _ if result["mean_reward"] == 1.0 => 1.0,
+            _ => 0.0,
+        };
+        assert_eq!(result["mean_reward"], expected, "{result}");
+    }
+    // The gate then judges the helpful lesson alone, and it commits.
+    let verdict = entries
+        .iter()
+        .find(|e| e["kind"] == "validated")
+        .expect("the gate ran on what the trial kept");
+    assert_eq!(verdict["validation"]["accepted"], true, "{verdict}");
+    let versions = scratch.versions("gated");
+    assert_eq!(versions.len(), 2, "{stdout}");
+    let ops = versions[1]["ops"].as_array().unwrap();
+    assert_eq!(ops.len(), 1, "{ops:?}");
+    assert!(
+        ops[0]["text"].as_str().unwrap().contains(LESSON.1),
+        "{ops:?}"
+    );
+    assert!(
+        stdout.contains("scored lower on its own problem 1"),
+        "the lesson table counts it: {stdout}"
+    );
+    let report = std::fs::read_to_string(scratch.dir.path().join("runs/gated/report.md")).unwrap();
+    assert!(
+        report.contains("Lessons tried on the problems they were learned from")
+            && report.contains("| 1 | add \"When counting how often a letter")
+            && report.contains("| +0.500 |")
+            && report.contains("| 1 | add \"When a sum has two terms")
+            && report.contains("| -0.500 |")
+            && report.contains("| left out |"),
+        "{report}"
+    );
+}
+
 /// Without `--distill-model` the stages run on the 1.5B distiller; when `make setup` has not
 /// fetched it, the run fails before loading anything and says what to do.
 #[test]

@@ -443,3 +443,131 @@ fn credit_on_the_default_model() {
         insta::assert_snapshot!("credit_default_model_show", show);
     });
 }
+
+/// `gym library trial`: a run learns a lesson that helps and one that hurts in one step (no
+/// gate); tried on the problems they were learned from against the library they were written
+/// into (empty), the first is admitted and the second left out.
+#[test]
+fn library_trial_tries_each_lesson_on_the_problems_it_came_from() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(FakeOpenAi::two_lessons());
+    let scratch = Scratch::new();
+    scratch.write_sevens(8);
+    let args = server.sevens_grpo("both", "both", &["--validate", "0", "--no-eval"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, stdout, stderr) = run(&scratch, &args);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let shown = scratch.ok(&["library", "show", "both"]);
+    assert!(
+        shown.contains("E0001") && shown.contains("E0002"),
+        "{shown}"
+    );
+
+    let versions = scratch.versions("both").len();
+    let base_url = server.base_url();
+    let trial = |extra: &[&str]| {
+        let mut args = vec![
+            "library",
+            "trial",
+            "both",
+            "--dataset",
+            "sevens.jsonl",
+            "--reward",
+            "numeric",
+            "-G",
+            "2",
+            "--backend",
+            "openai",
+            "--base-url",
+            &base_url,
+            "--model",
+            "policy",
+        ];
+        args.extend(extra);
+        run(&scratch, &args)
+    };
+    let before = server.requests();
+    let (code, planned, stderr) = trial(&["--dry-run"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(server.requests(), before, "a dry run draws nothing");
+    assert!(
+        planned.contains("2 active lessons, 2 with a source problem")
+            && planned.contains(
+                "plan: 2 problems with the lesson, 1 without, 2 answers each = 6 answers"
+            ),
+        "{planned}"
+    );
+
+    let (code, tried, stderr) = trial(&[]);
+    assert_eq!(code, 0, "{stderr}");
+    let line = |id: &str| {
+        tried
+            .lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_else(|| panic!("{id} in {tried}"))
+            .to_owned()
+    };
+    let helps = line("E0001");
+    let hurts = line("E0002");
+    let (helps, hurts) = if helps.contains(LESSON.1) {
+        (helps, hurts)
+    } else {
+        (hurts, helps)
+    };
+    assert!(
+        helps.contains("v0→v1")
+            && helps.contains("0.500→1.000")
+            && helps.contains("+0.500")
+            && helps.contains("admit"),
+        "{tried}"
+    );
+    assert!(
+        hurts.contains("0.500→0.000") && hurts.contains("-0.500") && hurts.contains("leave out"),
+        "{tried}"
+    );
+    assert!(
+        tried.contains("would admit 1 and leave out 1 of the 2 lessons tried"),
+        "{tried}"
+    );
+    // Nothing was changed.
+    assert_eq!(scratch.versions("both").len(), versions);
+    redacted(
+        &scratch,
+        &[(&base_url, "[SERVER]")],
+        &[(r"\d+\.\d s", "[SECONDS]")],
+        || {
+            insta::assert_snapshot!("trial_dry_run", planned);
+            insta::assert_snapshot!("trial_measured", tried);
+        },
+    );
+}
+
+#[test]
+fn library_trial_refuses_bad_flags_and_says_so() {
+    let scratch = Scratch::new();
+    scratch.write_sevens(2);
+    scratch.ok(&["library", "init", "sevens"]);
+    let (code, _, stderr) = run(
+        &scratch,
+        &[
+            "library",
+            "trial",
+            "sevens",
+            "--dataset",
+            "sevens.jsonl",
+            "--sources",
+            "0",
+        ],
+    );
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("--sources needs 1 to 64 problems"),
+        "{stderr}"
+    );
+    let (code, stdout, stderr) = run(
+        &scratch,
+        &["library", "trial", "sevens", "--dataset", "sevens.jsonl"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("nothing to try"), "{stdout}");
+}

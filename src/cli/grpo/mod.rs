@@ -143,6 +143,14 @@ pub struct GrpoArgs {
     #[arg(long)]
     validate_each: bool,
 
+    /// Try each new or rewritten lesson on up to N of the training problems it was learned
+    /// from, before the gate: --group-size answers with the current library and as many with
+    /// the lesson added, on fresh seeds and paired by seed; a lesson whose answers score lower
+    /// is left out (journaled, in the report). Costs G x (problems + lessons x N) answers a
+    /// step. 0 turns it off.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    admit: usize,
+
     /// Credit pass: after each epoch, measure each active experience's own effect on this many
     /// training queries, --group-size answers each (see --credit-pairs for how), record it in
     /// usage.json and propose deleting lessons that hurt beyond their interval at the next step
@@ -568,6 +576,7 @@ impl GrpoArgs {
             validate: self.validate,
             validate_threshold: self.validate_threshold,
             validate_each: self.validate_each,
+            admit: self.admit,
             credit_queries: self.credit_queries,
             credit_pairs: self.credit_pairs,
         }

@@ -141,6 +141,7 @@ impl GrpoArgs {
             group_size: self.group_size,
             validate: self.validate,
             validate_each: self.validate_each,
+            admit: self.admit,
             credit_queries: self.credit_queries,
             credit_pairs: self.credit_pairs,
             eval_queries,

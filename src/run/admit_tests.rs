@@ -1,0 +1,229 @@
+//! The source-problem trial on the scripted model of the credit tests, where one lesson raises
+//! a group's right answers by a quarter and another lowers them by a quarter.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::*;
+use crate::library::{Evidence, ExperienceId};
+use crate::rollout::credit::tests::{HELPS, HURTS, queries};
+use crate::rollout::query_seed;
+use crate::run::Journal;
+use crate::run::RunControl;
+use crate::run::credit::tests::{Counting, Recorded, library, runner};
+use crate::run::events::Events;
+use crate::run::summary::StepReport;
+
+fn learned_from(change: Change, ids: &[&str]) -> Change {
+    let evidence = Evidence {
+        query_ids: ids.iter().map(|id| id.to_string()).collect(),
+        group_rewards: vec![1.0, 0.0, 1.0, 0.0],
+    };
+    match change {
+        Change::Add { text, .. } => Change::Add {
+            text,
+            domain: None,
+            confidence: None,
+            evidence,
+        },
+        Change::Update { id, text, .. } => Change::Update {
+            id,
+            text,
+            domain: None,
+            confidence: None,
+            evidence,
+        },
+        delete => delete,
+    }
+}
+
+/// A step's changes over the library E0003 (neutral): a lesson that helps and one that hurts,
+/// each learned from one problem; a confirmation of E0003; a lesson from outside the batch.
+fn changes() -> Vec<Change> {
+    let neutral: ExperienceId = "E0003".parse().unwrap();
+    vec![
+        learned_from(Change::add(HELPS), &["q1"]),
+        learned_from(Change::add(HURTS), &["q2", "q3"]),
+        learned_from(
+            Change::Update {
+                id: neutral,
+                text: None,
+                domain: None,
+                confidence: None,
+                evidence: Evidence::default(),
+            },
+            &["q1"],
+        ),
+        learned_from(
+            Change::add("When a question is long, read it twice."),
+            &["q9"],
+        ),
+    ]
+}
+
+/// The runner's library (v1: E0001 helps, E0002 hurts, E0003 neutral) with only E0003 active.
+fn neutral_only(runner: &Runner) -> State {
+    let mut state = runner.library.head().clone();
+    for id in ["E0001", "E0002"] {
+        let ops = state
+            .resolve(
+                &[Change::delete(id.parse().unwrap())],
+                Limits { max_words: 40 },
+            )
+            .unwrap();
+        drop(state.apply(2, &Provenance::Init, &ops).unwrap());
+    }
+    state
+}
+
+/// Runs the trial as step 1 of a run in `root` whose library holds only E0003.
+async fn trial(
+    root: &std::path::Path,
+    backend: Arc<Counting>,
+    sources: usize,
+) -> (Option<Admission>, StepReport) {
+    let mut runner = runner(root, backend, Arc::new(Recorded::default()));
+    runner.config.admit = sources;
+    std::fs::create_dir_all(&runner.dir).unwrap();
+    let (mut journal, replay) = Journal::open(&runner.dir).unwrap();
+    let state = neutral_only(&runner);
+    let mut step = Step {
+        journal: &mut journal,
+        replay: &replay,
+        events: Arc::new(Events::default()),
+        control: RunControl::default(),
+        epoch: 1,
+        number: 1,
+        report: StepReport::new(1, 1, 6),
+    };
+    let batch = queries();
+    let admission = admit(&runner, &mut step, &batch[..4], &state, changes())
+        .await
+        .unwrap();
+    (admission, step.report)
+}
+
+#[tokio::test]
+async fn a_lesson_that_lowers_its_own_problems_answers_is_left_out_and_a_resume_draws_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    drop(library(root.path()));
+    let backend = Arc::new(Counting(AtomicUsize::new(0)));
+    let (admission, mut report) = trial(root.path(), backend.clone(), 2).await;
+    let admission = admission.expect("not stopped");
+    // Controls on q1, q2, q3 (shared), the helpful lesson on q1, the harmful one on q2 and q3.
+    assert_eq!(backend.0.load(Ordering::SeqCst), 3 + 1 + 2);
+
+    let [helps, hurts] = &admission.tried[..] else {
+        panic!("{:?}", admission.tried)
+    };
+    assert!(
+        helps.kept && helps.change.starts_with("add \"When"),
+        "{helps:?}"
+    );
+    assert!((helps.validation.delta - 0.25).abs() < 1e-9, "{helps:?}");
+    assert_eq!(helps.validation.queries, 1);
+    assert!(!hurts.kept && (hurts.validation.delta + 0.25).abs() < 1e-9);
+    assert_eq!((hurts.validation.queries, hurts.validation.worse), (2, 2));
+    // Kept in order: the helpful lesson, the confirmation and the lesson with no source in
+    // the batch (neither tried).
+    let kept: Vec<String> = admission.kept.iter().map(describe).collect();
+    assert_eq!(kept.len(), 3, "{kept:?}");
+    assert!(kept[0].contains("When") && kept[1] == "update E0003");
+    assert!(kept[2].contains("read it twice"));
+
+    report.lessons.added = 3;
+    let spent = admission.spent;
+    let changes = admission.account(&mut report);
+    assert_eq!(changes.len(), 3);
+    assert_eq!(report.lessons.added, 2);
+    assert_eq!(report.lessons.dropped[LEFT_OUT], 1);
+    assert_eq!(report.tried.len(), 2);
+    assert_eq!(report.validation_usage.completion_tokens, 6 * 4 * 2);
+    assert_eq!(spent.tokens.completion_tokens, 6 * 4 * 2);
+
+    // A resumed step reads every group back: nothing is drawn, the verdicts are the same.
+    let (again, _) = trial(root.path(), backend.clone(), 2).await;
+    let again = again.unwrap();
+    assert_eq!(backend.0.load(Ordering::SeqCst), 6);
+    assert_eq!(again.left_out.len(), 1);
+    assert_eq!(again.spent, spent, "read back from the journaled groups");
+}
+
+#[tokio::test]
+async fn the_trial_draws_fresh_seeds_and_stays_within_its_source_limit() {
+    let root = tempfile::tempdir().unwrap();
+    drop(library(root.path()));
+    let backend = Arc::new(Counting(AtomicUsize::new(0)));
+    let (admission, _) = trial(root.path(), backend.clone(), 1).await;
+    // One source each: controls on q1 and q2, one group per lesson.
+    assert_eq!(backend.0.load(Ordering::SeqCst), 4);
+    let admission = admission.unwrap();
+    assert_eq!(admission.left_out[0].1.queries, 1);
+
+    // The groups are journaled under the trial's pass, with seeds the step's rollouts do not
+    // use (the scripted model numbers its answers from the request's seed).
+    let (_, replay) = Journal::open(&root.path().join("run")).unwrap();
+    let groups = &replay.measured["admit-step-1@v1"];
+    assert_eq!(groups.len(), 4);
+    let control = &groups[&(CONTROL.to_string(), "q1".to_string())].group;
+    let rollout_seed = query_seed(crate::backend::Sampling::default().seed, "q1");
+    assert_ne!(control.answers[0].seed, rollout_seed);
+    let lesson = groups
+        .iter()
+        .find(|((label, id), _)| label.starts_with("add ") && id == "q1")
+        .unwrap();
+    assert_eq!(
+        lesson.1.group.answers[0].seed, control.answers[0].seed,
+        "the lesson's answers are paired with the control's by seed"
+    );
+}
+
+#[tokio::test]
+async fn off_draws_nothing_and_keeps_every_change() {
+    let root = tempfile::tempdir().unwrap();
+    drop(library(root.path()));
+    let backend = Arc::new(Counting(AtomicUsize::new(0)));
+    let (admission, report) = trial(root.path(), backend.clone(), 0).await;
+    let admission = admission.unwrap();
+    assert_eq!(backend.0.load(Ordering::SeqCst), 0);
+    assert_eq!(admission.kept, changes());
+    assert!(admission.tried.is_empty() && report.tried.is_empty());
+}
+
+#[tokio::test]
+async fn a_stop_before_the_trial_starts_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    drop(library(root.path()));
+    let backend = Arc::new(Counting(AtomicUsize::new(0)));
+    let mut runner = runner(root.path(), backend.clone(), Arc::new(Recorded::default()));
+    runner.config.admit = 1;
+    runner.control.stop();
+    std::fs::create_dir_all(&runner.dir).unwrap();
+    let (mut journal, replay) = Journal::open(&runner.dir).unwrap();
+    let mut step = Step {
+        journal: &mut journal,
+        replay: &replay,
+        events: Arc::new(Events::default()),
+        control: runner.control.clone(),
+        epoch: 1,
+        number: 1,
+        report: StepReport::new(1, 1, 6),
+    };
+    let state = neutral_only(&runner);
+    let batch = queries();
+    let stopped = admit(&runner, &mut step, &batch, &state, changes())
+        .await
+        .unwrap();
+    assert!(stopped.is_none());
+    assert_eq!(backend.0.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn labels_tell_changes_apart_and_stay_the_same() {
+    let [a, b, ..] = &changes()[..] else {
+        unreachable!()
+    };
+    assert_eq!(label(a), label(a));
+    assert_ne!(label(a), label(b));
+    assert!(label(a).starts_with("add "));
+}
