@@ -30,8 +30,8 @@ pub struct TrialArgs {
     /// Library: NAME or NAME@VERSION (default: the latest version).
     library: String,
 
-    /// Source problems each lesson is tried on, the first of its evidence's queries that the
-    /// split holds.
+    /// Source problems each lesson is tried on: the first queries of the split (in its order)
+    /// that its evidence names.
     #[arg(long, default_value_t = 1)]
     sources: usize,
 
@@ -169,10 +169,11 @@ fn plan<'a>(
     for experience in state.active() {
         let (written_in, evidence) = writing_op(library, experience.id, experience.updated_in)?;
         let parent = library.version(written_in)?.parent.unwrap_or(0);
-        let problems: Vec<&Sample> = evidence
-            .query_ids
+        // In the dataset's order: the evidence lists its queries in the order their groups'
+        // extract calls finished, which differs between runs.
+        let problems: Vec<&Sample> = samples
             .iter()
-            .filter_map(|id| samples.iter().find(|s| &s.id == id))
+            .filter(|s| evidence.query_ids.contains(&s.id))
             .take(sources)
             .collect();
         let lesson = if problems.is_empty() {

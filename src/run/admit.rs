@@ -9,8 +9,9 @@
 //! very problem, a sound lesson should not make the policy's answers worse. Measured on its own
 //! source, a lesson is tried where it has the most reason to help, at G answers a problem.
 //!
-//! How (`rollout::trial`): for each of up to N source problems of a change, G answers with the
-//! current library and G with the current library plus that change alone, both drawn fresh on
+//! How (`rollout::trial`): for each of up to N source problems of a change, K answers with the
+//! current library and K with the current library plus that change alone (`--admit-answers`,
+//! default `--group-size`), both drawn fresh on
 //! a seed of the step's own and paired by seed; a change whose paired Δ is below zero is left
 //! out. The control answers are shared by every change learned from the same problem. Every
 //! group is journaled under the pass `admit-step-S@vV`, so a resumed step reuses it.
@@ -122,6 +123,7 @@ pub(super) async fn admit(
         return Ok(Some(admission));
     }
     let problems: usize = lessons.iter().map(|(_, l)| l.problems.len()).sum();
+    let answers = runner.config.admit_answers();
     runner.events.emit(RunEvent::Log {
         level: "info".into(),
         text: format!(
@@ -129,7 +131,7 @@ pub(super) async fn admit(
              with and up to as many without, {} answers each) …",
             at.number,
             lessons.len(),
-            runner.config.group_size
+            answers
         ),
     });
     if !runner.control.proceed().await {
@@ -140,6 +142,7 @@ pub(super) async fn admit(
         runner.library.head_version(),
     );
     let mut settings = paired_settings(runner);
+    settings.k = answers;
     settings.sampling = fresh_sampling(&settings.sampling, &format!("step {}", at.number));
     let recorder = Recorder::new(&mut *at.journal, pass.clone());
     let keep = |result: &QueryResult| recorder.record(result);
@@ -207,8 +210,8 @@ pub(super) async fn admit(
     Ok(Some(admission))
 }
 
-/// The source problems of `change` a trial uses: the first `limit` of its evidence's queries
-/// that are in `batch`, for a change that alters what the policy is shown.
+/// The source problems of `change` a trial uses: the first `limit` queries of `batch` its
+/// evidence names, for a change that alters what the policy is shown.
 fn source_problems<'a>(change: &Change, batch: &'a [Sample], limit: usize) -> Vec<&'a Sample> {
     let evidence = match change {
         Change::Add { evidence, .. } | Change::Update { evidence, .. } if prompts(change) => {
@@ -216,10 +219,11 @@ fn source_problems<'a>(change: &Change, batch: &'a [Sample], limit: usize) -> Ve
         }
         _ => return Vec::new(),
     };
-    evidence
-        .query_ids
+    // In the batch's order, not the evidence's: that is the order the groups' extract calls
+    // finished in, which differs between processes.
+    batch
         .iter()
-        .filter_map(|id| batch.iter().find(|s| &s.id == id))
+        .filter(|s| evidence.query_ids.contains(&s.id))
         .take(limit)
         .collect()
 }

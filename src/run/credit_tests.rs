@@ -223,6 +223,7 @@ pub(in crate::run) fn runner(
             validate_threshold: 0.0,
             validate_each: false,
             admit: 0,
+            admit_answers: None,
             credit_queries: 6,
             credit_pairs: 0,
         },

@@ -123,6 +123,9 @@ pub struct RunConfig {
     /// see `run/admit.rs`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub admit: usize,
+    /// Answers per problem and condition of that trial (`None`: `group_size`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admit_answers: Option<usize>,
     /// Training queries of the credit pass after each epoch (0: none), see [`credit`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub credit_queries: usize,
@@ -130,6 +133,13 @@ pub struct RunConfig {
     /// pairs above (0: always leave-one-out), see [`crate::rollout::credit::Ablation::bounded`].
     #[serde(default = "default_credit_pairs")]
     pub credit_pairs: usize,
+}
+
+impl RunConfig {
+    /// Answers per problem and condition of the source-problem trial.
+    pub fn admit_answers(&self) -> usize {
+        self.admit_answers.unwrap_or(self.group_size).max(1)
+    }
 }
 
 /// Complementary pairs of the credit pass's Banzhaf ablation unless set: 13 conditions, as

@@ -47,6 +47,8 @@ pub struct Shape {
     pub validate_each: bool,
     /// `--admit`: source problems each new lesson is tried on (0: no trial).
     pub admit: usize,
+    /// `--admit-answers` (or `--group-size`): answers per problem and condition of that trial.
+    pub admit_answers: usize,
     /// `--credit-queries` (0: no credit pass).
     pub credit_queries: usize,
     /// `--credit-pairs`: the pass's conditions are at most 2 × this + 1 (0: leave-one-out).
@@ -392,7 +394,8 @@ pub fn plan(shape: &Shape, pilot: &Pilot, prices: Prices) -> Result<Plan, PlanEr
     // control group per problem (counted as if no two lessons shared one: an upper bound).
     if shape.admit > 0 && pilot.net_lessons > 0.0 {
         let groups = 2.0 * pilot.net_lessons * shape.admit as f64;
-        let trial = answering(Part::Validation, s * active * groups, g, mean_lessons);
+        let k = shape.admit_answers.max(1) as f64;
+        let trial = answering(Part::Validation, s * active * groups, k, mean_lessons);
         validation = Some(match validation {
             None => trial,
             Some(sum) => add(sum, &trial),

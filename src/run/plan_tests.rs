@@ -43,6 +43,7 @@ fn shape() -> Shape {
         validate: 0,
         validate_each: false,
         admit: 0,
+        admit_answers: 4,
         credit_queries: 0,
         credit_pairs: 6,
         eval_queries: 0,
@@ -124,6 +125,36 @@ fn the_gate_counts_two_conditions_on_queries_outside_the_batch() {
         plan.parts.iter().all(|p| p.part != Part::Validation),
         "a batch that holds every query leaves nothing to validate on"
     );
+}
+
+#[test]
+fn the_source_problem_trial_counts_a_control_and_a_lesson_group_per_problem() {
+    let mut shape = shape();
+    shape.train_queries = 12;
+    shape.admit = 2;
+    shape.admit_answers = 8;
+    let plan = plan(&shape, &pilot(), Prices::default()).unwrap();
+    // 3 steps, one lesson each, on 2 problems: a control and a lesson group per problem.
+    let trial = part(&plan, Part::Validation);
+    assert_eq!(trial.calls, 3.0 * 2.0 * 2.0);
+    assert_eq!(trial.answers, 3.0 * 2.0 * 2.0 * 8.0);
+
+    // Beside the gate: one validation part holding both.
+    shape.validate = 8;
+    let plan = plan_of(&shape);
+    let both = part(&plan, Part::Validation);
+    assert_eq!(both.calls, 3.0 * 2.0 * 8.0 + 3.0 * 2.0 * 2.0);
+    assert_eq!(
+        plan.parts
+            .iter()
+            .filter(|p| p.part == Part::Validation)
+            .count(),
+        1
+    );
+}
+
+fn plan_of(shape: &Shape) -> Plan {
+    plan(shape, &pilot(), Prices::default()).unwrap()
 }
 
 #[test]

@@ -509,7 +509,8 @@ fn judged_together_a_harmful_lesson_sinks_a_helpful_one_judged_each_it_does_not(
 
 #[test]
 fn a_lesson_that_fails_on_its_own_problem_is_left_out_before_the_gate() {
-    let (stdout, entries, scratch) = two_lesson_run(&["--admit", "1"]);
+    // Twice the rollouts' 2 answers per problem and condition.
+    let (stdout, entries, scratch) = two_lesson_run(&["--admit", "1", "--admit-answers", "4"]);
     // Each lesson on the one problem it came from, beside that problem's control group.
     let trial: Vec<&Value> = entries
         .iter()
@@ -534,6 +535,7 @@ fn a_lesson_that_fails_on_its_own_problem_is_left_out_before_the_gate() {
             _ => 0.0,
         };
         assert_eq!(result["mean_reward"], expected, "{result}");
+        assert_eq!(result["group"]["answers"].as_array().unwrap().len(), 4);
     }
     // The gate then judges the helpful lesson alone, and it commits.
     let verdict = entries
@@ -563,6 +565,36 @@ fn a_lesson_that_fails_on_its_own_problem_is_left_out_before_the_gate() {
             && report.contains("| left out |"),
         "{report}"
     );
+}
+
+#[test]
+fn flags_that_would_ask_for_unbounded_work_are_refused_by_name() {
+    let scratch = Scratch::new();
+    for (flags, message) in [
+        (
+            &["--admit", "1", "--admit-answers", "0"][..],
+            "--admit-answers takes 1 to 1024 answers",
+        ),
+        (
+            &["--admit-answers", "5000"][..],
+            "--admit-answers takes 1 to 1024 answers",
+        ),
+        (
+            &["--credit-pairs", "5000"][..],
+            "--credit-pairs takes at most 1024 pairs",
+        ),
+    ] {
+        let args = [&["grpo", "--samples", "2", "--batch-size", "2"][..], flags].concat();
+        let output = scratch.model_command(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{flags:?}: {stderr}");
+        assert!(stderr.contains(message), "{flags:?}: {stderr}");
+        let runs = scratch.dir.path().join("runs");
+        assert!(
+            !runs.exists() || std::fs::read_dir(&runs).unwrap().next().is_none(),
+            "{flags:?} left a run folder behind"
+        );
+    }
 }
 
 /// Without `--distill-model` the stages run on the 1.5B distiller; when `make setup` has not

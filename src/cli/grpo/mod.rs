@@ -144,12 +144,17 @@ pub struct GrpoArgs {
     validate_each: bool,
 
     /// Try each new or rewritten lesson on up to N of the training problems it was learned
-    /// from, before the gate: --group-size answers with the current library and as many with
-    /// the lesson added, on fresh seeds and paired by seed; a lesson whose answers score lower
-    /// is left out (journaled, in the report). Costs G x (problems + lessons x N) answers a
+    /// from, before the gate: K answers with the current library and K with the lesson added
+    /// (K: --admit-answers), on fresh seeds and paired by seed; a lesson whose answers score lower
+    /// is left out (journaled, in the report). Costs K x (problems + lessons x N) answers a
     /// step. 0 turns it off.
     #[arg(long, value_name = "N", default_value_t = 0)]
     admit: usize,
+
+    /// Answers per problem, with and without the lesson, of the --admit trial (default:
+    /// --group-size). At 4 it does not tell sound lessons from wrong ones (docs/grpo.md).
+    #[arg(long, value_name = "K")]
+    admit_answers: Option<usize>,
 
     /// Credit pass: after each epoch, measure each active experience's own effect on this many
     /// training queries, --group-size answers each (see --credit-pairs for how), record it in
@@ -273,6 +278,8 @@ impl GrpoArgs {
         if self.plan {
             return self.print_plan();
         }
+        // Before the run's folder exists: bad flags leave nothing behind.
+        self.check()?;
         let run_id = self
             .run_id
             .clone()
@@ -536,6 +543,11 @@ impl GrpoArgs {
             "--credit-pairs takes at most {} pairs",
             gym::rollout::credit::MAX_SAMPLES
         );
+        anyhow::ensure!(
+            self.admit_answers
+                .is_none_or(|k| (1..=MAX_ADMIT_ANSWERS).contains(&k)),
+            "--admit-answers takes 1 to {MAX_ADMIT_ANSWERS} answers"
+        );
         self.check_default_distill_model()
     }
 
@@ -577,11 +589,16 @@ impl GrpoArgs {
             validate_threshold: self.validate_threshold,
             validate_each: self.validate_each,
             admit: self.admit,
+            admit_answers: self.admit_answers,
             credit_queries: self.credit_queries,
             credit_pairs: self.credit_pairs,
         }
     }
 }
+
+/// Most answers per problem and condition of the --admit trial (a bound on the work one flag
+/// can ask for).
+const MAX_ADMIT_ANSWERS: usize = 1024;
 
 /// Exit status of a run the user stopped (it resumes with `--resume`).
 const STOPPED_EXIT: u8 = 4;

@@ -142,6 +142,7 @@ impl GrpoArgs {
             validate: self.validate,
             validate_each: self.validate_each,
             admit: self.admit,
+            admit_answers: self.admit_answers.unwrap_or(self.group_size),
             credit_queries: self.credit_queries,
             credit_pairs: self.credit_pairs,
             eval_queries,
