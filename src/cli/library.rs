@@ -167,10 +167,11 @@ enum LibraryCommand {
     /// subsets), paired by query. Leave-one-out draws (experiences + 1) x --queries x
     /// --group-size answers, Banzhaf at most (2 x P + 1) x --queries x --group-size.
     Credit(Box<super::library_credit::CreditArgs>),
-    /// Try each lesson on the training problems it was learned from, as `gym grpo --admit`
-    /// does before a lesson commits: the library it was written into, without and with it,
-    /// --group-size fresh answers each, paired by seed. Says which lessons the trial would
-    /// have let in; changes nothing.
+    /// Try each lesson on the problems it was learned from, as `gym grpo --admit` would
+    ///
+    /// The library each lesson was written into, without and with it, --group-size fresh
+    /// answers each, paired by seed. Says which lessons the trial would have let in; changes
+    /// nothing.
     Trial(Box<super::library_trial::TrialArgs>),
     /// How distinct the experiences are: the MiniLM cosine of every pair, most similar first
     /// (the similarity `gym grpo` merges near-duplicates by).

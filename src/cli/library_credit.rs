@@ -170,7 +170,7 @@ impl CreditArgs {
             resume: &resume,
         };
         let started = Instant::now();
-        let progress = progress_line();
+        let progress = progress_line("credit");
         let report = rt.block_on(measure(bench, &state, version, ablation, &progress))?;
         println!(
             "model {}, reward {}, {:.1} s",
@@ -203,17 +203,18 @@ impl CreditArgs {
     }
 }
 
-/// Progress on standard error: a rewritten line on a terminal, every tenth otherwise.
-fn progress_line() -> impl Fn(usize, usize) + Sync {
+/// Progress of `what` (`credit`, `trial`) on standard error: a rewritten line on a terminal,
+/// every tenth otherwise.
+pub(super) fn progress_line(what: &'static str) -> impl Fn(usize, usize) + Sync {
     let interactive = std::io::stderr().is_terminal();
     move |done: usize, total: usize| {
         if interactive {
-            eprint!("\rcredit: {done}/{total} groups");
+            eprint!("\r{what}: {done}/{total} groups");
             if done == total {
                 eprintln!();
             }
         } else if done == total || done.is_multiple_of((total / 10).max(1)) {
-            eprintln!("credit: {done}/{total} groups");
+            eprintln!("{what}: {done}/{total} groups");
         }
     }
 }

@@ -5,7 +5,6 @@
 //! have let in; it changes nothing.
 
 use std::fmt::Write as _;
-use std::io::IsTerminal as _;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -19,6 +18,7 @@ use gym::rollout::trial::{Lesson, fresh_sampling, try_lessons};
 
 use super::backend_args::{BackendArgs, SamplingArgs, runtime};
 use super::eval::{DatasetArgs, RewardArgs};
+use super::library_credit::progress_line;
 use super::tool_args::ToolArgs;
 
 /// Most source problems a lesson is tried on (each costs two groups at most).
@@ -137,7 +137,7 @@ impl TrialArgs {
         };
         let lessons: Vec<Lesson<'_>> = tried.into_iter().cloned().collect();
         let started = Instant::now();
-        let progress = progress_line();
+        let progress = progress_line("trial");
         let result = rt.block_on(try_lessons(
             backend.as_ref(),
             verifier.as_ref(),
@@ -225,21 +225,6 @@ fn writing_op(library: &Library, id: ExperienceId, latest: u64) -> anyhow::Resul
         }
     }
     anyhow::bail!("no version up to v{latest} wrote {id}")
-}
-
-/// Progress on standard error: a rewritten line on a terminal, every tenth otherwise.
-fn progress_line() -> impl Fn(usize, usize) + Sync {
-    let interactive = std::io::stderr().is_terminal();
-    move |done: usize, total: usize| {
-        if interactive {
-            eprint!("\rtrial: {done}/{total} groups");
-            if done == total {
-                eprintln!();
-            }
-        } else if done == total || done.is_multiple_of((total / 10).max(1)) {
-            eprintln!("trial: {done}/{total} groups");
-        }
-    }
 }
 
 /// The table: each lesson with the library it was added to, its problems, the mean reward

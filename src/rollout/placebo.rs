@@ -83,11 +83,12 @@ fn neutral_text(words: &[&str], start: usize, target: usize) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn shown(texts: &[&str]) -> Vec<PromptExperience> {
+    /// `texts` as the experiences E0001, E0002, … a prompt shows.
+    pub(crate) fn shown(texts: &[&str]) -> Vec<PromptExperience> {
         texts
             .iter()
             .enumerate()

@@ -141,7 +141,28 @@ pub fn judge(pairs: &[(&RolloutGroup, &RolloutGroup)], group_size: usize) -> Val
         better += usize::from(b > a);
         worse += usize::from(b < a);
     }
-    let delta = Estimate::paired_difference(&without, &with);
+    paired_validation(
+        &without,
+        &with,
+        pairs.len(),
+        group_size,
+        0.0,
+        (better, worse),
+    )
+}
+
+/// The verdict of a paired comparison: `without[i]` and `with[i]` measured alike (one query's
+/// mean rewards, or one seed's answer), Δ = with − without and its 95 % interval, accepted
+/// when Δ is not below `-threshold`; `queries` compared, `better`/`worse` how many scored so.
+pub fn paired_validation(
+    without: &[f64],
+    with: &[f64],
+    queries: usize,
+    group_size: usize,
+    threshold: f64,
+    (better, worse): (usize, usize),
+) -> Validation {
+    let delta = Estimate::paired_difference(without, with);
     let mean = |v: &[f64]| {
         if v.is_empty() {
             0.0
@@ -150,15 +171,15 @@ pub fn judge(pairs: &[(&RolloutGroup, &RolloutGroup)], group_size: usize) -> Val
         }
     };
     Validation {
-        queries: pairs.len(),
+        queries,
         group_size,
-        current_mean: mean(&without),
-        candidate_mean: mean(&with),
+        current_mean: mean(without),
+        candidate_mean: mean(with),
         delta: delta.value,
         delta_low: delta.low,
         delta_high: delta.high,
-        threshold: 0.0,
-        accepted: delta.value >= 0.0,
+        threshold,
+        accepted: delta.value >= -threshold,
         better,
         worse,
     }
@@ -169,17 +190,7 @@ mod tests {
     use super::*;
     use crate::reward::ExactVerifier;
     use crate::rollout::credit::tests::{HELPS, HURTS, LessonModel, NEUTRAL, queries, settings};
-
-    fn shown(texts: &[&str]) -> Vec<PromptExperience> {
-        texts
-            .iter()
-            .enumerate()
-            .map(|(i, text)| PromptExperience {
-                id: format!("E{:04}", i + 1),
-                text: text.to_string(),
-            })
-            .collect()
-    }
+    use crate::rollout::placebo::tests::shown;
 
     #[tokio::test]
     async fn lessons_share_a_control_only_when_they_name_the_same_one() {

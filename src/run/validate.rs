@@ -23,7 +23,7 @@ use crate::library::{Change, Limits, Provenance, State, Validation};
 use crate::rollout::credit::{Bench, mean_rewards};
 use crate::rollout::eval::{EvalSettings, Resume};
 use crate::rollout::prompt::PromptExperience;
-use crate::rollout::stats::Estimate;
+use crate::rollout::trial::paired_validation;
 
 /// What the validation gate decided.
 pub(super) enum Gate {
@@ -412,27 +412,16 @@ pub(super) fn paired_settings(runner: &Runner) -> EvalSettings {
 pub(super) fn judge(means: &[[f64; 2]], group_size: usize, threshold: f64) -> Validation {
     let current: Vec<f64> = means.iter().map(|m| m[0]).collect();
     let candidate: Vec<f64> = means.iter().map(|m| m[1]).collect();
-    let delta = Estimate::paired_difference(&current, &candidate);
-    let average = |v: &[f64]| {
-        if v.is_empty() {
-            0.0
-        } else {
-            v.iter().sum::<f64>() / v.len() as f64
-        }
-    };
-    Validation {
-        queries: means.len(),
+    let better = means.iter().filter(|m| m[1] > m[0]).count();
+    let worse = means.iter().filter(|m| m[1] < m[0]).count();
+    paired_validation(
+        &current,
+        &candidate,
+        means.len(),
         group_size,
-        current_mean: average(&current),
-        candidate_mean: average(&candidate),
-        delta: delta.value,
-        delta_low: delta.low,
-        delta_high: delta.high,
         threshold,
-        accepted: delta.value >= -threshold,
-        better: means.iter().filter(|m| m[1] > m[0]).count(),
-        worse: means.iter().filter(|m| m[1] < m[0]).count(),
-    }
+        (better, worse),
+    )
 }
 
 #[cfg(test)]
