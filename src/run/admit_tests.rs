@@ -8,11 +8,11 @@ use super::*;
 use crate::library::{Evidence, ExperienceId};
 use crate::rollout::credit::tests::{HELPS, HURTS, queries};
 use crate::rollout::query_seed;
-use crate::run::Journal;
 use crate::run::RunControl;
 use crate::run::credit::tests::{Counting, Recorded, library, runner};
 use crate::run::events::Events;
 use crate::run::summary::StepReport;
+use crate::run::{Journal, Replay};
 
 fn learned_from(change: Change, ids: &[&str]) -> Change {
     let evidence = Evidence {
@@ -76,6 +76,19 @@ fn neutral_only(runner: &Runner) -> State {
     state
 }
 
+/// Step 1 of epoch 1, journaled in `journal`.
+fn step_one<'a>(journal: &'a mut Journal, replay: &'a Replay, control: RunControl) -> Step<'a> {
+    Step {
+        journal,
+        replay,
+        events: Arc::new(Events::default()),
+        control,
+        epoch: 1,
+        number: 1,
+        report: StepReport::new(1, 1, 6),
+    }
+}
+
 /// Runs the trial as step 1 of a run in `root` whose library holds only E0003.
 async fn trial(
     root: &std::path::Path,
@@ -87,15 +100,7 @@ async fn trial(
     std::fs::create_dir_all(&runner.dir).unwrap();
     let (mut journal, replay) = Journal::open(&runner.dir).unwrap();
     let state = neutral_only(&runner);
-    let mut step = Step {
-        journal: &mut journal,
-        replay: &replay,
-        events: Arc::new(Events::default()),
-        control: RunControl::default(),
-        epoch: 1,
-        number: 1,
-        report: StepReport::new(1, 1, 6),
-    };
+    let mut step = step_one(&mut journal, &replay, RunControl::default());
     let batch = queries();
     let admission = admit(&runner, &mut step, &batch[..4], &state, changes())
         .await
@@ -200,15 +205,7 @@ async fn a_stop_before_the_trial_starts_nothing() {
     runner.control.stop();
     std::fs::create_dir_all(&runner.dir).unwrap();
     let (mut journal, replay) = Journal::open(&runner.dir).unwrap();
-    let mut step = Step {
-        journal: &mut journal,
-        replay: &replay,
-        events: Arc::new(Events::default()),
-        control: runner.control.clone(),
-        epoch: 1,
-        number: 1,
-        report: StepReport::new(1, 1, 6),
-    };
+    let mut step = step_one(&mut journal, &replay, runner.control.clone());
     let state = neutral_only(&runner);
     let batch = queries();
     let stopped = admit(&runner, &mut step, &batch, &state, changes())
