@@ -23,10 +23,10 @@ use super::events::RunEvent;
 use super::journal::{Recorder, Spent, measure_pass};
 use super::step::Step;
 use super::summary::{JudgedChange, StepReport};
-use super::validate::{describe, paired_settings, prompts};
+use super::validate::{describe, paired_settings, prompts, with_change};
 use super::{RunError, Runner};
 use crate::data::Sample;
-use crate::library::{Change, Limits, Provenance, State, Validation};
+use crate::library::{Change, Limits, State, Validation};
 use crate::rollout::eval::{QueryResult, Resume};
 use crate::rollout::prompt::PromptExperience;
 use crate::rollout::trial::{Lesson, fresh_sampling, try_lessons};
@@ -52,22 +52,11 @@ impl Admission {
     /// or refined) and returns the changes that go on.
     pub(super) fn account(self, report: &mut StepReport) -> Vec<Change> {
         for (change, _) in &self.left_out {
-            report.lessons.count_drop(LEFT_OUT);
+            report.lessons.count_left_out(change, LEFT_OUT);
             report.dropped_ops += 1;
-            match change {
-                Change::Add { .. } => {
-                    report.lessons.added = report.lessons.added.saturating_sub(1);
-                }
-                Change::Update { text: Some(_), .. } => {
-                    report.lessons.updated = report.lessons.updated.saturating_sub(1);
-                }
-                _ => {}
-            }
         }
         report.tried.extend(self.tried);
-        if self.spent != Spent::default() {
-            report.add_validation_spent(Some(self.spent));
-        }
+        report.add_validation_spent(Some(self.spent));
         self.kept
     }
 }
@@ -96,33 +85,30 @@ pub(super) async fn admit(
         max_words: runner.library.settings().max_words,
     };
     let current = PromptExperience::active(state);
-    // The lesson of each triable change, by the change's index.
-    let mut lessons: Vec<(usize, Lesson<'_>)> = Vec::new();
+    // The lesson of each triable change, and the change's index. One the library refuses is
+    // not tried: the gate and the commit say why.
+    let (mut indices, mut lessons) = (Vec::new(), Vec::new());
     for (index, change) in changes.iter().enumerate() {
         let problems = source_problems(change, batch, sources);
         if problems.is_empty() {
             continue;
         }
         let version = runner.library.head_version() + 1;
-        if let Some(shown) = with_change(state, change, limits, version) {
-            let control = (CONTROL.to_string(), current.clone());
-            let label = label(change);
-            lessons.push((
-                index,
-                Lesson {
-                    label,
-                    shown,
-                    control,
-                    problems,
-                },
-            ));
+        if let Ok(shown) = with_change(state, change, limits, version) {
+            indices.push(index);
+            lessons.push(Lesson {
+                label: label(change),
+                shown,
+                control: (CONTROL.to_string(), current.clone()),
+                problems,
+            });
         }
     }
     if lessons.is_empty() {
         admission.kept = changes;
         return Ok(Some(admission));
     }
-    let problems: usize = lessons.iter().map(|(_, l)| l.problems.len()).sum();
+    let problems: usize = lessons.iter().map(|l| l.problems.len()).sum();
     let answers = runner.config.admit_answers();
     runner.events.emit(RunEvent::Log {
         level: "info".into(),
@@ -150,11 +136,10 @@ pub(super) async fn admit(
         done: at.replay.measured.get(&pass).cloned().unwrap_or_default(),
         record: Some(&keep),
     };
-    let only: Vec<Lesson<'_>> = lessons.iter().map(|(_, l)| l.clone()).collect();
     let tried = try_lessons(
         runner.rollout_backend.as_ref(),
         runner.verifier.as_ref(),
-        &only,
+        &lessons,
         &settings,
         &resume,
         &|_, _| {},
@@ -174,8 +159,8 @@ pub(super) async fn admit(
     };
 
     let mut verdicts: Vec<Option<(Validation, &Lesson<'_>)>> = vec![None; changes.len()];
-    for ((index, lesson), verdict) in lessons.iter().zip(tried.verdicts) {
-        verdicts[*index] = Some((verdict, lesson));
+    for ((index, lesson), verdict) in indices.into_iter().zip(&lessons).zip(tried.verdicts) {
+        verdicts[index] = Some((verdict, lesson));
     }
     for (change, verdict) in changes.into_iter().zip(verdicts) {
         let Some((verdict, lesson)) = verdict else {
@@ -226,22 +211,6 @@ fn source_problems<'a>(change: &Change, batch: &'a [Sample], limit: usize) -> Ve
         .filter(|s| evidence.query_ids.contains(&s.id))
         .take(limit)
         .collect()
-}
-
-/// The experiences shown with `change` applied alone to `state`; `None` when the library
-/// refuses it (the gate and the commit then say why).
-fn with_change(
-    state: &State,
-    change: &Change,
-    limits: Limits,
-    version: u64,
-) -> Option<Vec<PromptExperience>> {
-    let mut candidate = state.clone();
-    let ops = candidate
-        .resolve(std::slice::from_ref(change), limits)
-        .ok()?;
-    drop(candidate.apply(version, &Provenance::Init, &ops).ok()?);
-    Some(PromptExperience::active(&candidate))
 }
 
 /// The journal's condition label of a change's groups: its kind and a digest of what it says,

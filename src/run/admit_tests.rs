@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::*;
-use crate::library::{Evidence, ExperienceId};
+use crate::library::{Evidence, ExperienceId, Provenance};
 use crate::rollout::credit::tests::{HELPS, HURTS, queries};
 use crate::rollout::query_seed;
 use crate::run::RunControl;

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::distill::ProposedOp;
 use crate::distill::{Proposal, StageOutcome};
+use crate::library::Change;
 
 /// Lesson counts of a step, or summed over a run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,6 +65,17 @@ impl LessonCounts {
             .dropped
             .entry(drop_kind(reason).to_owned())
             .or_default() += 1;
+    }
+
+    /// Counts `change`, already counted as added or refined, as dropped for `reason` instead
+    /// (a check after stage 4 left it out: the trial, the gate judging changes one by one).
+    pub(super) fn count_left_out(&mut self, change: &Change, reason: &str) {
+        self.count_drop(reason);
+        match change {
+            Change::Add { .. } => self.added = self.added.saturating_sub(1),
+            Change::Update { text: Some(_), .. } => self.updated = self.updated.saturating_sub(1),
+            _ => {}
+        }
     }
 
     /// Adds a step's counts to these.

@@ -19,7 +19,7 @@ use super::validate::{Gate, gate};
 use super::{RunControl, RunError, Runner};
 use crate::data::Sample;
 use crate::distill::{self, Proposal, ProposedOp, StageOutcome};
-use crate::library::{Change, Evidence, ExperienceId, Op, Provenance, State, Validation};
+use crate::library::{Evidence, ExperienceId, Op, Provenance, State, Validation};
 use crate::rollout::prompt::{PromptExperience, solve_messages};
 use crate::rollout::{RolloutGroup, rollout};
 
@@ -446,12 +446,7 @@ pub(super) async fn run_step(
                 for (change, validation) in &left_out {
                     at.report
                         .lessons
-                        .count_drop("scored worse at the validation gate");
-                    match change {
-                        Change::Add { .. } => at.report.lessons.added -= 1,
-                        Change::Update { text: Some(_), .. } => at.report.lessons.updated -= 1,
-                        _ => {}
-                    }
+                        .count_left_out(change, "scored worse at the validation gate");
                     at.report
                         .judged
                         .push(JudgedChange::of(change, validation, false));

@@ -260,20 +260,10 @@ pub(super) async fn judge_each(
         if !prompts(change) {
             continue;
         }
-        let mut candidate = state.clone();
-        let applied = candidate
-            .resolve(std::slice::from_ref(change), limits)
-            .map_err(|error| error.to_string())
-            .and_then(|ops| {
-                candidate
-                    .apply(runner.library.head_version() + 1, &Provenance::Init, &ops)
-                    .map(drop)
-                    .map_err(|(_, error)| error.to_string())
-            });
-        if let Err(reason) = applied {
-            return Ok(Err(format!("change {}: {reason}", index + 1)));
+        match with_change(state, change, limits, runner.library.head_version() + 1) {
+            Ok(candidate) => shown.push(candidate),
+            Err(reason) => return Ok(Err(format!("change {}: {reason}", index + 1))),
         }
-        shown.push(PromptExperience::active(&candidate));
         judged.push(index);
     }
     let settings = paired_settings(runner);
@@ -304,6 +294,26 @@ pub(super) async fn judge_each(
         ));
     }
     Ok(Ok((verdicts, spent)))
+}
+
+/// The experiences shown with `change` applied alone to `state` (as version `version`), or
+/// why the library refuses it.
+pub(super) fn with_change(
+    state: &State,
+    change: &Change,
+    limits: Limits,
+    version: u64,
+) -> Result<Vec<PromptExperience>, String> {
+    let mut candidate = state.clone();
+    let ops = candidate
+        .resolve(std::slice::from_ref(change), limits)
+        .map_err(|error| error.to_string())?;
+    drop(
+        candidate
+            .apply(version, &Provenance::Init, &ops)
+            .map_err(|(_, error)| error.to_string())?,
+    );
+    Ok(PromptExperience::active(&candidate))
 }
 
 /// Whether `change` changes what the policy is shown: not an evidence-only update (a
