@@ -72,6 +72,10 @@ pub enum BackendError {
     #[error("the model worker thread stopped")]
     WorkerGone,
 
+    /// The embedder that picks the experiences a prompt shows failed.
+    #[error("choosing the experiences to show: {0}")]
+    Embed(#[from] crate::embed::EmbedError),
+
     /// The model thread's queue holds as many requests as it may; try again shortly.
     #[error("the model is busy: {capacity} request(s) already wait for it")]
     QueueFull { capacity: usize },

@@ -10,6 +10,7 @@ use clap::{Args, ValueEnum};
 use gym::backend::anthropic::{AnthropicBackend, AnthropicConfig};
 use gym::backend::openai::{GroupMode, OpenAiBackend, OpenAiConfig};
 use gym::backend::{Backend, Price, PriceTable, Sampling};
+use gym::rollout::retrieval::Retrieval;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BackendKind {
@@ -295,4 +296,25 @@ pub fn load_embedder() -> anyhow::Result<Option<Arc<dyn gym::embed::Embedder>>> 
         "warning: built without the `embed` feature: no near-duplicate detection in gym grpo, no retrieval in gym serve (every experience is injected)"
     );
     Ok(None)
+}
+
+/// How many of a library's experiences each query is shown.
+#[derive(Debug, Clone, Args)]
+pub struct RetrievalArgs {
+    /// Show each query only its K most related experiences (MiniLM cosine to the question),
+    /// the way `gym serve --top-k K` injects them, so what is measured is what is served;
+    /// 0 shows every experience.
+    #[arg(long, value_name = "K", env = "GYM_TOP_K", default_value_t = gym::rollout::retrieval::DEFAULT_TOP_K)]
+    pub retrieve: usize,
+}
+
+impl RetrievalArgs {
+    /// The retrieval for pools of up to `largest` experiences (`None`: any size); none when K
+    /// shows them all, and then no embedder is loaded.
+    pub fn build(&self, largest: Option<usize>) -> anyhow::Result<Option<Arc<Retrieval>>> {
+        if self.retrieve == 0 || largest.is_some_and(|n| n <= self.retrieve) {
+            return Ok(None);
+        }
+        Ok(load_embedder()?.map(|embedder| Arc::new(Retrieval::new(embedder, self.retrieve))))
+    }
 }

@@ -93,6 +93,8 @@ pub fn heldout_scores(
         concurrency: 1,
         agent: None,
         instruction: dataset.instruction.clone(),
+        // A weight delta is measured with no library in the prompt.
+        retrieval: None,
     };
     let rt = runtime()?;
     let base: Arc<dyn Backend> = Arc::new(CandleBackend::load(CandleConfig {

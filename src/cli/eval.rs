@@ -18,7 +18,7 @@ use gym::rollout::eval::{
 };
 use gym::rollout::prompt::PromptExperience;
 
-use super::backend_args::{BackendArgs, SamplingArgs, runtime};
+use super::backend_args::{BackendArgs, RetrievalArgs, SamplingArgs, runtime};
 use super::library_dir::LibraryDirArgs;
 use super::tool_args::ToolArgs;
 
@@ -228,6 +228,9 @@ pub struct EvalArgs {
     #[command(flatten)]
     library_dir: LibraryDirArgs,
 
+    #[command(flatten)]
+    retrieval: RetrievalArgs,
+
     /// Answers sampled per query (Mean@k averages them; Pass@k asks whether any is right).
     #[arg(short = 'k', long = "k", default_value_t = 4)]
     k: usize,
@@ -321,7 +324,7 @@ impl EvalArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         anyhow::ensure!(self.k >= 1, "-k must be at least 1");
         let (dataset, split) = self.load_dataset()?;
-        let conditions = match &self.library {
+        let conditions: Vec<Condition> = match &self.library {
             Some(reference) => {
                 let (label, experiences) = library_experiences(&self.library_dir, reference)?;
                 library_conditions(label, experiences, self.control, self.sampling.seed)
@@ -338,6 +341,9 @@ impl EvalArgs {
             concurrency: if self.reproducible { 1 } else { self.parallel },
             instruction: dataset.instruction.clone(),
             agent: rt.block_on(self.tools.agent())?,
+            retrieval: self
+                .retrieval
+                .build(conditions.iter().map(|c| c.experiences.len()).max())?,
         };
         if self.plan {
             return super::eval_plan::EvalPlan {
@@ -417,6 +423,7 @@ impl EvalArgs {
                 control: self.control,
                 concurrency: settings.concurrency,
                 conditions: &conditions,
+                retrieval: settings.retrieval.as_deref(),
             })?;
             super::pack::write_report_file(path, evaluation, report.clone())?;
         }
@@ -518,7 +525,7 @@ pub fn render_report(header: &str, report: &EvalReport, tools: bool) -> String {
         .iter()
         .map(|c| {
             let label = if c.experiences > 0 || c.label != "without library" {
-                format!("{} ({} exp.)", c.label, c.experiences)
+                format!("{} ({} exp.)", c.label, c.shown())
             } else {
                 c.label.clone()
             };

@@ -15,7 +15,7 @@ use gym::rollout::eval::EvalSettings;
 use gym::rollout::eval::Resume;
 use gym::run::credit::{CreditPass, Proposed, commit_deletes, proposed_deletes, record};
 
-use super::backend_args::{BackendArgs, SamplingArgs, runtime};
+use super::backend_args::{BackendArgs, RetrievalArgs, SamplingArgs, runtime};
 use super::eval::{DatasetArgs, RewardArgs};
 use super::tool_args::ToolArgs;
 
@@ -80,6 +80,9 @@ pub struct CreditArgs {
 
     #[command(flatten)]
     sampling: SamplingArgs,
+
+    #[command(flatten)]
+    retrieval: RetrievalArgs,
 
     #[command(flatten)]
     tools: ToolArgs,
@@ -160,6 +163,7 @@ impl CreditArgs {
             concurrency: if self.reproducible { 1 } else { self.parallel },
             instruction: dataset.instruction.clone(),
             agent: rt.block_on(self.tools.agent())?,
+            retrieval: self.retrieval.build(Some(experiences))?,
         };
         let resume = Resume::default();
         let bench = Bench {

@@ -16,7 +16,7 @@ use gym::rollout::eval::{EvalSettings, Resume};
 use gym::rollout::prompt::PromptExperience;
 use gym::rollout::trial::{Lesson, fresh_sampling, try_lessons};
 
-use super::backend_args::{BackendArgs, SamplingArgs, runtime};
+use super::backend_args::{BackendArgs, RetrievalArgs, SamplingArgs, runtime};
 use super::eval::{DatasetArgs, RewardArgs};
 use super::library_credit::progress_line;
 use super::tool_args::ToolArgs;
@@ -62,6 +62,9 @@ pub struct TrialArgs {
 
     #[command(flatten)]
     sampling: SamplingArgs,
+
+    #[command(flatten)]
+    retrieval: RetrievalArgs,
 
     #[command(flatten)]
     tools: ToolArgs,
@@ -134,6 +137,9 @@ impl TrialArgs {
             concurrency: self.parallel.max(1),
             instruction: dataset.instruction.clone(),
             agent: rt.block_on(self.tools.agent())?,
+            retrieval: self
+                .retrieval
+                .build(tried.iter().map(|l| l.shown.len()).max())?,
         };
         let lessons: Vec<Lesson<'_>> = tried.into_iter().cloned().collect();
         let started = Instant::now();

@@ -21,7 +21,9 @@ use gym::rollout::stats::Estimate;
 
 mod rerun;
 
-use super::backend_args::{BackendArgs, BackendKind};
+use gym::rollout::retrieval::Retrieval;
+
+use super::backend_args::{BackendArgs, BackendKind, RetrievalArgs};
 use super::eval::DatasetArgs;
 use super::library_dir::LibraryDirArgs;
 
@@ -269,6 +271,10 @@ fn from_run(
         origin.control,
         origin.sampling.seed,
     );
+    let retrieval = RetrievalArgs {
+        retrieve: origin.retrieve,
+    }
+    .build(Some(state.active_count()))?;
     let evaluation = describe(&Described {
         backend: &origin.backend,
         dataset_args: &origin.dataset,
@@ -280,6 +286,7 @@ fn from_run(
         control: origin.control,
         concurrency: origin.concurrency,
         conditions: &conditions,
+        retrieval: retrieval.as_deref(),
     })?;
     anyhow::ensure!(
         report.k == evaluation.k
@@ -302,6 +309,8 @@ pub struct Described<'a> {
     pub control: Control,
     pub concurrency: usize,
     pub conditions: &'a [Condition],
+    /// Which experiences each query was shown (`None`: all).
+    pub retrieval: Option<&'a Retrieval>,
 }
 
 /// The receipt's account of an evaluation: the model (its file hashed), decoding, data and
@@ -324,11 +333,13 @@ pub fn describe(d: &Described<'_>) -> anyhow::Result<Evaluation> {
         k: d.k,
         control: d.control,
         concurrency: d.concurrency,
+        retrieve: d.retrieval.map(Retrieval::k),
         prompts_sha256: gym::pack::prompts_sha256(
             &d.dataset.samples,
             d.dataset.instruction.as_deref(),
             d.conditions,
-        ),
+            d.retrieval,
+        )?,
     })
 }
 

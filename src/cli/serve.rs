@@ -47,7 +47,7 @@ pub struct ServeArgs {
     otlp: super::otlp_args::OtlpArgs,
 
     /// Experiences injected per request, the most relevant first (0: all of them).
-    #[arg(long, env = "GYM_TOP_K", default_value_t = 8)]
+    #[arg(long, env = "GYM_TOP_K", default_value_t = gym::rollout::retrieval::DEFAULT_TOP_K)]
     top_k: usize,
 
     /// Question embeddings kept in memory, the most recently used (0: embed every question).

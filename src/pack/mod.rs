@@ -73,26 +73,34 @@ pub const EVAL_FILE: &str = "results/eval.json";
 pub use crate::data::queries_sha256;
 
 /// SHA-256 over every prompt an evaluation shows: for each condition in order, each query's
-/// messages in order (each message as its JSON, length-prefixed).
+/// messages in order (each message as its JSON, length-prefixed), with the experiences
+/// `retrieval` shows it.
 pub fn prompts_sha256(
     samples: &[crate::data::Sample],
     instruction: Option<&str>,
     conditions: &[crate::rollout::eval::Condition],
-) -> crate::library::Digest {
+    retrieval: Option<&crate::rollout::retrieval::Retrieval>,
+) -> Result<crate::library::Digest, crate::embed::EmbedError> {
+    use crate::rollout::prompt::{inject, question_messages};
     use sha2::Digest as _;
     let mut hash = sha2::Sha256::new();
     for condition in conditions {
         for sample in samples {
-            let messages =
-                crate::rollout::prompt::solve_messages(sample, instruction, &condition.experiences);
-            for message in messages {
+            let question = question_messages(sample, instruction);
+            let shown = crate::rollout::retrieval::select(
+                retrieval,
+                &condition.experiences,
+                condition.stands_in_for.as_deref(),
+                &question,
+            )?;
+            for message in inject(question, &shown) {
                 let json = serde_json::to_vec(&message).expect("a message always serializes");
                 hash.update((json.len() as u64).to_le_bytes());
                 hash.update(&json);
             }
         }
     }
-    crate::library::Digest(hash.finalize().into())
+    Ok(crate::library::Digest(hash.finalize().into()))
 }
 
 /// Writes a pack (or any file of this module) to `path` crash-safely

@@ -142,6 +142,10 @@ pub struct Evaluation {
     pub control: Control,
     /// Groups in flight at once (on llama.cpp, batch composition changes the numerics).
     pub concurrency: usize,
+    /// Experiences each query was shown, its nearest by MiniLM cosine (`gym eval --retrieve`);
+    /// absent: all of them (packs made before retrieval was measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retrieve: Option<usize>,
     /// SHA-256 over every prompt shown, condition by condition and query by query.
     pub prompts_sha256: Digest,
 }

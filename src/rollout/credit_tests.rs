@@ -102,6 +102,7 @@ pub(crate) fn settings(k: usize) -> EvalSettings {
         concurrency: 3,
         instruction: None,
         agent: None,
+        retrieval: None,
     }
 }
 

@@ -10,7 +10,8 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::group::{RolloutGroup, rollout};
-use super::prompt::{PromptExperience, solve_messages};
+use super::prompt::{PromptExperience, inject, question_messages};
+use super::retrieval::{Retrieval, select};
 use super::stats::Estimate;
 use crate::backend::{Backend, BackendError, Sampling, Usage};
 use crate::data::Sample;
@@ -26,6 +27,19 @@ pub struct Condition {
     pub experiences: Vec<PromptExperience>,
     /// The control the last condition is compared with (the placebo).
     pub control: bool,
+    /// The experiences these stand in for, one for one (a placebo's library): with retrieval,
+    /// a query is shown the stand-ins of what it would be shown of these.
+    pub stands_in_for: Option<Vec<PromptExperience>>,
+}
+
+impl ConditionSummary {
+    /// How many experiences its queries were shown: `25`, or `3 of 25` with retrieval.
+    pub fn shown(&self) -> String {
+        match self.shown_per_query {
+            Some(shown) => format!("{shown} of {}", self.experiences),
+            None => self.experiences.to_string(),
+        }
+    }
 }
 
 impl Condition {
@@ -35,6 +49,7 @@ impl Condition {
             label: "without library".into(),
             experiences: Vec::new(),
             control: false,
+            stands_in_for: None,
         }
     }
 
@@ -44,6 +59,7 @@ impl Condition {
             label: label.into(),
             experiences,
             control: false,
+            stands_in_for: None,
         }
     }
 }
@@ -74,6 +90,7 @@ pub fn library_conditions(
             label: "placebo".into(),
             experiences: super::placebo::placebo(&experiences, seed),
             control: true,
+            stands_in_for: Some(experiences.clone()),
         });
     }
     conditions.push(Condition::with(label, experiences));
@@ -90,6 +107,8 @@ pub struct EvalSettings {
     pub instruction: Option<String>,
     /// With tools, every answer is an agent trajectory.
     pub agent: Option<crate::agent::Agent>,
+    /// Which of a condition's experiences each query is shown (`None`: all of them).
+    pub retrieval: Option<std::sync::Arc<Retrieval>>,
 }
 
 /// One query under one condition (a line of the `--output` JSONL).
@@ -101,6 +120,10 @@ pub struct QueryResult {
     pub reference: String,
     pub mean_reward: f64,
     pub solved: bool,
+    /// The ids of the experiences this query was shown, when retrieval showed it fewer than
+    /// its condition's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shown: Option<Vec<String>>,
     pub group: RolloutGroup,
 }
 
@@ -108,6 +131,10 @@ pub struct QueryResult {
 pub struct ConditionSummary {
     pub label: String,
     pub experiences: usize,
+    /// The most experiences a query was shown, when retrieval showed queries fewer than
+    /// [`ConditionSummary::experiences`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shown_per_query: Option<usize>,
     pub queries: usize,
     pub mean_at_k: Estimate,
     pub pass_at_k: Estimate,
@@ -256,11 +283,16 @@ pub async fn draw_groups(
     }
     let mut stream = futures::stream::iter(to_draw.into_iter().map(
         |(slot, (condition, sample))| async move {
-            let messages = solve_messages(
-                sample,
-                settings.instruction.as_deref(),
+            let question = question_messages(sample, settings.instruction.as_deref());
+            let shown = select(
+                settings.retrieval.as_deref(),
                 &condition.experiences,
-            );
+                condition.stands_in_for.as_deref(),
+                &question,
+            )?;
+            let narrowed = (shown.len() < condition.experiences.len())
+                .then(|| shown.iter().map(|e| e.id.clone()).collect());
+            let messages = inject(question, &shown);
             let group = rollout(
                 backend,
                 verifier,
@@ -279,6 +311,7 @@ pub async fn draw_groups(
                 reference: sample.answer.clone(),
                 mean_reward: group.mean_reward(),
                 solved,
+                shown: narrowed,
                 group,
             };
             Ok::<_, BackendError>((slot, result))
@@ -326,6 +359,10 @@ fn summarize(condition: &Condition, rows: &[QueryResult]) -> ConditionSummary {
     ConditionSummary {
         label: condition.label.clone(),
         experiences: condition.experiences.len(),
+        shown_per_query: rows
+            .iter()
+            .filter_map(|r| r.shown.as_ref().map(Vec::len))
+            .max(),
         queries: rows.len(),
         mean_at_k: Estimate::bounded_mean(&means),
         pass_at_k: Estimate::proportion(rows.iter().filter(|r| r.solved).count(), rows.len()),

@@ -6,6 +6,7 @@ pub mod eval;
 mod group;
 pub mod placebo;
 pub mod prompt;
+pub mod retrieval;
 pub mod stats;
 pub mod trial;
 

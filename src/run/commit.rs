@@ -98,20 +98,24 @@ pub(super) fn harmful_deletes(
     }
 }
 
-/// Adds to the library's usage counts (`usage.json`): `answers` injections of every
-/// experience active in `shown`; and, for a validated commit, the gate's injections of the
-/// current experiences and its paired verdicts on the experiences the commit added or changed
-/// (a query where the candidate scored higher is a helpful use, lower a harmful one).
+/// Adds to the library's usage counts (`usage.json`): `answers[id]` injections of each
+/// experience (the rollout answers it was shown to); and, for a validated commit, the gate's
+/// injections of the experiences active in `shown` and its paired verdicts on the experiences
+/// the commit added or changed (a query where the candidate scored higher is a helpful use,
+/// lower a harmful one).
 pub(super) fn count_usage(
     runner: &mut Runner,
     shown: &State,
-    answers: u64,
+    answers: &BTreeMap<ExperienceId, u64>,
     validated: Option<(&Validation, &[ExperienceId])>,
 ) -> Result<(), RunError> {
     let mut deltas: BTreeMap<ExperienceId, crate::library::Usage> = BTreeMap::new();
+    for (id, answers) in answers {
+        deltas.entry(*id).or_default().injected += answers;
+    }
     let validation_answers = validated.map_or(0, |(v, _)| (v.queries * v.group_size) as u64);
-    for experience in shown.active() {
-        deltas.entry(experience.id).or_default().injected += answers + validation_answers;
+    for experience in shown.active().filter(|_| validation_answers > 0) {
+        deltas.entry(experience.id).or_default().injected += validation_answers;
     }
     if let Some((validation, touched)) = validated {
         for id in touched {

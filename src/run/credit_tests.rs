@@ -232,6 +232,7 @@ pub(in crate::run) fn runner(
         distill_backend: backend,
         verifier: Arc::new(ExactVerifier),
         embedder: None,
+        retrieval: None,
         dataset: "lessons".into(),
         samples: queries(),
         instruction: None,
@@ -398,4 +399,34 @@ async fn the_last_pass_deletes_its_harmful_lessons_before_the_final_evaluation()
 
 fn manual() -> Provenance {
     Provenance::manual_by_current_user()
+}
+
+/// With retrieval, a step's rollouts show each query its nearest lessons only, and the usage
+/// counts injections of those alone.
+#[tokio::test]
+async fn rollouts_show_each_query_its_nearest_lessons_and_count_only_those() {
+    use crate::rollout::retrieval::{Retrieval, tests::Keywords};
+    let root = tempfile::tempdir().unwrap();
+    drop(library(root.path()));
+    let backend = Arc::new(Counting(AtomicUsize::new(0)));
+    let mut runner = runner(root.path(), backend, Arc::new(Recorded::default()));
+    runner.retrieval = Some(Arc::new(Retrieval::new(Arc::new(Keywords), 1)));
+    let mut batch = queries();
+    batch[0].question = "Guess: question number 1?".into();
+    std::fs::create_dir_all(&runner.dir).unwrap();
+    let (mut journal, replay) = Journal::open(&runner.dir).unwrap();
+    super::super::step::run_step(&mut runner, &mut journal, &replay, 1, 1, &batch)
+        .await
+        .unwrap();
+    let usage = Library::open(root.path(), "lessons")
+        .unwrap()
+        .usage()
+        .clone();
+    let injected = |text: &str| usage.get(&id(text)).map_or(0, |u| u.injected);
+    // q1 asks to guess: it is shown the guessing lesson; the five others name no lesson's
+    // keyword and get the first of equals. 4 answers each.
+    assert_eq!(
+        (injected("E0001"), injected("E0002"), injected("E0003")),
+        (5 * 4, 4, 0)
+    );
 }

@@ -193,6 +193,9 @@ pub struct Runner {
     pub distill_backend: Arc<dyn Backend>,
     pub verifier: Arc<dyn Verifier>,
     pub embedder: Option<Arc<dyn Embedder>>,
+    /// Which of the library's experiences each query is shown, in rollouts and in every
+    /// measurement (`None`: all of them).
+    pub retrieval: Option<Arc<crate::rollout::retrieval::Retrieval>>,
     /// The dataset as it was named, for the journal.
     pub dataset: String,
     pub samples: Vec<Sample>,

@@ -203,7 +203,7 @@ pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) 
                 out,
                 "| {} | {} | {} | {:.3} [{:.3}, {:.3}] | {:.3} [{:.3}, {:.3}] |",
                 cell(&c.label),
-                c.experiences,
+                c.shown(),
                 c.queries,
                 c.mean_at_k.value,
                 c.mean_at_k.low,

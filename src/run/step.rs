@@ -3,7 +3,7 @@
 //! [`Step::stage`] (`stage.rs`); the commit and usage counts are in `commit.rs`, the trial in
 //! `admit.rs`, the gate in `validate.rs`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::admit;
@@ -20,7 +20,8 @@ use super::{RunControl, RunError, Runner};
 use crate::data::Sample;
 use crate::distill::{self, Proposal, ProposedOp, StageOutcome};
 use crate::library::{Evidence, ExperienceId, Op, Provenance, State, Validation};
-use crate::rollout::prompt::{PromptExperience, solve_messages};
+use crate::rollout::prompt::{PromptExperience, inject, question_messages};
+use crate::rollout::retrieval::query_text;
 use crate::rollout::{RolloutGroup, rollout};
 
 /// How a step ended for the run loop.
@@ -140,10 +141,23 @@ pub(super) async fn run_step(
         experiences: shown.len(),
     });
 
+    // Which experiences each query is shown: its nearest with retrieval, else all of them.
+    let pool: Vec<&str> = shown.iter().map(|e| e.text.as_str()).collect();
+    let mut shown_to: HashMap<&str, Vec<PromptExperience>> = HashMap::new();
+    for sample in queries {
+        let question = question_messages(sample, runner.instruction.as_deref());
+        let picked = match &runner.retrieval {
+            Some(retrieval) => retrieval.nearest(&pool, query_text(&question))?,
+            None => (0..pool.len()).collect(),
+        };
+        let picked = picked.into_iter().map(|i| shown[i].clone()).collect();
+        shown_to.insert(sample.id.as_str(), picked);
+    }
+
     // Rollouts: reuse what the journal has, sample the rest.
     let rollouts = {
         let (backend, verifier) = (&runner.rollout_backend, &runner.verifier);
-        let (instruction, shown, config) = (&runner.instruction, &shown, &runner.config);
+        let (instruction, shown_to, config) = (&runner.instruction, &shown_to, &runner.config);
         let agent = runner.agent.as_ref();
         let items = queries.iter().map(|s| (s.id.clone(), s)).collect();
         at.stage(
@@ -151,7 +165,12 @@ pub(super) async fn run_step(
             items,
             config.parallel,
             |sample| async move {
-                let messages = solve_messages(sample, instruction.as_deref(), shown);
+                let messages = inject(
+                    question_messages(sample, instruction.as_deref()),
+                    shown_to
+                        .get(sample.id.as_str())
+                        .map_or(&[][..], Vec::as_slice),
+                );
                 rollout(
                     backend.as_ref(),
                     verifier.as_ref(),
@@ -167,18 +186,23 @@ pub(super) async fn run_step(
         )
         .await?
     };
-    let sampled_answers: u64 = rollouts
-        .fresh
-        .iter()
-        .map(|(_, group)| group.answers.len() as u64)
-        .sum();
+    // Every answer sampled in this process had its query's experiences injected (answers
+    // read back from the journal were counted by the process that sampled them).
+    let mut injected: BTreeMap<ExperienceId, u64> = BTreeMap::new();
+    let ids: HashMap<String, ExperienceId> =
+        state.active().map(|e| (e.id.to_string(), e.id)).collect();
+    for (_, group) in &rollouts.fresh {
+        for experience in shown_to.get(group.sample_id.as_str()).into_iter().flatten() {
+            if let Some(id) = ids.get(&experience.id) {
+                *injected.entry(*id).or_default() += group.answers.len() as u64;
+            }
+        }
+    }
     let groups: BTreeMap<String, RolloutGroup> = rollouts
         .into_all()
         .map(|(_, group)| (group.sample_id.clone(), group))
         .collect();
-    // Every answer sampled in this process had the step's experiences injected (answers read
-    // back from the journal were counted by the process that sampled them).
-    count_usage(runner, &state, sampled_answers, None)?;
+    count_usage(runner, &state, &injected, None)?;
     if runner.control.stop_requested() {
         return Ok(StepOutcome::Stopped);
     }
@@ -490,7 +514,12 @@ pub(super) async fn run_step(
                             .map(Op::id)
                             .into_iter()
                             .collect();
-                        count_usage(runner, &state, 0, Some((validation, &touched)))?;
+                        count_usage(
+                            runner,
+                            &state,
+                            &BTreeMap::new(),
+                            Some((validation, &touched)),
+                        )?;
                     }
                 } else if let Some(validation) = &at.report.validation {
                     let touched: Vec<ExperienceId> = ops
@@ -498,7 +527,12 @@ pub(super) async fn run_step(
                         .filter(|op| op.kind() != "delete")
                         .map(Op::id)
                         .collect();
-                    count_usage(runner, &state, 0, Some((validation, &touched)))?;
+                    count_usage(
+                        runner,
+                        &state,
+                        &BTreeMap::new(),
+                        Some((validation, &touched)),
+                    )?;
                 }
                 end
             }

@@ -415,6 +415,7 @@ pub(super) fn paired_settings(runner: &Runner) -> EvalSettings {
         concurrency: config.parallel.max(1),
         instruction: runner.instruction.clone(),
         agent: runner.agent.clone(),
+        retrieval: runner.retrieval.clone(),
     }
 }
 

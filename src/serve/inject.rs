@@ -2,7 +2,7 @@
 //! ([`crate::rollout::prompt::inject`]: the block from `prompts/experiences.txt` appended to the
 //! first system message, or as one), so a served prompt is byte for byte what was measured.
 
-use crate::backend::{ChatMessage, Role};
+use crate::backend::ChatMessage;
 use crate::library::Experience;
 use crate::rollout::prompt::{self, PromptExperience};
 
@@ -15,18 +15,13 @@ pub fn inject(messages: Vec<ChatMessage>, experiences: &[&Experience]) -> Vec<Ch
     prompt::inject(messages, &shown)
 }
 
-/// The text retrieval searches with: the last user message.
-pub fn query_text(messages: &[ChatMessage]) -> &str {
-    messages
-        .iter()
-        .rev()
-        .find(|m| m.role == Role::User)
-        .map_or("", |m| m.content.as_str())
-}
+/// The text retrieval searches with (the last user message): the one measurements use.
+pub use crate::rollout::retrieval::query_text;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::Role;
     use crate::library::{Change, Limits, Provenance, State};
 
     fn experiences() -> State {

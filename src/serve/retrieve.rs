@@ -483,6 +483,55 @@ mod tests {
         ));
     }
 
+    /// What `gym eval --retrieve K` and a run's rollouts show a question is what `gym serve
+    /// --top-k K` injects for it: the same experiences, in the same order.
+    #[tokio::test]
+    async fn the_server_injects_what_measurements_measured() {
+        use crate::rollout::prompt::PromptExperience;
+        use crate::rollout::retrieval::Retrieval;
+        let dir = tempfile::tempdir().unwrap();
+        library_with(
+            dir.path(),
+            &[
+                "When adding, carry the tens.",
+                "When in doubt, zoom out.",
+                "When a rate is given, multiply by time.",
+                "When hours are asked, divide minutes by sixty.",
+                "When sharing equally, divide and check the remainder.",
+            ],
+        );
+        let catalog = super::super::Catalog::new(dir.path(), std::time::Duration::ZERO);
+        let snapshot = catalog.get("lib", None).unwrap();
+        let retriever = Retriever::new(
+            Arc::new(Letters { width: 26 }),
+            Arc::new(IvfIndex::exact(8)),
+        );
+        let pool = PromptExperience::active(&snapshot.state);
+        for k in 1..=4 {
+            let measured = Retrieval::new(Arc::new(Letters { width: 26 }), k);
+            for query in [
+                "How many minutes in 3 hours?",
+                "Share 17 apples by 5.",
+                "zoom",
+            ] {
+                let served: Vec<String> = retriever
+                    .retrieve(&snapshot, query, k, Keep::Index)
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|hit| hit.id.to_string())
+                    .collect();
+                let shown: Vec<String> = measured
+                    .select(&pool, None, query)
+                    .unwrap()
+                    .into_iter()
+                    .map(|e| e.id)
+                    .collect();
+                assert_eq!(served, shown, "k={k}, {query:?}");
+            }
+        }
+    }
+
     /// A library deleted and made again under its name reaches the same version numbers with
     /// other experiences: they are searched, never the vectors stored for the first one.
     #[tokio::test]

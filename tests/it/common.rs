@@ -54,6 +54,7 @@ impl Scratch {
             )
             .env("USER", "tester")
             .env_remove("GYM_BACKEND")
+            .env_remove("GYM_TOP_K")
             .env_remove("GYM_MODEL")
             .env_remove("GYM_CONFIG")
             .env_remove("GYM_DISTILL_MODEL")

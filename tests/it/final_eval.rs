@@ -43,6 +43,7 @@ fn settings() -> EvalSettings {
         concurrency: 1,
         instruction: None,
         agent: None,
+        retrieval: None,
     }
 }
 

@@ -143,6 +143,105 @@ async fn the_three_endpoints_inject_the_same_experiences_and_say_so_alike() {
     );
 }
 
+/// What `gym eval --retrieve 2` sends the model for a question is byte for byte what `gym
+/// serve --top-k 2` sends it when a client asks that question: the same experiences of the same
+/// library, in the same order, in the same place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_sends_the_model_what_an_evaluation_with_the_same_k_measured() {
+    let scratch = crate::common::Scratch::new();
+    crate::serve_api::library(&scratch.libraries());
+    let question = "A train covers 60 km an hour for 3 hours. How far does it go?";
+    std::fs::write(
+        scratch.dir.path().join("q.jsonl"),
+        json!({"id": "a", "question": question, "answer": "180"}).to_string() + "\n",
+    )
+    .unwrap();
+    let measured = crate::fake_openai::FakeOpenAi::start(true, "Answer: 180").await;
+    let base_url = measured.base_url();
+    let (code, stderr, rows) = tokio::task::spawn_blocking(move || {
+        let output = scratch
+            .model_command(&[
+                "eval",
+                "--dataset",
+                "q.jsonl",
+                "--library",
+                "letters",
+                "--retrieve",
+                "2",
+                "--control",
+                "none",
+                "-k",
+                "1",
+                "--parallel",
+                "1",
+                "--backend",
+                "openai",
+                "--base-url",
+                &base_url,
+                "--model",
+                "m",
+                "--output",
+                "rows.jsonl",
+            ])
+            .output()
+            .unwrap();
+        let rows = std::fs::read_to_string(scratch.dir.path().join("rows.jsonl"));
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+            rows,
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(0), "{stderr}");
+    let rows: Vec<Value> = rows
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let bodies = measured.bodies();
+    let [without, with] = &bodies[..] else {
+        panic!("one request per condition: {bodies:?}")
+    };
+    let shown: Vec<String> = match rows[1].get("shown") {
+        Some(ids) => serde_json::from_value(ids.clone()).unwrap(),
+        None => Vec::new(),
+    };
+    if crate::common::embedder().is_some() {
+        assert_eq!(shown.len(), 2, "2 of the library's 4: {}", rows[1]);
+        assert_eq!(
+            shown[0], "E0004",
+            "the speed-and-time lesson is the nearest"
+        );
+    }
+
+    // A client sends the question as the evaluation did before the injection.
+    let fixture = fixture(ServeConfig {
+        top_k: 2,
+        ..ServeConfig::default()
+    })
+    .await;
+    let chat = json!({"model": "upstream-model@letters", "max_tokens": 8,
+        "messages": without["messages"]});
+    let (status, headers, bytes) =
+        call(&fixture.state, post("/v1/chat/completions", chat, &[])).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&bytes)
+    );
+    let served = fixture.server.bodies().last().unwrap()["messages"].clone();
+    assert_eq!(
+        served, with["messages"],
+        "served and measured prompts differ"
+    );
+    if !shown.is_empty() {
+        assert_eq!(header(&headers, "x-gym-experiences"), shown.join(","));
+    }
+}
+
 #[tokio::test]
 async fn several_prompts_are_answered_in_order_with_one_injection() {
     let fixture = fixture(ServeConfig::default()).await;

@@ -25,7 +25,9 @@ pub(super) use self::stored::run_evaluation;
 use self::stored::{ARGS_FILE, resume};
 #[cfg_attr(not(feature = "finetune"), allow(unused_imports))]
 pub(super) use self::stored::{RunOrigin, run_origin};
-use super::backend_args::{BackendArgs, BackendKind, SamplingArgs, load_embedder, runtime};
+use super::backend_args::{
+    BackendArgs, BackendKind, RetrievalArgs, SamplingArgs, load_embedder, runtime,
+};
 use super::eval::{DatasetArgs, RewardArgs, render_report};
 use super::fallback::{self, FallbackArgs, FallbackKind};
 use super::library_dir::LibraryDirArgs;
@@ -62,6 +64,9 @@ pub struct GrpoArgs {
 
     #[command(flatten)]
     library_dir: LibraryDirArgs,
+
+    #[command(flatten)]
+    retrieval: RetrievalArgs,
 
     /// Model for the three distillation stages. With the llama backend a GGUF path (default:
     /// Qwen2.5-Coder-1.5B-Instruct Q4_K_M, which `make setup` fetches into $GYM_MODELS_DIR; the
@@ -330,6 +335,7 @@ impl GrpoArgs {
             open_or_init(&self.library_dir, &self.library)?
         };
         let embedder = load_embedder()?;
+        let retrieval = self.retrieval_with(embedder.as_ref());
 
         let dashboard = !self.no_tui
             && std::io::IsTerminal::is_terminal(&std::io::stdout())
@@ -363,6 +369,7 @@ impl GrpoArgs {
                         concurrency: self.parallel,
                         instruction: heldout.instruction.clone(),
                         agent: agent.clone(),
+                        retrieval: retrieval.clone(),
                     },
                     heldout: heldout.samples,
                     library_dir: self.library_dir.to_path_buf(),
@@ -390,6 +397,7 @@ impl GrpoArgs {
             distill_backend,
             verifier: Arc::clone(&verifier),
             embedder,
+            retrieval: retrieval.clone(),
             dataset: self.dataset.source_name()?,
             samples: train.samples.clone(),
             instruction: train.instruction.clone(),
@@ -416,6 +424,7 @@ impl GrpoArgs {
                     concurrency: self.parallel,
                     instruction: None,
                     agent: agent.clone(),
+                    retrieval: retrieval.clone(),
                 },
                 control: self.eval_control,
                 seed,
@@ -528,6 +537,18 @@ impl GrpoArgs {
 }
 
 impl GrpoArgs {
+    /// Each query shown its `--retrieve` nearest experiences, ranked with the run's embedder;
+    /// none without one (every experience is shown, as `gym serve` shows them without one).
+    fn retrieval_with(
+        &self,
+        embedder: Option<&Arc<dyn gym::embed::Embedder>>,
+    ) -> Option<Arc<gym::rollout::retrieval::Retrieval>> {
+        let k = self.retrieval.retrieve;
+        embedder
+            .filter(|_| k > 0)
+            .map(|e| Arc::new(gym::rollout::retrieval::Retrieval::new(Arc::clone(e), k)))
+    }
+
     /// Checks the settings that no model is needed to judge.
     fn check(&self) -> anyhow::Result<()> {
         anyhow::ensure!(

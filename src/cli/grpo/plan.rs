@@ -52,6 +52,7 @@ impl GrpoArgs {
         let distill_backend = self.build_distill_backend(&rollout_backend)?;
         let verifier = self.reward.build(&train, &distill_backend)?;
         let embedder = load_embedder()?;
+        let retrieval = self.retrieval_with(embedder.as_ref());
 
         let scratch = tempfile::tempdir().context("cannot make a scratch directory")?;
         let library = scratch_library(&self.library_dir, &self.library, scratch.path())?;
@@ -83,6 +84,7 @@ impl GrpoArgs {
             distill_backend: Arc::clone(&distill_backend),
             verifier: Arc::clone(&verifier),
             embedder,
+            retrieval,
             dataset: self.dataset.source_name()?,
             samples: train.samples[..pilot_queries].to_vec(),
             instruction: train.instruction.clone(),
@@ -110,6 +112,7 @@ impl GrpoArgs {
                 concurrency: self.parallel,
                 instruction: heldout.instruction.clone(),
                 agent,
+                retrieval: None,
             };
             let started = Instant::now();
             let report = rt

@@ -71,9 +71,18 @@ pub(super) fn stored_settings(runs_dir: &Path, run_id: &str) -> anyhow::Result<R
 /// The `gym grpo` flags of `settings`, parsed.
 pub(super) fn parse_settings(settings: &RunSettings, path: &Path) -> anyhow::Result<GrpoArgs> {
     use clap::Parser as _;
+    let mut recorded = settings.clone();
+    // Runs recorded before --retrieve showed every experience to every query: they go on
+    // (and are packed) as they were measured, whatever the default or $GYM_TOP_K is now.
+    recorded
+        .entry("retrieve".into())
+        .or_insert_with(|| run_settings::Setting {
+            value: run_settings::Value::One("0".into()),
+            source: run_settings::Source::Default,
+        });
     let argv = ["gym".to_string(), "grpo".to_string()]
         .into_iter()
-        .chain(run_settings::to_flags(settings));
+        .chain(run_settings::to_flags(&recorded));
     let cli = crate::cli::Cli::try_parse_from(argv)
         .with_context(|| format!("the saved settings in {}", path.display()))?;
     let crate::cli::Command::Grpo(mut args) = cli.command else {
@@ -139,6 +148,8 @@ pub(crate) struct RunEvaluation {
     pub k: usize,
     pub control: Control,
     pub concurrency: usize,
+    /// Experiences shown per query (`--retrieve`; 0: all).
+    pub retrieve: usize,
 }
 
 /// Reads how run `run_id` evaluated its library from its `args.json`.
@@ -155,6 +166,7 @@ pub(crate) fn run_evaluation(runs_dir: &Path, run_id: &str) -> anyhow::Result<Ru
         k: args.eval_k,
         control: args.eval_control,
         concurrency: args.parallel,
+        retrieve: args.retrieval.retrieve,
     })
 }
 

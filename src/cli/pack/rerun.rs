@@ -14,7 +14,7 @@ use gym::reward::VerifierSpec;
 use gym::rollout::eval::{EvalSettings, evaluate, library_conditions};
 use gym::rollout::prompt::PromptExperience;
 
-use super::super::backend_args::{BackendArgs, BackendKind, runtime};
+use super::super::backend_args::{BackendArgs, BackendKind, RetrievalArgs, runtime};
 use super::super::eval::{DatasetArgs, RewardArgs};
 use super::{figures, interval, model_ref};
 
@@ -149,11 +149,16 @@ pub(super) fn rerun(
         evaluation.control,
         evaluation.decoding.seed,
     );
+    let retrieval = match evaluation.retrieve {
+        None => None,
+        Some(retrieve) => RetrievalArgs { retrieve }.build(None)?,
+    };
     let prompts = gym::pack::prompts_sha256(
         &dataset.samples,
         dataset.instruction.as_deref(),
         &conditions,
-    );
+        retrieval.as_deref(),
+    )?;
     anyhow::ensure!(
         prompts == evaluation.prompts_sha256,
         "--rerun: the prompts this Gym builds (sha256 {prompts}) are not the packed ones ({}): the solver prompt or the placebo changed",
@@ -173,6 +178,7 @@ pub(super) fn rerun(
         concurrency: evaluation
             .concurrency
             .clamp(1, user_backend.concurrency.max(1)),
+        retrieval,
         instruction: dataset.instruction.clone(),
         agent: None,
     };
