@@ -45,7 +45,10 @@ pub(super) fn stored_settings(runs_dir: &Path, run_id: &str) -> anyhow::Result<R
         )
     })?;
     let argv = match stored {
-        Stored::Settings(settings) => return Ok(settings),
+        Stored::Settings(mut settings) => {
+            shown_whole_before_retrieval(&mut settings);
+            return Ok(settings);
+        }
         Stored::Argv(argv) => argv,
     };
     let command = crate::cli::Cli::command();
@@ -65,24 +68,30 @@ pub(super) fn stored_settings(runs_dir: &Path, run_id: &str) -> anyhow::Result<R
     ) else {
         anyhow::bail!("{} does not hold `gym grpo` flags", path.display());
     };
-    Ok(run_settings::resolve(grpo, sub, None))
+    let mut settings = run_settings::resolve(grpo, sub, None);
+    // A stored command line is older than --retrieve: its default is today's, not the run's.
+    settings.remove("retrieve");
+    shown_whole_before_retrieval(&mut settings);
+    Ok(settings)
 }
 
-/// The `gym grpo` flags of `settings`, parsed.
-pub(super) fn parse_settings(settings: &RunSettings, path: &Path) -> anyhow::Result<GrpoArgs> {
-    use clap::Parser as _;
-    let mut recorded = settings.clone();
-    // Runs recorded before --retrieve showed every experience to every query: they go on
-    // (and are packed) as they were measured, whatever the default or $GYM_TOP_K is now.
-    recorded
+/// Runs recorded before `--retrieve` showed every experience to every query: they go on (and
+/// are packed) as they were measured, whatever the default or `$GYM_TOP_K` is now.
+fn shown_whole_before_retrieval(settings: &mut RunSettings) {
+    settings
         .entry("retrieve".into())
         .or_insert_with(|| run_settings::Setting {
             value: run_settings::Value::One("0".into()),
             source: run_settings::Source::Default,
         });
+}
+
+/// The `gym grpo` flags of `settings`, parsed.
+pub(super) fn parse_settings(settings: &RunSettings, path: &Path) -> anyhow::Result<GrpoArgs> {
+    use clap::Parser as _;
     let argv = ["gym".to_string(), "grpo".to_string()]
         .into_iter()
-        .chain(run_settings::to_flags(&recorded));
+        .chain(run_settings::to_flags(settings));
     let cli = crate::cli::Cli::try_parse_from(argv)
         .with_context(|| format!("the saved settings in {}", path.display()))?;
     let crate::cli::Command::Grpo(mut args) = cli.command else {
@@ -194,5 +203,36 @@ impl GrpoArgs {
             command += &format!(" --base-url {url}");
         }
         Ok(command)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored_retrieve(args: &str) -> String {
+        let runs = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(runs.path().join("r")).unwrap();
+        std::fs::write(runs.path().join("r").join(ARGS_FILE), args).unwrap();
+        let settings = stored_settings(runs.path(), "r").unwrap();
+        let args = parse_settings(&settings, Path::new("args.json")).unwrap();
+        args.retrieval.retrieve.to_string()
+    }
+
+    #[test]
+    fn a_run_recorded_before_retrieval_goes_on_showing_every_experience() {
+        let one = |value: &str| format!(r#"{{"value": "{value}", "source": {{"from": "flag"}}}}"#);
+        let settings = |extra: &str| {
+            format!(
+                r#"{{"format": 2, "settings": {{"dataset": {}{extra}}}}}"#,
+                one("builtin:letters")
+            )
+        };
+        assert_eq!(stored_retrieve(&settings("")), "0");
+        assert_eq!(stored_retrieve(r#"["--dataset", "builtin:letters"]"#), "0");
+        assert_eq!(
+            stored_retrieve(&settings(&format!(r#", "retrieve": {}"#, one("5")))),
+            "5"
+        );
     }
 }
