@@ -19,6 +19,8 @@ pub mod lookup;
 #[cfg(feature = "embed")]
 pub mod minilm;
 pub mod openai;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use serde::{Deserialize, Serialize};
 

@@ -181,6 +181,7 @@ fn by_words(experiences: &[&Experience], query: &str) -> Vec<Found> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::embed::testing::Letters;
     use crate::library::{Change, Library, Provenance, Settings};
 
     fn library(texts: &[&str]) -> (tempfile::TempDir, Library) {
@@ -189,32 +190,6 @@ mod tests {
         let changes: Vec<Change> = texts.iter().map(|t| Change::add(*t)).collect();
         library.commit(&changes, Provenance::Init).unwrap();
         (dir, library)
-    }
-
-    /// Counts letters: texts with the same letters get the same vector.
-    struct Letters;
-
-    impl Embedder for Letters {
-        fn dimensions(&self) -> usize {
-            26
-        }
-
-        fn space(&self) -> String {
-            "letters".into()
-        }
-
-        fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-            Ok(texts
-                .iter()
-                .map(|text| {
-                    let mut vector = vec![0.0; 26];
-                    for c in text.to_lowercase().bytes().filter(u8::is_ascii_lowercase) {
-                        vector[usize::from(c - b'a')] += 1.0;
-                    }
-                    vector
-                })
-                .collect())
-        }
     }
 
     #[test]
@@ -245,7 +220,7 @@ mod tests {
     fn meaning_ranks_by_cosine_and_embeds_each_text_once() {
         let (_dir, library) = library(&["When abc, do abc.", "When xyz, do xyz."]);
         let active: Vec<_> = library.head().active().collect();
-        let searcher = Searcher::embedding(Arc::new(Letters));
+        let searcher = Searcher::embedding(Arc::new(Letters { width: 26 }));
         let found = searcher.search(&active, "xyz xyz", 1).unwrap();
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].id.to_string(), "E0002");

@@ -168,32 +168,11 @@ pub fn query_text(messages: &[ChatMessage]) -> &str {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::embed::testing::Letters;
     use crate::rollout::placebo::tests::shown;
 
-    /// Embeds a text as its counts of the letters a–e: texts sharing letters are near.
-    struct Letters;
-
-    impl Embedder for Letters {
-        fn dimensions(&self) -> usize {
-            5
-        }
-        fn space(&self) -> String {
-            "letters".into()
-        }
-        fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-            Ok(texts
-                .iter()
-                .map(|t| {
-                    (b'a'..=b'e')
-                        .map(|c| t.bytes().filter(|b| *b == c).count() as f32)
-                        .collect()
-                })
-                .collect())
-        }
-    }
-
     fn retrieval(k: usize) -> Retrieval {
-        Retrieval::new(Arc::new(Letters), k)
+        Retrieval::new(Arc::new(Letters { width: 26 }), k)
     }
 
     #[test]
@@ -258,7 +237,7 @@ pub(crate) mod tests {
         use crate::data::Sample;
         use crate::reward::ExactVerifier;
         use crate::rollout::credit::tests::{HELPS, HURTS, LessonModel, lessons, settings};
-        use crate::rollout::eval::{Control, evaluate, library_conditions};
+        use crate::rollout::eval::{Control, EvalSettings, evaluate, library_conditions};
 
         let samples: Vec<Sample> = [
             ("s", "Spell it out: how many r?"),
@@ -277,18 +256,26 @@ pub(crate) mod tests {
             (HELPS, HURTS)
         );
         let conditions = library_conditions("with lessons", library, Control::Placebo, 0);
-        let mut settings = settings(4);
-        settings.retrieval = Some(Arc::new(Retrieval::new(Arc::new(Keywords), 1)));
-        let report = evaluate(
-            &LessonModel,
-            &ExactVerifier,
-            &samples,
-            &conditions,
-            &settings,
-            &|_, _| {},
-        )
-        .await
-        .unwrap();
+        let evaluated = |retrieval: Option<Arc<Retrieval>>| {
+            let settings = EvalSettings {
+                retrieval,
+                ..settings(4)
+            };
+            let (samples, conditions) = (&samples, &conditions);
+            async move {
+                evaluate(
+                    &LessonModel,
+                    &ExactVerifier,
+                    samples,
+                    conditions,
+                    &settings,
+                    &|_, _| {},
+                )
+                .await
+                .unwrap()
+            }
+        };
+        let report = evaluated(Some(Arc::new(Retrieval::new(Arc::new(Keywords), 1)))).await;
         let rows: Vec<(&str, &str, f64, Option<Vec<String>>)> = report
             .results
             .iter()
@@ -320,17 +307,7 @@ pub(crate) mod tests {
         let shown: Vec<String> = report.conditions.iter().map(|c| c.shown()).collect();
         assert_eq!(shown, ["0", "1 of 3", "1 of 3"]);
 
-        settings.retrieval = None;
-        let all = evaluate(
-            &LessonModel,
-            &ExactVerifier,
-            &samples,
-            &conditions,
-            &settings,
-            &|_, _| {},
-        )
-        .await
-        .unwrap();
+        let all = evaluated(None).await;
         assert!(all.results.iter().all(|r| r.shown.is_none()));
         assert_eq!(all.results[4].mean_reward, 0.5);
         assert_eq!(all.conditions[2].shown(), "3");

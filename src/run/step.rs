@@ -505,33 +505,36 @@ pub(super) async fn run_step(
         match commit_rebased(runner, step, &changes, provenance) {
             Ok((version, ops)) => {
                 let end = committed_end(version, &ops);
-                if !each.is_empty() {
-                    // Each experience is credited with its own change's evidence.
-                    for (index, validation) in &each {
-                        let touched: Vec<ExperienceId> = ops
-                            .get(*index)
-                            .filter(|op| op.kind() != "delete")
-                            .map(Op::id)
-                            .into_iter()
-                            .collect();
-                        count_usage(
-                            runner,
-                            &state,
-                            &BTreeMap::new(),
-                            Some((validation, &touched)),
-                        )?;
-                    }
-                } else if let Some(validation) = &at.report.validation {
-                    let touched: Vec<ExperienceId> = ops
+                let not_deleted = |op: &&Op| op.kind() != "delete";
+                // Each experience is credited with its own change's evidence, or all of them
+                // with the step's.
+                let judged: Vec<(&Validation, Vec<ExperienceId>)> = if each.is_empty() {
+                    let touched = || ops.iter().filter(not_deleted).map(Op::id).collect();
+                    at.report
+                        .validation
                         .iter()
-                        .filter(|op| op.kind() != "delete")
-                        .map(Op::id)
-                        .collect();
+                        .map(|v| (v, touched()))
+                        .collect()
+                } else {
+                    each.iter()
+                        .map(|(index, v)| {
+                            (
+                                v,
+                                ops.get(*index)
+                                    .filter(not_deleted)
+                                    .map(Op::id)
+                                    .into_iter()
+                                    .collect(),
+                            )
+                        })
+                        .collect()
+                };
+                for (validation, touched) in &judged {
                     count_usage(
                         runner,
                         &state,
                         &BTreeMap::new(),
-                        Some((validation, &touched)),
+                        Some((validation, touched)),
                     )?;
                 }
                 end

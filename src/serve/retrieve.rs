@@ -346,6 +346,7 @@ impl Retriever {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::embed::testing::Letters;
 
     fn set(n: u8) -> Digest {
         Digest([n; 32])
@@ -418,34 +419,6 @@ mod tests {
         let mut off = QueryCache::default();
         off.insert(key(1), Arc::new(vec![1.0]));
         assert!(off.get(&key(1)).is_none());
-    }
-
-    /// Letter counts of a text, in `width` buckets: two embedders whose spaces differ.
-    struct Letters {
-        width: usize,
-    }
-
-    impl Embedder for Letters {
-        fn dimensions(&self) -> usize {
-            self.width
-        }
-
-        fn space(&self) -> String {
-            format!("letters-{}", self.width)
-        }
-
-        fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-            Ok(texts
-                .iter()
-                .map(|text| {
-                    let mut vector = vec![0.0; self.width];
-                    for byte in text.bytes().filter(u8::is_ascii_lowercase) {
-                        vector[usize::from(byte - b'a') % self.width] += 1.0;
-                    }
-                    vector
-                })
-                .collect())
-        }
     }
 
     fn library_with(dir: &std::path::Path, texts: &[&str]) {
