@@ -32,16 +32,6 @@ pub struct Condition {
     pub stands_in_for: Option<Vec<PromptExperience>>,
 }
 
-impl ConditionSummary {
-    /// How many experiences its queries were shown: `25`, or `3 of 25` with retrieval.
-    pub fn shown(&self) -> String {
-        match self.shown_per_query {
-            Some(shown) => format!("{shown} of {}", self.experiences),
-            None => self.experiences.to_string(),
-        }
-    }
-}
-
 impl Condition {
     /// The model as it is: no experiences.
     pub fn without_library() -> Self {
@@ -151,6 +141,16 @@ pub struct ConditionSummary {
     /// Answers made to answer at the agent's step limit.
     #[serde(default)]
     pub hit_step_limit: usize,
+}
+
+impl ConditionSummary {
+    /// How many experiences its queries were shown: `25`, or `3 of 25` with retrieval.
+    pub fn shown(&self) -> String {
+        match self.shown_per_query {
+            Some(shown) => format!("{shown} of {}", self.experiences),
+            None => self.experiences.to_string(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -149,10 +149,8 @@ pub fn select(
     messages: &[ChatMessage],
 ) -> Result<Vec<PromptExperience>, EmbedError> {
     match retrieval {
-        Some(retrieval) if retrieval.narrows(shown.len()) => {
-            retrieval.select(shown, ranked_by, query_text(messages))
-        }
-        _ => Ok(shown.to_vec()),
+        Some(retrieval) => retrieval.select(shown, ranked_by, query_text(messages)),
+        None => Ok(shown.to_vec()),
     }
 }
 

@@ -21,7 +21,7 @@ use crate::data::Sample;
 use crate::distill::{self, Proposal, ProposedOp, StageOutcome};
 use crate::library::{Evidence, ExperienceId, Op, Provenance, State, Validation};
 use crate::rollout::prompt::{PromptExperience, inject, question_messages};
-use crate::rollout::retrieval::query_text;
+use crate::rollout::retrieval::select;
 use crate::rollout::{RolloutGroup, rollout};
 
 /// How a step ended for the run loop.
@@ -142,15 +142,10 @@ pub(super) async fn run_step(
     });
 
     // Which experiences each query is shown: its nearest with retrieval, else all of them.
-    let pool: Vec<&str> = shown.iter().map(|e| e.text.as_str()).collect();
     let mut shown_to: HashMap<&str, Vec<PromptExperience>> = HashMap::new();
     for sample in queries {
         let question = question_messages(sample, runner.instruction.as_deref());
-        let picked = match &runner.retrieval {
-            Some(retrieval) => retrieval.nearest(&pool, query_text(&question))?,
-            None => (0..pool.len()).collect(),
-        };
-        let picked = picked.into_iter().map(|i| shown[i].clone()).collect();
+        let picked = select(runner.retrieval.as_deref(), &shown, None, &question)?;
         shown_to.insert(sample.id.as_str(), picked);
     }
 
@@ -189,12 +184,10 @@ pub(super) async fn run_step(
     // Every answer sampled in this process had its query's experiences injected (answers
     // read back from the journal were counted by the process that sampled them).
     let mut injected: BTreeMap<ExperienceId, u64> = BTreeMap::new();
-    let ids: HashMap<String, ExperienceId> =
-        state.active().map(|e| (e.id.to_string(), e.id)).collect();
     for (_, group) in &rollouts.fresh {
         for experience in shown_to.get(group.sample_id.as_str()).into_iter().flatten() {
-            if let Some(id) = ids.get(&experience.id) {
-                *injected.entry(*id).or_default() += group.answers.len() as u64;
+            if let Ok(id) = experience.id.parse::<ExperienceId>() {
+                *injected.entry(id).or_default() += group.answers.len() as u64;
             }
         }
     }
