@@ -15,7 +15,7 @@ use super::attempt::Call;
 use super::error::ParseError;
 use super::ops::{Rules, read_ops};
 use super::outcome::StageOutcome;
-use super::prompt::{EXTRACT, EXTRACT_TOOLS, clip, grade, render};
+use super::prompt::{EXTRACT, EXTRACT_TOOLS, clip, grade, grader_note, render};
 use super::proposal::ProposedOp;
 use crate::backend::Backend;
 use crate::data::Sample;
@@ -127,10 +127,10 @@ pub fn extract_prompt(
                 .map(|line| format!("\n   Tool call: {line}"))
                 .collect();
             // The grader's reason says what each attempt concluded, which a long answer's
-            // middle may hide.
-            let reason = match answer.reason.trim() {
-                "" => String::new(),
-                reason => format!(": {}", clip(reason, REASON_MAX_CHARS)),
+            // middle may hide, and whether the token limit stopped it first.
+            let reason = match grader_note(answer, REASON_MAX_CHARS) {
+                note if note.is_empty() => note,
+                note => format!(": {note}"),
             };
             format!(
                 "{}. {} (reward {:.1}{reason}){tools}\n   Answer: {}{summary}",
@@ -275,6 +275,34 @@ mod tests {
         assert!(prompt.contains("at most 40 words"), "{prompt}");
         assert!(prompt.contains("Write none when"), "{prompt}");
         assert!(!prompt.contains("E0001") && !prompt.contains("(none yet)"));
+    }
+
+    #[test]
+    fn an_answer_the_token_limit_stopped_is_said_to_be_cut_off() {
+        let mut group = group();
+        group.answers[1].finish = crate::backend::FinishReason::Length;
+        group.answers[1].tokens = 320;
+        let prompt = extract_prompt(&sample(), &group, &[], &DistillConfig::default());
+        assert!(
+            prompt.contains(
+                "2. WRONG (reward 0.0: expected 12; cut off unfinished at the limit of 320 tokens)"
+            ),
+            "{prompt}"
+        );
+        assert!(prompt.contains("1. CORRECT (reward 1.0: matches 12)\n"));
+        let summarize = crate::distill::summarize::summarize_prompt(&sample(), &group.answers[1]);
+        assert!(
+            summarize.contains(
+                "Grade: wrong (expected 12; cut off unfinished at the limit of 320 tokens)"
+            ),
+            "{summarize}"
+        );
+        group.answers[1].reason.clear();
+        let prompt = extract_prompt(&sample(), &group, &[], &DistillConfig::default());
+        assert!(
+            prompt.contains("2. WRONG (reward 0.0: cut off unfinished at the limit of 320 tokens)"),
+            "{prompt}"
+        );
     }
 
     #[test]

@@ -3,7 +3,9 @@
 
 use sha2::{Digest, Sha256};
 
+use crate::backend::FinishReason;
 use crate::library::State;
+use crate::rollout::ScoredAnswer;
 
 /// Stage 1: `{question}`, `{reference}`, `{answer}`, `{grade}`.
 pub const SUMMARIZE: &str = include_str!("../../prompts/summarize.txt");
@@ -94,6 +96,27 @@ pub fn grade(reward: f64) -> &'static str {
         "wrong"
     } else {
         "partly correct"
+    }
+}
+
+/// What the grader said of `answer`, at most `max_chars` of it, and, when the token limit
+/// stopped the answer, that it was cut off: the grader then read whatever number the cut fell
+/// after, and a stage told only "read 81, expected 9" blames the arithmetic of an answer whose
+/// fault was its length. 28.5 % of the 1.5B policy's GSM-style answers at 320 tokens were cut
+/// off, and the wrong ones outnumbered the right three to one.
+pub fn grader_note(answer: &ScoredAnswer, max_chars: usize) -> String {
+    let reason = clip(&answer.reason, max_chars);
+    if answer.finish != FinishReason::Length {
+        return reason;
+    }
+    let cut = format!(
+        "cut off unfinished at the limit of {} tokens",
+        answer.tokens
+    );
+    if reason.is_empty() {
+        cut
+    } else {
+        format!("{reason}; {cut}")
     }
 }
 

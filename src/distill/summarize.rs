@@ -14,7 +14,7 @@ use super::error::ParseError;
 use super::json::extract_json;
 use super::ops::clean_text;
 use super::outcome::StageOutcome;
-use super::prompt::{SUMMARIZE, SUMMARIZE_TOOLS, clip, grade, render};
+use super::prompt::{SUMMARIZE, SUMMARIZE_TOOLS, clip, grade, grader_note, render};
 use crate::backend::Backend;
 use crate::data::Sample;
 use crate::rollout::ScoredAnswer;
@@ -61,10 +61,9 @@ pub async fn summarize(
 
 /// The stage 1 prompt.
 pub fn summarize_prompt(sample: &Sample, answer: &ScoredAnswer) -> String {
-    let grade = if answer.reason.trim().is_empty() {
-        grade(answer.reward).to_owned()
-    } else {
-        format!("{} ({})", grade(answer.reward), clip(&answer.reason, 160))
+    let grade = match grader_note(answer, 160) {
+        note if note.is_empty() => grade(answer.reward).to_owned(),
+        note => format!("{} ({note})", grade(answer.reward)),
     };
     let prompt = render(
         SUMMARIZE,
