@@ -55,7 +55,27 @@ pub(crate) fn lesson_flaw(text: &str) -> Option<String> {
     if joins_two_lessons(written_strategy) {
         return Some("joins a second lesson (\"…, when …, …\") to the first".to_owned());
     }
+    if let Some(words) = talks_about_the_lessons(text) {
+        return Some(format!(
+            "talks about \"{words}\", not about solving the problem"
+        ));
+    }
     None
+}
+
+/// The words of `text` that are about the distillation itself (the lessons, the advice, the
+/// attempts, the student) rather than the task. Asked to merge two lessons, the 1.5B distiller
+/// wrote "When after the new lesson, add the advice about multiplying …" and "… This is the
+/// same advice provided in the new lesson." into a paper-setting run's library: a solver shown
+/// that has nothing to act on.
+fn talks_about_the_lessons(text: &str) -> Option<String> {
+    static META: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(
+            r"(?i)\b(?:lessons?|advice|(?:the|these|those|other) (?:right |wrong |correct |incorrect |other )?attempts?|the student)\b",
+        )
+        .expect("valid regex")
+    });
+    META.find(text).map(|found| found.as_str().to_owned())
 }
 
 /// Whether a second "when …, …" follows in a lesson's `strategy` (as written, punctuation
@@ -218,6 +238,9 @@ mod tests {
             // A condition inside the strategy, without a clause of its own.
             "When packing items into boxes, divide the items by the box size and round up when there is a remainder.",
             "When dividing a number by another, always round up to the next whole number if the division results in a remainder.",
+            // "new" and "attempt" about the task, not the lessons.
+            "When a price rises twice, apply the second rise to the new price.",
+            "When a first attempt at a division leaves a remainder, round up to whole boxes.",
         ] {
             assert_eq!(lesson_flaw(text), None, "{text}");
         }
@@ -284,6 +307,19 @@ mod tests {
             (
                 "When counting \u{201C}strawberry\u{201D}, spell it out.",
                 "quotes \"strawberry\"",
+            ),
+            // Integrate's "update" by the 1.5B distiller, in the fourth paper-setting run.
+            (
+                "When after the new lesson, add the advice about multiplying each number in the first set by each number in the second set.",
+                "talks about \"lesson\"",
+            ),
+            (
+                "When solving for a variable, isolate it on one side. This is the same advice provided in the new lesson.",
+                "talks about \"advice\"",
+            ),
+            (
+                "When the wrong attempts add the rates, multiply them instead.",
+                "talks about \"the wrong attempts\"",
             ),
         ] {
             let flaw = lesson_flaw(text).unwrap_or_else(|| panic!("{text} passed"));

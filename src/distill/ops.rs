@@ -539,7 +539,7 @@ fn tidy(text: &str) -> String {
     static STRAY: LazyLock<Regex> =
         LazyLock::new(|| Regex::new(r#"[.\s]*"?[}\]]+[.\s]*$"#).expect("valid regex"));
     static ABOUT_LESSONS: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"(?i)(?:lessons?|advice|the library|experiences? (?:above|below|list))")
+        Regex::new(r"(?i)\b(?:lessons?|advice|the library|experiences? (?:above|below|list))\b")
             .expect("valid regex")
     });
     let mut text = text.trim().to_owned();

@@ -381,6 +381,11 @@ fn what_a_small_distiller_leaves_around_a_lesson_is_tidied_away() {
             "When solving for a variable, isolate it.",
         ),
         ("When a list ends, stop.\"]", "When a list ends, stop."),
+        // Within the word limit, so only the tidying cuts the second sentence.
+        (
+            "When solving for a variable, isolate it. It repeats the lesson.",
+            "When solving for a variable, isolate it.",
+        ),
     ] {
         let json = serde_json::json!({"ops": [{"op": "add", "text": written}]}).to_string();
         assert_eq!(ops(&json), vec![add(kept)], "{written}");
