@@ -22,7 +22,10 @@
 //!
 //! The library grows at every step that has a kept group, by half the pilot step's net lessons
 //! ([`LATER_STEP_SHARE`]), and every prompt that shows the library grows by each lesson's
-//! tokens. A backend that counts a
+//! tokens, up to the `--retrieve` nearest lessons a prompt shows. The credit pass is the one
+//! part that can shrink as the library grows: past 2 × P lessons its conditions are the pairs'
+//! sides, each showing about half the library, instead of the library less one lesson. A
+//! backend that counts a
 //! group's shared prompt once (llama.cpp evaluates it once for all G answers) is planned so;
 //! an API that bills each answer's prompt is planned per answer. Time is the pilot's seconds
 //! per completion token (rollout-like parts) and per stage token (stages), at the run's own
@@ -62,6 +65,8 @@ pub struct Shape {
     pub lessons_at_start: usize,
     /// The rollout backend counts a group's prompt once, not once per answer.
     pub prompt_once_per_group: bool,
+    /// `--retrieve`: the most lessons one prompt shows, its query's nearest (0: all of them).
+    pub shown_at_most: usize,
 }
 
 impl Shape {
@@ -259,6 +264,11 @@ pub fn plan(shape: &Shape, pilot: &Pilot, prices: Prices) -> Result<Plan, PlanEr
     let l0 = shape.lessons_at_start as f64;
     let tpl = pilot.tokens_per_lesson;
     let lessons_at = |step: f64| l0 + growth * step;
+    // What a prompt shows of a library of `lessons`: its query's nearest `--retrieve` of them.
+    let shown = |lessons: f64| match shape.shown_at_most {
+        0 => lessons,
+        k => lessons.min(k as f64),
+    };
     let mean_lessons = lessons_at((s - 1.0).max(0.0) / 2.0);
     let lessons_at_end = lessons_at(s);
 
@@ -267,7 +277,7 @@ pub fn plan(shape: &Shape, pilot: &Pilot, prices: Prices) -> Result<Plan, PlanEr
     let pilot_group_prompt = pilot.rollouts.prompt_tokens as f64 / pilot.groups as f64;
     let lesson_share = |answers: f64| if per_answer_prompt { answers } else { 1.0 };
     let base_prompt =
-        (pilot_group_prompt - pilot.lessons as f64 * tpl * lesson_share(pilot_g)).max(0.0);
+        (pilot_group_prompt - shown(pilot.lessons as f64) * tpl * lesson_share(pilot_g)).max(0.0);
     let base_per_answer = base_prompt / pilot_g;
     let group_prompt = |answers: f64, lessons: f64| {
         let base = if per_answer_prompt {
@@ -275,7 +285,7 @@ pub fn plan(shape: &Shape, pilot: &Pilot, prices: Prices) -> Result<Plan, PlanEr
         } else {
             base_prompt
         };
-        base + lessons * tpl * lesson_share(answers)
+        base + shown(lessons) * tpl * lesson_share(answers)
     };
     let completion_per_answer =
         pilot.rollouts.completion_tokens as f64 / (pilot.groups as f64 * pilot_g);
@@ -452,7 +462,7 @@ pub fn plan(shape: &Shape, pilot: &Pilot, prices: Prices) -> Result<Plan, PlanEr
                     part: Part::Evaluation,
                     calls: h,
                     answers: h * k,
-                    prompt_tokens: h * (base + lessons * tpl * lesson_share(k)),
+                    prompt_tokens: h * (base + shown(lessons) * tpl * lesson_share(k)),
                     completion_tokens: completion,
                     seconds: completion * measured.seconds
                         / measured.usage.completion_tokens as f64,

@@ -51,6 +51,7 @@ fn shape() -> Shape {
         eval_placebo: true,
         lessons_at_start: 0,
         prompt_once_per_group: true,
+        shown_at_most: 0,
     }
 }
 
@@ -292,6 +293,7 @@ proptest! {
         validate in 0usize..10,
         credit in 0usize..10,
         kept in 0usize..=4,
+        retrieve in 0usize..6,
     ) {
         let mut pilot = pilot();
         pilot.kept_groups = kept;
@@ -302,8 +304,11 @@ proptest! {
             group_size: g,
             validate,
             credit_queries: credit,
-            credit_pairs: 6,
+            // Leave-one-out: the pairs' pass costs less past 2 × pairs lessons (see
+            // `the_credit_pass_costs_less_once_it_measures_pairs`).
+            credit_pairs: 0,
             eval_queries: 5,
+            shown_at_most: retrieve,
             ..shape()
         };
         let base = plan(&shape, &pilot, Prices::default()).unwrap().total().tokens();
@@ -317,4 +322,88 @@ proptest! {
             prop_assert!(more >= base - 1e-6, "{bigger:?}: {more} < {base}");
         }
     }
+}
+
+#[test]
+fn the_credit_pass_costs_less_once_it_measures_pairs() {
+    // A library that grows past 2 × 6 lessons during the epoch: leave-one-out shows each of
+    // 13 conditions nearly the whole library; the pairs' sides show about half of it.
+    let shape = |train| Shape {
+        train_queries: train,
+        batch_size: 1,
+        group_size: 2,
+        credit_queries: 2,
+        credit_pairs: 6,
+        ..shape()
+    };
+    let mut pilot = pilot();
+    pilot.kept_groups = pilot.groups;
+    let credit_prompt = |train| {
+        let plan = plan(&shape(train), &pilot, Prices::default()).unwrap();
+        let credit = part(&plan, Part::Credit);
+        (credit.calls, credit.prompt_tokens)
+    };
+    let (mut crossed, mut before) = (false, credit_prompt(1));
+    for train in 2..200 {
+        let now = credit_prompt(train);
+        if now.1 < before.1 {
+            // The same 13 conditions, each with fewer lessons in its prompt.
+            assert_eq!(now.0, before.0, "train {train}");
+            crossed = true;
+            break;
+        }
+        before = now;
+    }
+    assert!(crossed, "the pass never switched to pairs");
+}
+
+#[test]
+fn prompts_show_at_most_the_retrieved_lessons() {
+    let mut pilot = pilot();
+    pilot.kept_groups = pilot.groups;
+    let shape = Shape {
+        train_queries: 40,
+        batch_size: 2,
+        lessons_at_start: 20,
+        eval_queries: 5,
+        ..shape()
+    };
+    let all = plan(&shape, &pilot, Prices::default()).unwrap();
+    let nearest = plan(
+        &Shape {
+            shown_at_most: 3,
+            ..shape.clone()
+        },
+        &pilot,
+        Prices::default(),
+    )
+    .unwrap();
+    for p in [Part::Rollouts, Part::Evaluation] {
+        assert!(
+            part(&nearest, p).prompt_tokens < part(&all, p).prompt_tokens,
+            "{p:?}"
+        );
+        assert_eq!(
+            part(&nearest, p).completion_tokens,
+            part(&all, p).completion_tokens
+        );
+    }
+    // A library no larger than k is shown whole either way.
+    let small = Shape {
+        lessons_at_start: 0,
+        train_queries: 1,
+        batch_size: 1,
+        ..shape
+    };
+    let whole = plan(&small, &pilot, Prices::default()).unwrap();
+    let within = plan(
+        &Shape {
+            shown_at_most: 1000,
+            ..small
+        },
+        &pilot,
+        Prices::default(),
+    )
+    .unwrap();
+    assert_eq!(whole, within);
 }

@@ -153,6 +153,7 @@ impl GrpoArgs {
             eval_placebo: self.eval_control == Control::Placebo,
             lessons_at_start: lessons,
             prompt_once_per_group: self.backend.counts_group_prompt_once(),
+            shown_at_most: self.retrieval.retrieve,
         };
         let distill_args = self
             .distill_backend_args()
