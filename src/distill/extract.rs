@@ -424,6 +424,24 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_lesson_whose_example_quotes_the_problem_keeps_the_lesson() {
+        // The sample: "Tom has 3 bags of 4 apples. How many apples?"
+        let (outcome, _) = run(&[Ok(
+            r#"{"comparison": "x", "lessons": [{"topic": "groups", "when": "items come in equal groups", "do": "multiply the count by the size. For example, Tom has 3 bags of 4 apples, so 12."}]}"#,
+        )])
+        .await;
+        assert_eq!(
+            outcome.value,
+            Some(vec![add(
+                "When items come in equal groups, multiply the count by the size.",
+                "groups"
+            )])
+        );
+        assert_eq!((outcome.attempts, outcome.rejections), (1, 0));
+        assert!(outcome.dropped.is_empty(), "{:?}", outcome.dropped);
+    }
+
+    #[tokio::test]
     async fn garbage_every_time_is_a_failure_with_every_output_kept() {
         let (outcome, _) = run(&[
             Ok("I think the answer is 12."),
