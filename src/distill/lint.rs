@@ -112,13 +112,16 @@ pub(crate) fn first_sentence(text: &str) -> Option<&str> {
     Some(&text[..stop])
 }
 
-/// `normalized` with each word's "-ing" and plural "-s" cut off, so a strategy that repeats its
-/// condition in another form is seen to ("When reading the answer directly and correctly,
-/// read the answer directly and correctly.", a lesson of the letter-counting demo's library).
+/// `normalized` without articles and with each word's "-ing" and plural "-s" cut off, so a
+/// strategy that repeats its condition in another form is seen to ("When reading the answer
+/// directly and correctly, read the answer directly and correctly.", a lesson of the
+/// letter-counting demo's library).
 fn stemmed(normalized: &str) -> String {
     normalized
         .split(' ')
-        .filter(|w| !w.is_empty())
+        // Articles too: "When subtracting a smaller number from a larger number, subtract the
+        // smaller number from the larger number." (the fifth paper-setting run's library).
+        .filter(|w| !w.is_empty() && !matches!(*w, "a" | "an" | "the"))
         .map(|word| {
             let word = match word.strip_suffix("ing") {
                 Some(stem) if stem.len() >= 3 => stem,
@@ -278,6 +281,10 @@ mod tests {
             ),
             (
                 "When reading the answer directly and correctly, read the answer directly and correctly.",
+                "repeats its condition",
+            ),
+            (
+                "When subtracting a smaller number from a larger number, subtract the smaller number from the larger number.",
                 "repeats its condition",
             ),
             (
