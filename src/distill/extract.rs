@@ -322,7 +322,7 @@ mod tests {
     #[tokio::test]
     async fn lessons_are_read_with_their_topic_and_capped_at_k() {
         let (outcome, _) = run(&[Ok(
-            r#"{"comparison": "The right one multiplied.", "lessons": [{"topic": "Equal Groups", "when": "items come in equal groups", "do": "multiply the count by the size"}, {"topic": "units", "when": "amounts have units", "do": "check the units"}, {"topic": "x", "when": "unsure of a sum", "do": "add again"}]}"#,
+            r#"{"comparison": "The right one multiplied.", "lessons": [{"topic": "Equal Groups", "when": "items come in equal groups", "do": "multiply the count by the size"}, {"topic": "units", "when": "amounts have units", "do": "convert them to one unit first"}, {"topic": "x", "when": "unsure of a sum", "do": "add again"}]}"#,
         )])
         .await;
         let ops = outcome.value.unwrap();
@@ -333,7 +333,10 @@ mod tests {
                     "When items come in equal groups, multiply the count by the size.",
                     "equal groups"
                 ),
-                add("When amounts have units, check the units.", "units"),
+                add(
+                    "When amounts have units, convert them to one unit first.",
+                    "units"
+                ),
             ]
         );
         assert_eq!(

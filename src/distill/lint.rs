@@ -68,7 +68,75 @@ pub(crate) fn lesson_flaw(text: &str) -> Option<String> {
             "talks about \"{words}\", not about solving the problem"
         ));
     }
+    if only_says_do_it_right(&stemmed_condition, &stemmed_strategy) {
+        return Some("says only to do its condition's step right".to_owned());
+    }
     None
+}
+
+/// Words that ask for care or correctness without saying how, and the small words around them.
+const NO_ADVICE: &[&str] = &[
+    "accurate",
+    "accurately",
+    "all",
+    "always",
+    "and",
+    "any",
+    "answer",
+    "are",
+    "be",
+    "by",
+    "careful",
+    "carefully",
+    "check",
+    "correct",
+    "correctly",
+    "directly",
+    "do",
+    "double",
+    "each",
+    "error",
+    "every",
+    "exactly",
+    "for",
+    "from",
+    "get",
+    "in",
+    "is",
+    "it",
+    "make",
+    "mistake",
+    "not",
+    "of",
+    "on",
+    "or",
+    "precisely",
+    "proper",
+    "properly",
+    "result",
+    "right",
+    "sure",
+    "that",
+    "them",
+    "then",
+    "this",
+    "to",
+    "verify",
+    "well",
+    "with",
+    "without",
+    "your",
+];
+
+/// Whether the strategy adds nothing to its condition but care: "When multiplying two numbers,
+/// multiply the numbers directly without any mistakes." (the fifth paper-setting run's
+/// library). Shown to the policy it teaches nothing, and it takes one of the few places a
+/// query's nearest lessons have.
+fn only_says_do_it_right(stemmed_condition: &str, stemmed_strategy: &str) -> bool {
+    let condition: Vec<&str> = stemmed_condition.split(' ').collect();
+    stemmed_strategy.split(' ').all(|word| {
+        condition.contains(&word) || NO_ADVICE.iter().any(|vague| stemmed(vague) == word)
+    })
 }
 
 /// The words of `text` that are about the distillation itself (the lessons, the advice, the
@@ -256,6 +324,9 @@ mod tests {
             "When converting minutes to hours, divide the total time in minutes by 60 to get the total time in hours.",
             "When calculating the total time spent on football in 3 weeks, multiply the weekly total time in hours by the number of weeks to get the total time in hours.",
             "When increasing a price by a percentage of the original price, multiply the original price by the percentage, and then add the result to the original price.",
+            // Care, but also what to do.
+            "When multiplying numbers, multiply the numbers together, not adding them.",
+            "When adding several numbers, add them two at a time and check each partial sum.",
             // A noun phrase in both halves, from the third paper-setting run's drops.
             "When filling cases with a given number of items per case, divide the total number of items by the number of items per case to find the number of cases, and then use the remainder to find the number of items left over.",
             "When calculating the total distance and time for a trip, add the distances for each part of the trip and add the times for each part of the trip.",
@@ -286,6 +357,14 @@ mod tests {
             (
                 "When subtracting a smaller number from a larger number, subtract the smaller number from the larger number.",
                 "repeats its condition",
+            ),
+            (
+                "When multiplying two numbers, multiply the numbers directly without any mistakes.",
+                "says only to do its condition's step right",
+            ),
+            (
+                "When adding prices, always make sure to add them carefully and check the result.",
+                "says only to do its condition's step right",
             ),
             (
                 "When the word has letters, the correct answer is 4.",
