@@ -161,10 +161,27 @@ fn talks_about_the_lessons(text: &str) -> Option<String> {
 /// lesson in both paper-setting runs. Two situations are two lessons; a condition inside the
 /// strategy without a clause of its own ("round up when there is a remainder") is not one.
 fn joins_two_lessons(strategy: &str) -> bool {
-    static SECOND: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"(?i)(?:[,;]|\.)\s+(?:when|whenever)\b[^,;.]*,\s*\S").expect("valid regex")
-    });
-    SECOND.is_match(strategy)
+    SECOND_LESSON.is_match(strategy)
+}
+
+/// A second "when …, …" clause after a lesson's strategy (see [`joins_two_lessons`]).
+static SECOND_LESSON: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)(?:[,;]|\.)\s+(?:when|whenever)\b[^,;.]*,\s*\S").expect("valid regex")
+});
+
+/// `text` cut before a second lesson glued onto its strategy, with a full stop, when one is
+/// there: the 1.5B distiller, asked to refine a lesson, most often wrote it twice ("When
+/// calculating the price after a percentage increase, multiply the original price by 1 plus
+/// the percentage increase as a decimal, when calculating the price after a percentage
+/// increase, multiply …", the fifth paper-setting run's integrate stage), and the first copy
+/// is the lesson.
+pub(crate) fn before_a_second_lesson(text: &str) -> Option<String> {
+    static LEAD: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"(?i)^\s*(when|whenever|if)\b[^,]*,").expect("valid regex"));
+    let condition_end = LEAD.find(text)?.end();
+    let second = SECOND_LESSON.find(&text[condition_end..])?;
+    let first = text[..condition_end + second.start()].trim_end_matches([',', ';', '.', ' ']);
+    Some(format!("{first}."))
 }
 
 /// The first sentence of `text`, with its full stop, when more follows it: a sentence ends
@@ -288,6 +305,31 @@ fn repeats_itself(normalized: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_second_lesson_glued_on_is_cut_off() {
+        let twice = "When calculating the price after a percentage increase, multiply the original price by 1 plus the percentage increase as a decimal, when calculating the price after a percentage increase, multiply the original price by 1 plus the percentage increase as a decimal.";
+        assert_eq!(
+            before_a_second_lesson(twice).as_deref(),
+            Some(
+                "When calculating the price after a percentage increase, multiply the original price by 1 plus the percentage increase as a decimal."
+            )
+        );
+        assert_eq!(
+            before_a_second_lesson("When halving, divide by 2; when doubling, multiply by 2.")
+                .as_deref(),
+            Some("When halving, divide by 2.")
+        );
+        // A condition inside the strategy is not a second lesson, and neither is a text
+        // without one.
+        for single in [
+            "When a bus is full, round up when there is a remainder.",
+            "When halving, divide by 2.",
+            "Divide by 2, when halving, always.",
+        ] {
+            assert_eq!(before_a_second_lesson(single), None, "{single}");
+        }
+    }
 
     #[test]
     fn a_first_sentence_ends_at_a_full_stop_before_a_capital() {

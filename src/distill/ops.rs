@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use super::copying::{copied_from, is_content_word, quotes_problem, shares_a_run};
 use super::error::ParseError;
 use super::json::extract_json;
-use super::lint::{first_sentence, lesson_flaw};
+use super::lint::{before_a_second_lesson, first_sentence, lesson_flaw};
 use super::proposal::ProposedOp;
 use super::resolve::normalize;
 use crate::library::{ExperienceId, State};
@@ -496,12 +496,17 @@ fn check_text(name: &str, text: &str, rules: &Rules<'_>) -> Result<String, Strin
     let tidied = tidy(text);
     let text = tidied.as_str();
     // A lesson followed by its explanation, an example or a second lesson keeps the lesson
-    // when its first sentence alone passes: the 1.5B distiller's commonest drops were a lesson
-    // with an added "This is equivalent to …" (over the word limit) or "For example, 10% of
-    // $360 is …" (quoting the problem).
-    check_whole(name, text, rules).or_else(|reason| match first_sentence(text) {
-        Some(first) if check_whole(name, first, rules).is_ok() => Ok(first.to_owned()),
-        _ => Err(reason),
+    // when it passes alone: the 1.5B distiller's commonest drops were a lesson with an added
+    // "This is equivalent to …" (over the word limit), "For example, 10% of $360 is …"
+    // (quoting the problem), or itself again after a comma (a loop).
+    check_whole(name, text, rules).or_else(|reason| {
+        let first = first_sentence(text).unwrap_or(text);
+        [Some(first.to_owned()), before_a_second_lesson(first)]
+            .into_iter()
+            .flatten()
+            .filter(|lesson| lesson != text)
+            .find_map(|lesson| check_whole(name, &lesson, rules).ok())
+            .ok_or(reason)
     })
 }
 

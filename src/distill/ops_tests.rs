@@ -401,6 +401,23 @@ fn what_a_small_distiller_leaves_around_a_lesson_is_tidied_away() {
 }
 
 #[test]
+fn a_lesson_written_twice_keeps_its_first_copy() {
+    // The fifth paper-setting run's integrate stage, over the limit and a loop as written.
+    let twice = "When a price rises, multiply it by 1 plus the rise, when a price rises, multiply it by 1 plus the rise.";
+    let json = serde_json::json!({"ops": [{"op": "add", "text": twice}]}).to_string();
+    assert_eq!(
+        ops(&json),
+        vec![add("When a price rises, multiply it by 1 plus the rise.")]
+    );
+    // A first copy that is no lesson on its own is still dropped.
+    let (result, dropped) = read(
+        r#"{"ops": [{"op": "add", "text": "When multiplying, multiply correctly, when multiplying, multiply correctly."}]}"#,
+    );
+    assert_eq!(result.unwrap(), Vec::new());
+    assert!(dropped[0].contains("not a lesson"), "{dropped:?}");
+}
+
+#[test]
 fn a_lesson_over_the_limit_keeps_its_first_sentence_when_that_is_a_lesson() {
     // 12 words at most here. A lesson and its explanation: the lesson stays.
     assert_eq!(
