@@ -14,8 +14,10 @@ use gym::data::{self, Dataset, DatasetSpec, Split};
 use gym::library::{Library, LibraryRef};
 use gym::reward::{self, Verifier, VerifierSpec};
 use gym::rollout::eval::{
-    Condition, Control, EvalReport, EvalSettings, evaluate, library_conditions,
+    Condition, Control, EvalReport, EvalSettings, QueryResult, Resume, evaluate_resuming,
+    library_conditions,
 };
+use gym::rollout::eval_journal::EvalJournal;
 use gym::rollout::prompt::PromptExperience;
 
 use super::backend_args::{BackendArgs, RetrievalArgs, SamplingArgs, runtime};
@@ -243,6 +245,12 @@ pub struct EvalArgs {
     #[arg(long)]
     output: Option<PathBuf>,
 
+    /// Write every finished group here as it finishes, and reuse the groups already there: a
+    /// long evaluation stopped at any point goes on where it stopped when run again with the
+    /// same settings (a journal of other settings is refused, naming the one that differs).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["compare_adapter", "plan"])]
+    journal: Option<PathBuf>,
+
     /// Also write the report and how it was measured (the model's SHA-256, decoding, the
     /// queries' and prompts' hashes) here, for `gym pack NAME@V --eval FILE`.
     #[arg(long, requires = "library", conflicts_with = "compare_adapter")]
@@ -361,6 +369,58 @@ impl EvalArgs {
             self.report.is_none() || settings.agent.is_none(),
             "--report: a pack's results are re-run without tools; evaluate without --tools"
         );
+        anyhow::ensure!(
+            self.journal.is_none() || settings.agent.is_none(),
+            "--journal: answers with tools are not journaled; evaluate without --tools"
+        );
+        let described = || {
+            super::pack::describe(&super::pack::Described {
+                backend: &self.backend,
+                dataset_args: &self.dataset,
+                split: &split,
+                dataset: &dataset,
+                sampling: self.sampling.sampling(),
+                reward: self.reward.reward.as_ref(),
+                k: self.k,
+                control: self.control,
+                concurrency: settings.concurrency,
+                conditions: &conditions,
+                retrieval: settings.retrieval.as_deref(),
+            })
+        };
+        // Hashes the model file: once, and only when something keeps it.
+        let description = (self.journal.is_some() || self.report.is_some())
+            .then(described)
+            .transpose()?;
+        let (journal, finished) = match (&self.journal, &description) {
+            (Some(path), Some(description)) => {
+                let mut measured = serde_json::to_value(description)?;
+                // Groups in flight change llama.cpp's numerics, not what is measured: a
+                // journal goes on under another --parallel.
+                if let Some(header) = measured.as_object_mut() {
+                    header.remove("concurrency");
+                }
+                let (journal, finished) = EvalJournal::open(path, &measured)?;
+                if !finished.is_empty() {
+                    eprintln!(
+                        "eval: {} group(s) already in {}",
+                        finished.len(),
+                        path.display()
+                    );
+                }
+                (Some(journal), finished)
+            }
+            _ => (None, Default::default()),
+        };
+        let record = |result: &QueryResult| {
+            if let Some(journal) = &journal {
+                journal.record(result);
+            }
+        };
+        let resume = Resume {
+            done: finished,
+            record: Some(&record),
+        };
         let started = Instant::now();
         let interactive = std::io::stderr().is_terminal();
         let progress = move |done: usize, total: usize| {
@@ -373,14 +433,20 @@ impl EvalArgs {
                 eprintln!("eval: {done}/{total} groups");
             }
         };
-        let mut report = rt.block_on(evaluate(
+        let mut report = rt.block_on(evaluate_resuming(
             backend.as_ref(),
             verifier.as_ref(),
             &dataset.samples,
             &conditions,
             &settings,
+            &resume,
             &progress,
         ))?;
+        if let Some(journal) = journal
+            && let Some(error) = journal.finish()
+        {
+            eprintln!("warning: the journal stopped at a failed write; later groups were not kept: {error}");
+        }
         if let Some(fine_tune) = &self.compare_adapter {
             let tuned =
                 self.fine_tuned_report(&rt, fine_tune, &dataset, verifier.as_ref(), &settings)?;
@@ -411,21 +477,8 @@ impl EvalArgs {
             "{}",
             render_report(&header, &report, settings.agent.is_some())
         );
-        if let Some(path) = &self.report {
-            let evaluation = super::pack::describe(&super::pack::Described {
-                backend: &self.backend,
-                dataset_args: &self.dataset,
-                split: &split,
-                dataset: &dataset,
-                sampling: self.sampling.sampling(),
-                reward: self.reward.reward.as_ref(),
-                k: self.k,
-                control: self.control,
-                concurrency: settings.concurrency,
-                conditions: &conditions,
-                retrieval: settings.retrieval.as_deref(),
-            })?;
-            super::pack::write_report_file(path, evaluation, report.clone())?;
+        if let (Some(path), Some(description)) = (&self.report, description) {
+            super::pack::write_report_file(path, description, report.clone())?;
         }
         let failures: usize = report.conditions.iter().map(|c| c.verifier_failures).sum();
         if failures > 0 {
@@ -465,7 +518,7 @@ impl EvalArgs {
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
         let condition = Condition::with(format!("with fine-tune {name}"), Vec::new());
-        Ok(rt.block_on(evaluate(
+        Ok(rt.block_on(gym::rollout::eval::evaluate(
             &backend,
             verifier,
             &dataset.samples,

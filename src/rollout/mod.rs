@@ -3,6 +3,7 @@
 
 pub mod credit;
 pub mod eval;
+pub mod eval_journal;
 mod group;
 pub mod placebo;
 pub mod prompt;

@@ -294,3 +294,100 @@ fn eval_with_tools_prints_the_tool_line_when_no_tool_was_called() {
         .collect();
     insta::assert_snapshot!("eval_tools_no_call", tool_lines.join("\n"));
 }
+
+/// `gym eval --journal`: a stopped evaluation goes on where it stopped, drawing only the groups
+/// that are missing, and a journal of other settings is refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journaled_eval_reuses_finished_groups_and_refuses_other_settings() {
+    let server = FakeOpenAi::start(true, "Answer: 7").await;
+    let scratch = Scratch::new();
+    scratch.write_sevens(5);
+    scratch.ok(&["library", "init", "sevens"]);
+    scratch.ok(&[
+        "library",
+        "add",
+        "sevens",
+        "--text",
+        "When adding two numbers, add the ones first.",
+    ]);
+    let base_url = server.base_url();
+    let journal = scratch.dir.path().join("eval.journal");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "eval",
+            "--dataset",
+            "sevens.jsonl",
+            "-k",
+            "2",
+            "--backend",
+            "openai",
+            "--base-url",
+            &base_url,
+            "--model",
+            "gpt-4o-mini",
+            "--library",
+            "sevens",
+            "--journal",
+            "eval.journal",
+        ];
+        args.extend_from_slice(extra);
+        gym(&scratch, &args)
+    };
+    let figures = |stdout: &str| -> Vec<String> {
+        stdout
+            .lines()
+            .filter(|l| l.contains("Mean@2") || l.contains("Pass@2"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let lines = || std::fs::read_to_string(&journal).unwrap().lines().count();
+
+    let (code, first, stderr) = run(&[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(lines(), 1 + 5 * 3, "a header and 5 queries x 3 conditions");
+    let requests = server.requests();
+    assert!(requests >= 15, "{requests}");
+
+    // Run again: every group is reused, nothing is asked of the model.
+    let (code, again, stderr) = run(&["--parallel", "1"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("15 group(s) already in"), "{stderr}");
+    assert_eq!(server.requests(), requests);
+    assert_eq!(figures(&again), figures(&first));
+    assert!(!figures(&first).is_empty(), "{first}");
+
+    // Stopped after 10 groups, mid-way through writing the 11th: 5 are drawn again.
+    let text = std::fs::read_to_string(&journal).unwrap();
+    let kept: Vec<&str> = text.lines().take(11).collect();
+    std::fs::write(
+        &journal,
+        kept.join("\n") + "\n{\"kind\": \"group\", \"result\": {\"cond",
+    )
+    .unwrap();
+    let (code, resumed, stderr) = run(&[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("10 group(s) already in"), "{stderr}");
+    assert_eq!(server.requests(), requests + requests / 15 * 5);
+    assert_eq!(lines(), 16);
+    assert_eq!(figures(&resumed), figures(&first));
+
+    // Other decoding, or another library version: refused, naming what differs.
+    let (code, _, stderr) = run(&["--temperature", "0.2"]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("eval.journal holds groups measured with other settings")
+            && stderr.contains("decoding.temperature"),
+        "{stderr}"
+    );
+    scratch.ok(&[
+        "library",
+        "add",
+        "sevens",
+        "--text",
+        "When a sum has a carry, write the carry above the next column.",
+    ]);
+    let (code, _, stderr) = run(&[]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("prompts_sha256"), "{stderr}");
+    assert_eq!(lines(), 16, "a refused journal is left as it was");
+}
