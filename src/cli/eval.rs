@@ -445,7 +445,9 @@ impl EvalArgs {
         if let Some(journal) = journal
             && let Some(error) = journal.finish()
         {
-            eprintln!("warning: the journal stopped at a failed write; later groups were not kept: {error}");
+            eprintln!(
+                "warning: the journal stopped at a failed write; later groups were not kept: {error}"
+            );
         }
         if let Some(fine_tune) = &self.compare_adapter {
             let tuned =

@@ -89,10 +89,7 @@ impl EvalJournal {
         for (index, line) in lines.iter().enumerate() {
             let number = index + 1;
             let parsed: Line = serde_json::from_slice(line).map_err(|e| {
-                corrupt(
-                    number,
-                    format!("not a line of a `gym eval` journal ({e})"),
-                )
+                corrupt(number, format!("not a line of a `gym eval` journal ({e})"))
             })?;
             match (index, parsed) {
                 (0, Line::Measuring { measured: was }) => {
@@ -180,7 +177,11 @@ fn first_difference(at: &str, was: &Value, now: &Value) -> Option<(String, Strin
         }
         _ if was == now => None,
         _ => Some((
-            if at.is_empty() { "header".into() } else { at.to_owned() },
+            if at.is_empty() {
+                "header".into()
+            } else {
+                at.to_owned()
+            },
             was.to_string(),
             now.to_string(),
         )),
@@ -251,7 +252,11 @@ mod tests {
         journal.record(&group("without library", "q2"));
         drop(journal);
         let (_, finished) = EvalJournal::open(&path, &measured(4)).unwrap();
-        assert_eq!(finished.len(), 2, "the cut line is replaced, not appended onto");
+        assert_eq!(
+            finished.len(),
+            2,
+            "the cut line is replaced, not appended onto"
+        );
     }
 
     #[test]
@@ -302,7 +307,9 @@ mod tests {
             panic!("a corrupt line");
         };
         assert!(
-            error.to_string().contains("eval.journal, line 2: not a line"),
+            error
+                .to_string()
+                .contains("eval.journal, line 2: not a line"),
             "{error}"
         );
 
