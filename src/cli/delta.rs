@@ -222,7 +222,7 @@ fn refine(args: &CompressArgs, model: &Path, dense: &Dense, bits: &mut Bits) -> 
     let started = std::time::Instant::now();
     let base = gym::finetune::BaseModel::load(model, &candle_core::Device::Cpu)?;
     let prompts = |split| -> anyhow::Result<Vec<Vec<u32>>> {
-        let dataset = super::eval::DatasetArgs {
+        let dataset = super::dataset_args::DatasetArgs {
             dataset: args.calibration_dataset.clone(),
             limit: Some(args.calibration_prompts.max(1)),
             question_field: None,

@@ -12,7 +12,7 @@ use gym::data::Split;
 use gym::rollout::eval::{Condition, EvalSettings, evaluate};
 
 use super::backend_args::runtime;
-use super::eval::{DatasetArgs, RewardArgs};
+use super::dataset_args::{DatasetArgs, RewardArgs};
 
 #[derive(Debug, Args)]
 pub struct HeldoutArgs {

@@ -16,7 +16,7 @@ use gym::rollout::eval::Resume;
 use gym::run::credit::{CreditPass, Proposed, commit_deletes, proposed_deletes, record};
 
 use super::backend_args::{BackendArgs, RetrievalArgs, SamplingArgs, runtime};
-use super::eval::{DatasetArgs, RewardArgs};
+use super::dataset_args::{DatasetArgs, RewardArgs};
 use super::tool_args::ToolArgs;
 
 /// `gym library credit`.

@@ -17,7 +17,7 @@ use gym::rollout::prompt::PromptExperience;
 use gym::rollout::trial::{Lesson, fresh_sampling, try_lessons};
 
 use super::backend_args::{BackendArgs, RetrievalArgs, SamplingArgs, runtime};
-use super::eval::{DatasetArgs, RewardArgs};
+use super::dataset_args::{DatasetArgs, RewardArgs};
 use super::library_credit::progress_line;
 use super::tool_args::ToolArgs;
 

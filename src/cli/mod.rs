@@ -3,6 +3,7 @@
 mod backend_args;
 mod bench;
 mod config;
+mod dataset_args;
 #[cfg(feature = "finetune")]
 mod delta;
 #[cfg(feature = "finetune")]

@@ -24,7 +24,7 @@ mod rerun;
 use gym::rollout::retrieval::Retrieval;
 
 use super::backend_args::{BackendArgs, BackendKind, RetrievalArgs};
-use super::eval::DatasetArgs;
+use super::dataset_args::DatasetArgs;
 use super::library_dir::LibraryDirArgs;
 
 /// What `gym eval --report FILE` writes and `gym pack --eval FILE` reads.

@@ -28,7 +28,8 @@ pub(super) use self::stored::{RunOrigin, run_origin};
 use super::backend_args::{
     BackendArgs, BackendKind, RetrievalArgs, SamplingArgs, load_embedder, runtime,
 };
-use super::eval::{DatasetArgs, RewardArgs, render_report};
+use super::dataset_args::{DatasetArgs, RewardArgs};
+use super::eval::render_report;
 use super::fallback::{self, FallbackArgs, FallbackKind};
 use super::library_dir::LibraryDirArgs;
 use super::run_settings::{self, Setting, Settings as RunSettings, Source, Value};

@@ -9,7 +9,7 @@ use gym::rollout::eval::Control;
 
 use super::GrpoArgs;
 use crate::cli::backend_args::{BackendArgs, BackendKind};
-use crate::cli::eval::{DatasetArgs, RewardArgs};
+use crate::cli::dataset_args::{DatasetArgs, RewardArgs};
 use crate::cli::library_dir::DEFAULT_LIBRARY_DIR;
 use crate::cli::run_settings::{self, Settings as RunSettings, Source, Stored};
 

@@ -15,7 +15,7 @@ use gym::rollout::eval::{EvalSettings, evaluate, library_conditions};
 use gym::rollout::prompt::PromptExperience;
 
 use super::super::backend_args::{BackendArgs, BackendKind, RetrievalArgs, runtime};
-use super::super::eval::{DatasetArgs, RewardArgs};
+use super::super::dataset_args::{DatasetArgs, RewardArgs};
 use super::{figures, interval, model_ref};
 
 /// The most answers per query and condition a re-run draws.
