@@ -31,6 +31,14 @@ pub(crate) fn lesson_flaw(text: &str) -> Option<String> {
             words(&condition) + words(&strategy)
         ));
     }
+    // "When a price rises, when a price rises, multiply …": the integrate stage's commonest
+    // loop, which no other check sees (no phrase occurs eight times twice).
+    if ["when", "whenever", "if"].iter().any(|lead| {
+        let again = format!("{lead} {}", condition.trim());
+        strategy == again || strategy.starts_with(&format!("{again} "))
+    }) {
+        return Some("states its condition twice".to_owned());
+    }
     let (stemmed_condition, stemmed_strategy) = (stemmed(&condition), stemmed(&strategy));
     if stemmed_condition == stemmed_strategy
         || stemmed_strategy.contains(&stemmed_condition)
@@ -169,19 +177,28 @@ static SECOND_LESSON: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)(?:[,;]|\.)\s+(?:when|whenever)\b[^,;.]*,\s*\S").expect("valid regex")
 });
 
-/// `text` cut before a second lesson glued onto its strategy, with a full stop, when one is
-/// there: the 1.5B distiller, asked to refine a lesson, most often wrote it twice ("When
+/// The two lessons of a text that glues a second "when …, …" onto the first, each with a full
+/// stop: the 1.5B distiller, asked to refine a lesson, most often wrote it twice ("When
 /// calculating the price after a percentage increase, multiply the original price by 1 plus
 /// the percentage increase as a decimal, when calculating the price after a percentage
-/// increase, multiply …", the fifth paper-setting run's integrate stage), and the first copy
-/// is the lesson.
-pub(crate) fn before_a_second_lesson(text: &str) -> Option<String> {
+/// increase, multiply …", the fifth paper-setting run's integrate stage), or its condition
+/// twice before one strategy ("When calculating the price after a percentage increase, when
+/// calculating the price after a percentage increase, multiply …"): one of the two parts is
+/// the lesson.
+pub(crate) fn glued_lessons(text: &str) -> Option<(String, String)> {
     static LEAD: LazyLock<Regex> =
-        LazyLock::new(|| Regex::new(r"(?i)^\s*(when|whenever|if)\b[^,]*,").expect("valid regex"));
-    let condition_end = LEAD.find(text)?.end();
-    let second = SECOND_LESSON.find(&text[condition_end..])?;
-    let first = text[..condition_end + second.start()].trim_end_matches([',', ';', '.', ' ']);
-    Some(format!("{first}."))
+        LazyLock::new(|| Regex::new(r"(?i)^\s*(when|whenever|if)\b[^,]*").expect("valid regex"));
+    let comma = LEAD.find(text)?.end();
+    let second = SECOND_LESSON.find(&text[comma..])?;
+    let first = text[..comma + second.start()].trim_end_matches([',', ';', '.', ' ']);
+    let rest = text[comma + second.start()..].trim_start_matches([',', ';', '.', ' ']);
+    let mut letters = rest.chars();
+    let rest: String = letters
+        .next()
+        .map(|c| c.to_uppercase().chain(letters).collect())
+        .unwrap_or_default();
+    let rest = rest.trim_end_matches(['.', ' ']);
+    Some((format!("{first}."), format!("{rest}.")))
 }
 
 /// The first sentence of `text`, with its full stop, when more follows it: a sentence ends
@@ -308,17 +325,26 @@ mod tests {
 
     #[test]
     fn a_second_lesson_glued_on_is_cut_off() {
-        let twice = "When calculating the price after a percentage increase, multiply the original price by 1 plus the percentage increase as a decimal, when calculating the price after a percentage increase, multiply the original price by 1 plus the percentage increase as a decimal.";
+        let lesson = "When calculating the price after a percentage increase, multiply the original price by 1 plus the percentage increase as a decimal.";
+        let twice = format!("{}, w{}", lesson.trim_end_matches('.'), &lesson[1..]);
         assert_eq!(
-            before_a_second_lesson(twice).as_deref(),
-            Some(
-                "When calculating the price after a percentage increase, multiply the original price by 1 plus the percentage increase as a decimal."
-            )
+            glued_lessons(&twice),
+            Some((lesson.to_owned(), lesson.to_owned()))
+        );
+        let condition_twice = "When calculating the price after a percentage increase, when calculating the price after a percentage increase, multiply the original price by 1 plus the percentage increase as a decimal.";
+        assert_eq!(
+            glued_lessons(condition_twice),
+            Some((
+                "When calculating the price after a percentage increase.".to_owned(),
+                lesson.to_owned()
+            ))
         );
         assert_eq!(
-            before_a_second_lesson("When halving, divide by 2; when doubling, multiply by 2.")
-                .as_deref(),
-            Some("When halving, divide by 2.")
+            glued_lessons("When halving, divide by 2; when doubling, multiply by 2."),
+            Some((
+                "When halving, divide by 2.".to_owned(),
+                "When doubling, multiply by 2.".to_owned()
+            ))
         );
         // A condition inside the strategy is not a second lesson, and neither is a text
         // without one.
@@ -327,7 +353,7 @@ mod tests {
             "When halving, divide by 2.",
             "Divide by 2, when halving, always.",
         ] {
-            assert_eq!(before_a_second_lesson(single), None, "{single}");
+            assert_eq!(glued_lessons(single), None, "{single}");
         }
     }
 
@@ -366,6 +392,8 @@ mod tests {
             "When converting minutes to hours, divide the total time in minutes by 60 to get the total time in hours.",
             "When calculating the total time spent on football in 3 weeks, multiply the weekly total time in hours by the number of weeks to get the total time in hours.",
             "When increasing a price by a percentage of the original price, multiply the original price by the percentage, and then add the result to the original price.",
+            // A second condition that narrows the first.
+            "When packing items into boxes, if there is a remainder, add one more box.",
             // Care, but also what to do.
             "When multiplying numbers, multiply the numbers together, not adding them.",
             "When adding several numbers, add them two at a time and check each partial sum.",
@@ -415,6 +443,11 @@ mod tests {
             (
                 "When the crown, the crown the crown the crown the crown.",
                 "repeats a phrase",
+            ),
+            // The fifth run's integrate stage.
+            (
+                "When calculating the price after a percentage increase, when calculating the price after a percentage increase, multiply the original price by 1 plus the percentage increase as a decimal.",
+                "states its condition twice",
             ),
             // Integrate's "update" by the 1.5B distiller, in two runs' libraries.
             (

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use super::copying::{copied_from, is_content_word, quotes_problem, shares_a_run};
 use super::error::ParseError;
 use super::json::extract_json;
-use super::lint::{before_a_second_lesson, first_sentence, lesson_flaw};
+use super::lint::{first_sentence, glued_lessons, lesson_flaw};
 use super::proposal::ProposedOp;
 use super::resolve::normalize;
 use crate::library::{ExperienceId, State};
@@ -498,10 +498,12 @@ fn check_text(name: &str, text: &str, rules: &Rules<'_>) -> Result<String, Strin
     // A lesson followed by its explanation, an example or a second lesson keeps the lesson
     // when it passes alone: the 1.5B distiller's commonest drops were a lesson with an added
     // "This is equivalent to …" (over the word limit), "For example, 10% of $360 is …"
-    // (quoting the problem), or itself again after a comma (a loop).
+    // (quoting the problem), or itself (or its condition) again after a comma (a loop).
     check_whole(name, text, rules).or_else(|reason| {
         let first = first_sentence(text).unwrap_or(text);
-        [Some(first.to_owned()), before_a_second_lesson(first)]
+        let glued = glued_lessons(first);
+        let (one, other) = glued.map_or((None, None), |(one, other)| (Some(one), Some(other)));
+        [Some(first.to_owned()), one, other]
             .into_iter()
             .flatten()
             .filter(|lesson| lesson != text)

@@ -409,6 +409,12 @@ fn a_lesson_written_twice_keeps_its_first_copy() {
         ops(&json),
         vec![add("When a price rises, multiply it by 1 plus the rise.")]
     );
+    // Its condition twice before one strategy: the second part is the lesson.
+    let json = serde_json::json!({"ops": [{"op": "add", "text": "When a price rises, when a price rises, multiply it by 1 plus the rise."}]}).to_string();
+    assert_eq!(
+        ops(&json),
+        vec![add("When a price rises, multiply it by 1 plus the rise.")]
+    );
     // A first copy that is no lesson on its own is still dropped.
     let (result, dropped) = read(
         r#"{"ops": [{"op": "add", "text": "When multiplying, multiply correctly, when multiplying, multiply correctly."}]}"#,
