@@ -141,10 +141,12 @@ const NO_ADVICE: &[&str] = &[
 /// library). Shown to the policy it teaches nothing, and it takes one of the few places a
 /// query's nearest lessons have.
 fn only_says_do_it_right(stemmed_condition: &str, stemmed_strategy: &str) -> bool {
+    static VAGUE: LazyLock<Vec<String>> =
+        LazyLock::new(|| NO_ADVICE.iter().map(|word| stemmed(word)).collect());
     let condition: Vec<&str> = stemmed_condition.split(' ').collect();
-    stemmed_strategy.split(' ').all(|word| {
-        condition.contains(&word) || NO_ADVICE.iter().any(|vague| stemmed(vague) == word)
-    })
+    stemmed_strategy
+        .split(' ')
+        .all(|word| condition.contains(&word) || VAGUE.iter().any(|vague| vague == word))
 }
 
 /// The words of `text` that are about the distillation itself (the lessons, the advice, the
@@ -172,6 +174,10 @@ fn joins_two_lessons(strategy: &str) -> bool {
     SECOND_LESSON.is_match(strategy)
 }
 
+/// The "When"/"If" a lesson starts with.
+static LEAD: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?i)^\s*(when|whenever|if)\b").expect("valid regex"));
+
 /// A second "when …, …" clause after a lesson's strategy (see [`joins_two_lessons`]).
 static SECOND_LESSON: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)(?:[,;]|\.)\s+(?:when|whenever)\b[^,;.]*,\s*\S").expect("valid regex")
@@ -186,9 +192,8 @@ static SECOND_LESSON: LazyLock<Regex> = LazyLock::new(|| {
 /// calculating the price after a percentage increase, multiply …"): one of the two parts is
 /// the lesson.
 pub(crate) fn glued_lessons(text: &str) -> Option<(String, String)> {
-    static LEAD: LazyLock<Regex> =
-        LazyLock::new(|| Regex::new(r"(?i)^\s*(when|whenever|if)\b[^,]*").expect("valid regex"));
-    let comma = LEAD.find(text)?.end();
+    let lead = LEAD.find(text)?.end();
+    let comma = lead + text[lead..].find(',')?;
     let second = SECOND_LESSON.find(&text[comma..])?;
     let first = text[..comma + second.start()].trim_end_matches([',', ';', '.', ' ']);
     let rest = text[comma + second.start()..].trim_start_matches([',', ';', '.', ' ']);
@@ -241,8 +246,6 @@ fn stemmed(normalized: &str) -> String {
 /// Condition and strategy: what lies between the leading "When"/"If" and the first comma, and
 /// what follows it.
 fn split(text: &str) -> Option<(&str, &str)> {
-    static LEAD: LazyLock<Regex> =
-        LazyLock::new(|| Regex::new(r"(?i)^\s*(when|whenever|if)\b").expect("valid regex"));
     let rest = LEAD.find(text).map_or(text, |lead| &text[lead.end()..]);
     let (condition, strategy) = rest.split_once(',')?;
     let strategy = strategy.trim().trim_end_matches('.');

@@ -501,8 +501,7 @@ fn check_text(name: &str, text: &str, rules: &Rules<'_>) -> Result<String, Strin
     // (quoting the problem), or itself (or its condition) again after a comma (a loop).
     check_whole(name, text, rules).or_else(|reason| {
         let first = first_sentence(text).unwrap_or(text);
-        let glued = glued_lessons(first);
-        let (one, other) = glued.map_or((None, None), |(one, other)| (Some(one), Some(other)));
+        let (one, other) = glued_lessons(first).unzip();
         [Some(first.to_owned()), one, other]
             .into_iter()
             .flatten()

@@ -63,7 +63,6 @@ pub type Finished = HashMap<(String, String), QueryResult>;
 
 /// An open journal: groups are appended as they finish.
 pub struct EvalJournal {
-    path: PathBuf,
     /// The log and the first write that failed (after which nothing more is written).
     log: Mutex<(AppendLog, Option<WriteError>)>,
 }
@@ -117,7 +116,6 @@ impl EvalJournal {
             }
         }
         let journal = Self {
-            path: path.to_owned(),
             log: Mutex::new((log, None)),
         };
         Ok((journal, finished))
@@ -146,10 +144,6 @@ impl EvalJournal {
         let (_, failed) = self.log.into_inner().unwrap_or_else(|e| e.into_inner());
         failed
     }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
 }
 
 /// The first setting (a dotted path) where `was` and `now` differ, with both values.
@@ -167,11 +161,10 @@ fn first_difference(at: &str, was: &Value, now: &Value) -> Option<(String, Strin
             keys.sort();
             keys.dedup();
             keys.into_iter().find_map(|key| {
-                let absent = Value::Null;
                 first_difference(
                     &path(key),
-                    was.get(key).unwrap_or(&absent),
-                    now.get(key).unwrap_or(&absent),
+                    was.get(key).unwrap_or(&Value::Null),
+                    now.get(key).unwrap_or(&Value::Null),
                 )
             })
         }
