@@ -267,8 +267,8 @@ mod tests {
             "{prompt}"
         );
         assert!(
-            prompt.contains(
-                "2. WRONG (reward 0.0: expected 12)\n   Answer: 3 plus 4 is 7. Answer: 7\n\nFirst"
+            prompt.ends_with(
+                "2. WRONG (reward 0.0: expected 12)\n   Answer: 3 plus 4 is 7. Answer: 7"
             ),
             "{prompt}"
         );

@@ -13,7 +13,8 @@ pub const SUMMARIZE: &str = include_str!("../../prompts/summarize.txt");
 /// small model writes about tools anyway ("the call to tools was not helpful"), and the lessons
 /// drawn from those summaries follow.
 pub const SUMMARIZE_TOOLS: &str = include_str!("../../prompts/summarize_tools.txt");
-/// Stage 2: `{max_ops}`, `{question}`, `{reference}`, `{attempts}`, `{library}`, `{max_words}`.
+/// Stage 2: `{max_ops}`, `{max_words}` (constant in a run, so first), then `{question}`,
+/// `{reference}`, `{attempts}`.
 pub const EXTRACT: &str = include_str!("../../prompts/extract.txt");
 /// Stage 2, added when the group's answers called tools.
 pub const EXTRACT_TOOLS: &str = include_str!("../../prompts/extract_tools.txt");
@@ -168,6 +169,38 @@ mod tests {
             for name in names {
                 assert!(template.contains(&format!("{{{name}}}")), "{name}");
             }
+        }
+    }
+
+    #[test]
+    fn the_instructions_come_before_what_each_call_fills_in() {
+        // What changes from one call to the next within a run. Everything before the first of
+        // them is the same in every call of the stage, so the model thread evaluates it once
+        // and later calls borrow its KV cells (`backend::llama`).
+        let per_call: [(&str, &[&str]); 4] = [
+            (SUMMARIZE, &["question", "reference", "answer", "grade"]),
+            (EXTRACT, &["question", "reference", "attempts"]),
+            (CONSOLIDATE, &["proposals"]),
+            (INTEGRATE, &["candidate", "neighbours"]),
+        ];
+        for (template, names) in per_call {
+            let first = names
+                .iter()
+                .filter_map(|name| template.find(&format!("{{{name}}}")))
+                .min()
+                .expect("a per-call field");
+            let (constant, rest) = template.split_at(first);
+            assert!(
+                !rest.contains("{max_"),
+                "a run's setting after a call's data"
+            );
+            let words = |text: &str| text.split_whitespace().count();
+            assert!(
+                words(constant) * 3 >= words(template) * 2,
+                "{} of {} words before the first per-call field:\n{template}",
+                words(constant),
+                words(template)
+            );
         }
     }
 
