@@ -25,15 +25,6 @@ use crate::rollout::RolloutGroup;
 const QUESTION_MAX_CHARS: usize = 600;
 const REFERENCE_MAX_CHARS: usize = 200;
 const SUMMARY_MAX_CHARS: usize = 300;
-/// Answers up to this long are shown whole, so stage 1 skips them (see
-/// [`worth_summarizing`](super::summarize::worth_summarizing)); a longer one is shown as its
-/// head and its longer tail, where the last steps and the final answer are. The step where
-/// right and wrong attempts part is usually late in a worked solution: at 300 characters the
-/// 1.5B policy's GSM-style answers (about 900 characters each) were cut to their opening
-/// restatement of the problem, every one of them was summarized by the same small model, and
-/// the stage compared its summaries instead of the work. Four answers at this size are about
-/// 1,300 tokens of prompt.
-pub(crate) const ANSWER_MAX_CHARS: usize = 1200;
 /// Most characters of a grader's reason shown beside an answer ("read 45 from the answer,
 /// expected 81").
 const REASON_MAX_CHARS: usize = 160;
@@ -137,7 +128,9 @@ pub fn extract_prompt(
                 index + 1,
                 grade(answer.reward).to_uppercase(),
                 answer.reward,
-                clip(&answer.text.replace('\n', " "), ANSWER_MAX_CHARS)
+                // Whole up to `verbatim_chars` (stage 1 skipped it); a longer one as its head
+                // and its longer tail, where the last steps and the final answer are.
+                clip(&answer.text.replace('\n', " "), cfg.verbatim_chars)
             )
         })
         .collect();
@@ -243,12 +236,21 @@ mod tests {
         let rambling = format!("{}Answer: 7", "Then more. ".repeat(300));
         let mut group = group();
         group.answers = vec![answer(&worked, 1.0), answer(&rambling, 0.0)];
-        assert!(!crate::distill::summarize::worth_summarizing(
-            &group.answers[0]
-        ));
+        let cfg = DistillConfig::default();
+        let worth = |answer| crate::distill::summarize::worth_summarizing(answer, &cfg);
+        assert!(!worth(&group.answers[0]));
+        assert!(worth(&group.answers[1]));
+        // A lower threshold summarizes the worked answer too and shows only its ends.
+        let short = DistillConfig {
+            verbatim_chars: 300,
+            ..DistillConfig::default()
+        };
         assert!(crate::distill::summarize::worth_summarizing(
-            &group.answers[1]
+            &group.answers[0],
+            &short
         ));
+        let clipped = extract_prompt(&sample(), &group, &[], &short);
+        assert!(!clipped.contains(worked.trim()), "{clipped}");
         let prompt = extract_prompt(&sample(), &group, &[], &DistillConfig::default());
         assert!(prompt.contains(worked.trim()), "{prompt}");
         assert!(

@@ -96,6 +96,10 @@ pub struct DistillConfig {
     /// Most lessons the consolidate stage keeps from one step's proposals.
     #[serde(default = "default_max_kept")]
     pub max_kept: usize,
+    /// Answers up to this many characters go to extract whole and are not summarized; a
+    /// longer one is summarized and shown as its head and tail at this length.
+    #[serde(default = "default_verbatim_chars")]
+    pub verbatim_chars: usize,
 }
 
 /// An extract reply's budget: a comparison of up to ~700 characters (~175 tokens), then K
@@ -112,6 +116,17 @@ pub const DEFAULT_MAX_KEPT: usize = 4;
 
 fn default_max_kept() -> usize {
     DEFAULT_MAX_KEPT
+}
+
+/// Answers shown whole to extract by default. The step where right and wrong attempts part is
+/// usually late in a worked solution: at 300 characters the 1.5B policy's GSM-style answers
+/// (about 900 characters each) were cut to their opening restatement of the problem, every one
+/// of them was summarized by the same small model, and the stage compared its summaries
+/// instead of the work. Four answers at this size are about 1,300 tokens of prompt.
+pub const DEFAULT_VERBATIM_CHARS: usize = 1200;
+
+fn default_verbatim_chars() -> usize {
+    DEFAULT_VERBATIM_CHARS
 }
 
 impl DistillConfig {
@@ -139,6 +154,7 @@ impl Default for DistillConfig {
             },
             extract_max_tokens: DEFAULT_EXTRACT_MAX_TOKENS,
             max_kept: DEFAULT_MAX_KEPT,
+            verbatim_chars: DEFAULT_VERBATIM_CHARS,
         }
     }
 }

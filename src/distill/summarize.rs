@@ -33,12 +33,11 @@ const REFERENCE_MAX_CHARS: usize = 200;
 const SUMMARY_KEYS: &[&str] = &["summary", "text", "content", "analysis", "explanation"];
 
 /// Whether stage 1 has anything to add for `answer`: stage 2 shows answers up to
-/// [`ANSWER_MAX_CHARS`](super::extract::ANSWER_MAX_CHARS) whole, and a summary of a short
-/// answer is longer than the answer and, from a small model, often wrong about it. Answers
-/// that called tools are always summarized.
-pub fn worth_summarizing(answer: &ScoredAnswer) -> bool {
-    !answer.steps.is_empty()
-        || answer.text.trim().chars().count() > super::extract::ANSWER_MAX_CHARS
+/// [`DistillConfig::verbatim_chars`] whole, and a summary of a short answer is longer than the
+/// answer and, from a small model, often wrong about it. Answers that called tools (agent
+/// trajectories) are always summarized.
+pub fn worth_summarizing(answer: &ScoredAnswer, cfg: &DistillConfig) -> bool {
+    !answer.steps.is_empty() || answer.text.trim().chars().count() > cfg.verbatim_chars
 }
 
 /// Summarizes one answer to `sample`.

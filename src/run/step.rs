@@ -226,7 +226,7 @@ pub(super) async fn run_step(
         .iter()
         .flat_map(|&(sample, group)| {
             (0..group.answers.len())
-                .filter(|&index| distill::worth_summarizing(&group.answers[index]))
+                .filter(|&index| distill::worth_summarizing(&group.answers[index], cfg))
                 .map(move |index| (format!("{}/{index}", sample.id), (sample, group, index)))
         })
         .collect();

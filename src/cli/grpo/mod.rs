@@ -131,6 +131,11 @@ pub struct GrpoArgs {
     #[arg(long, default_value_t = gym::distill::DEFAULT_EXTRACT_MAX_TOKENS)]
     extract_max_tokens: u32,
 
+    /// Answers up to this many characters go to extract whole and are not summarized first;
+    /// longer ones, and answers that called tools, are summarized.
+    #[arg(long, default_value_t = gym::distill::DEFAULT_VERBATIM_CHARS, value_name = "CHARS")]
+    verbatim_chars: usize,
+
     /// Validation gate: before a step commits, A/B test its candidate library against the
     /// current one on this many training queries outside the step's batch (same seeds,
     /// --group-size answers each, paired); a worse candidate is refused and journaled. 0 turns
@@ -587,6 +592,7 @@ impl GrpoArgs {
             delete_min_steps: self.delete_min_steps,
             max_kept: self.max_kept,
             extract_max_tokens: self.extract_max_tokens,
+            verbatim_chars: self.verbatim_chars,
             ..DistillConfig::default()
         };
         distill.sampling.temperature = self.distill_temperature;
