@@ -132,8 +132,14 @@ pub struct GrpoArgs {
     extract_max_tokens: u32,
 
     /// Answers up to this many characters go to extract whole and are not summarized first;
-    /// longer ones, and answers that called tools, are summarized.
-    #[arg(long, default_value_t = gym::distill::DEFAULT_VERBATIM_CHARS, value_name = "CHARS")]
+    /// longer ones, and answers that called tools, are summarized. At least 100: below that an
+    /// answer's head and tail hold nothing to compare.
+    #[arg(
+        long,
+        default_value_t = gym::distill::DEFAULT_VERBATIM_CHARS,
+        value_name = "CHARS",
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(100..)
+    )]
     verbatim_chars: usize,
 
     /// Validation gate: before a step commits, A/B test its candidate library against the

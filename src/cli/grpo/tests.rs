@@ -165,3 +165,16 @@ fn explicit_distill_flags_win_over_the_default_distiller() {
     assert!(!args.distill_uses_default_model());
     assert!(args.check_default_distill_model().is_ok());
 }
+
+#[test]
+fn a_verbatim_threshold_too_small_to_show_an_answer_is_refused() {
+    assert_eq!(grpo(&["--verbatim-chars", "400"]).verbatim_chars, 400);
+    let argv = ["gym", "grpo", "--verbatim-chars", "10"];
+    let error = crate::cli::Cli::try_parse_from(argv)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("--verbatim-chars") && error.contains("100"),
+        "{error}"
+    );
+}
