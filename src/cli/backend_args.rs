@@ -93,6 +93,11 @@ pub struct BackendArgs {
     /// serve --max-queue` sets it; `None` for batch commands).
     #[arg(skip)]
     pub max_queue: Option<usize>,
+
+    /// llama: whether prompt prefixes stay in the KV cache from one round to the next (not a
+    /// flag here: batch commands keep them, `gym serve --keep-prompt-prefixes` asks for them).
+    #[arg(skip = true)]
+    pub keep_prefixes: bool,
 }
 
 impl BackendArgs {
@@ -200,6 +205,9 @@ impl BackendArgs {
         config.max_context = self.max_context;
         config.gpu_layers = self.gpu_layers;
         config.max_queue = self.max_queue;
+        if !self.keep_prefixes {
+            config.kept_prefixes = 0;
+        }
         let backend = LlamaBackend::load(config).map_err(|e| {
             let hint = if self.model.is_none() {
                 " (run `make setup` to fetch the default model)"

@@ -251,10 +251,14 @@ impl StagesBench {
             },
             Into::into,
         );
-        let mut config = LlamaConfig::new(&path);
-        config.threads = self.threads;
-        config.gpu_layers = self.gpu_layers;
-        let backend = LlamaBackend::load(config)?;
+        // A model of its own for each mode, so neither starts with the prompt prefixes the
+        // other left in the KV cache.
+        let load = || -> anyhow::Result<LlamaBackend> {
+            let mut config = LlamaConfig::new(&path);
+            config.threads = self.threads;
+            config.gpu_layers = self.gpu_layers;
+            Ok(LlamaBackend::load(config)?)
+        };
         let rt = super::backend_args::runtime()?;
         let cfg = DistillConfig {
             attempts: 1,
@@ -356,7 +360,20 @@ impl StagesBench {
             outcome.raw_outputs.join("\u{1f}")
         }
         let cfg = &cfg;
-        let measure = |batched: bool| -> StagesFigures {
+        // Warm up caches and thread pools so the first timed call is not an outlier.
+        let warm = gym::backend::GroupRequest {
+            tools: Vec::new(),
+            tool_choice: Default::default(),
+            messages: vec![gym::backend::ChatMessage::user("Hi")],
+            n: 1,
+            sampling: Sampling {
+                max_tokens: 4,
+                ..Sampling::default()
+            },
+        };
+        let measure = |batched: bool| -> anyhow::Result<StagesFigures> {
+            let backend = load()?;
+            rt.block_on(backend.generate(&warm))?;
             let mut figures = StagesFigures::default();
             let reused_before = backend.stats().prompt_tokens_reused;
             let backend: &dyn Backend = &backend;
@@ -401,22 +418,10 @@ impl StagesBench {
                 summarized.iter().map(text).collect(),
                 extracted.iter().map(text).collect(),
             ];
-            figures
+            Ok(figures)
         };
-        // Warm up caches and thread pools so the first timed run is not an outlier.
-        let warm = gym::backend::GroupRequest {
-            tools: Vec::new(),
-            tool_choice: Default::default(),
-            messages: vec![gym::backend::ChatMessage::user("Hi")],
-            n: 1,
-            sampling: Sampling {
-                max_tokens: 4,
-                ..Sampling::default()
-            },
-        };
-        rt.block_on(backend.generate(&warm))?;
-        let batched = measure(true);
-        let sequential = measure(false);
+        let batched = measure(true)?;
+        let sequential = measure(false)?;
         let speedup = sequential.seconds / batched.seconds;
         let same = batched.outputs == sequential.outputs;
         if self.json {

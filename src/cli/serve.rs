@@ -69,6 +69,16 @@ pub struct ServeArgs {
     #[arg(long, env = "GYM_MAX_QUEUE", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
     max_queue: u64,
 
+    /// Keep prompt prefixes in the local model's KV cache from one request to the next, as
+    /// llama-server's `cache_prompt` does: a request that begins like a recent one (the same
+    /// long system prompt and experiences) evaluates only the rest of its prompt. Off by
+    /// default, for two reasons: a greedy answer then depends in its last bits on what was
+    /// asked before it (the same request sent twice can differ), and a request's
+    /// `cached_tokens` and time to first token tell its client that another request began the
+    /// same way. Applies to every llama upstream.
+    #[arg(long, env = "GYM_KEEP_PROMPT_PREFIXES")]
+    keep_prompt_prefixes: bool,
+
     /// Largest request body accepted, in bytes.
     #[arg(long, default_value_t = 4 << 20)]
     max_body_bytes: usize,
@@ -241,8 +251,13 @@ struct UpstreamFlags {
     backend: BackendArgs,
 }
 
-/// The upstreams of a `--upstreams` file; llama upstreams queue at most `max_queue` requests.
-fn upstreams_from_file(path: &std::path::Path, max_queue: usize) -> anyhow::Result<Vec<Upstream>> {
+/// The upstreams of a `--upstreams` file; llama upstreams queue at most `max_queue` requests
+/// and keep prompt prefixes between rounds when `keep_prefixes` says so.
+fn upstreams_from_file(
+    path: &std::path::Path,
+    max_queue: usize,
+    keep_prefixes: bool,
+) -> anyhow::Result<Vec<Upstream>> {
     use clap::Parser as _;
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read upstreams {}", path.display()))?;
@@ -284,6 +299,7 @@ fn upstreams_from_file(path: &std::path::Path, max_queue: usize) -> anyhow::Resu
         let mut parsed = UpstreamFlags::try_parse_from(&flags)
             .map_err(|e| anyhow::anyhow!("{at} (`{name}`): {}", e.to_string().trim()))?;
         parsed.backend.max_queue = Some(max_queue);
+        parsed.backend.keep_prefixes = keep_prefixes;
         let backend = parsed
             .backend
             .build()
@@ -321,12 +337,13 @@ impl ServeArgs {
             None => Router::single(
                 BackendArgs {
                     max_queue: Some(max_queue),
+                    keep_prefixes: self.keep_prompt_prefixes,
                     ..self.backend.clone()
                 }
                 .build()?,
             ),
             Some(path) => Router::new(
-                upstreams_from_file(path, max_queue)?,
+                upstreams_from_file(path, max_queue, self.keep_prompt_prefixes)?,
                 Duration::from_secs_f64(self.upstream_cooldown),
             ),
         };

@@ -12,12 +12,16 @@ use serde_json::{Value, json};
 
 use crate::common::model_path;
 
-/// One model shared by every test in this binary (the handle works from any runtime).
+/// One model shared by every test in this binary (the handle works from any runtime). It keeps
+/// no prompt prefixes between rounds: the tests sharing it run in any order, and a prefix one
+/// of them left behind would change the last bits of another's logits (see
+/// `LlamaConfig::kept_prefixes`); the tests of kept prefixes load a model of their own.
 pub fn backend() -> &'static LlamaBackend {
     static BACKEND: OnceLock<LlamaBackend> = OnceLock::new();
     BACKEND.get_or_init(|| {
-        LlamaBackend::load(LlamaConfig::new(model_path()))
-            .expect("load the default model (run `make setup`)")
+        let mut config = LlamaConfig::new(model_path());
+        config.kept_prefixes = 0;
+        LlamaBackend::load(config).expect("load the default model (run `make setup`)")
     })
 }
 
@@ -262,6 +266,101 @@ async fn requests_sharing_a_prompt_prefix_sample_what_they_would_alone() {
     let shared = texts(shared);
     assert_eq!(shared, texts(independent));
     assert_eq!(shared, texts(one_by_one));
+}
+
+/// Its own model, so that no other test's rounds touch the prefixes it keeps.
+fn own_backend() -> LlamaBackend {
+    LlamaBackend::load(LlamaConfig::new(model_path())).expect("load the default model")
+}
+
+fn greedy(max_tokens: u32) -> Sampling {
+    Sampling {
+        max_tokens,
+        temperature: 0.0,
+        seed: 5,
+        ..Sampling::default()
+    }
+}
+
+fn completions(group: &gym::backend::Group) -> Vec<String> {
+    group.completions.iter().map(|c| c.text.clone()).collect()
+}
+
+#[tokio::test]
+async fn a_prefix_kept_from_an_earlier_round_samples_what_a_fresh_prompt_does() {
+    // Greedy and short: a kept prefix lays the cache out differently from an empty one, which
+    // can move the last bits of the logits (see `LlamaConfig::kept_prefixes`), and this answer's
+    // choices are not that close.
+    let backend = own_backend();
+    let instructions = "You are reviewing short answers to arithmetic problems. Read the \
+        problem and the attempt below, then say in one sentence whether the attempt is right \
+        and, when it is wrong, which step went wrong and what the right result of that step is.";
+    let first = ask(
+        &format!("{instructions}\n\nProblem: 6 + 1. Attempt: 7."),
+        1,
+        greedy(10),
+    );
+    let second = ask(
+        &format!("{instructions}\n\nProblem: 9 - 5. Attempt: 3."),
+        2,
+        greedy(10),
+    );
+    let alone = backend.generate(&first).await.unwrap();
+    assert_eq!(alone.usage.cached_prompt_tokens, 0, "nothing kept yet");
+    // A round of its own, after the first was answered: it borrows the instructions' cells.
+    let borrowed = backend.generate(&second).await.unwrap();
+    let cached = borrowed.usage.cached_prompt_tokens;
+    assert!(
+        cached >= 32 && cached % 32 == 0 && cached < borrowed.usage.prompt_tokens,
+        "{:?}",
+        borrowed.usage
+    );
+    let fresh = backend
+        .generate_with(&second, PromptMode::Independent)
+        .await
+        .unwrap();
+    assert_eq!(fresh.usage.cached_prompt_tokens, 0);
+    assert_eq!(completions(&borrowed), completions(&fresh));
+    // Asked again, the whole prompt but its last block is kept.
+    let again = backend.generate(&second).await.unwrap();
+    assert!(
+        again.usage.cached_prompt_tokens > cached,
+        "{:?}",
+        again.usage
+    );
+    assert_eq!(completions(&again), completions(&fresh));
+}
+
+#[tokio::test]
+async fn each_kind_of_prompt_keeps_a_slot_and_the_least_recently_used_goes() {
+    let backend = own_backend();
+    // Nine kinds of prompt, each with long instructions of its own.
+    let prompt = |kind: usize, question: &str| {
+        let rules: Vec<String> = (0..12)
+            .map(|rule| format!("Rule {rule} of kind {kind}: answer in words about topic {kind}."))
+            .collect();
+        ask(
+            &format!("Kind {kind}. {}\n\n{question}", rules.join(" ")),
+            1,
+            greedy(2),
+        )
+    };
+    for kind in 0..9 {
+        backend.generate(&prompt(kind, "First?")).await.unwrap();
+    }
+    // Kind 8 was kept last; kind 0 was the least recently used of nine, beyond the eight slots.
+    let recent = backend.generate(&prompt(8, "Second?")).await.unwrap();
+    let evicted = backend.generate(&prompt(0, "Second?")).await.unwrap();
+    assert!(
+        recent.usage.cached_prompt_tokens > 100,
+        "the recent kind's instructions were kept: {:?}",
+        recent.usage
+    );
+    assert!(
+        evicted.usage.cached_prompt_tokens < recent.usage.cached_prompt_tokens / 2,
+        "only the chat template's opening, kept by every kind: {:?}",
+        evicted.usage
+    );
 }
 
 #[test]

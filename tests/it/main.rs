@@ -64,6 +64,8 @@ mod serve_limits;
 mod serve_messages;
 mod serve_origin;
 mod serve_parity;
+#[cfg(feature = "llama")]
+mod serve_prefixes;
 #[cfg(feature = "qdrant")]
 mod serve_qdrant;
 #[cfg(feature = "llama")]

@@ -8,12 +8,12 @@
 //! sequence drawing from its own seeded sampler. Groups requested at the same time are decoded
 //! together in one batch (see `worker`).
 //!
-//! Requests of one round also share their common prompt *prefix*: a run's stage calls render
-//! the same chat-template system prompt and stage instructions before their own data (the
-//! templates under `prompts/` put the constant part first for this reason), so a prompt that
-//! starts like one evaluated earlier in the round copies that prefix's KV cells (`seq_cp` of
-//! the prefix's position range, again a metadata copy in the unified cache) and evaluates only
-//! its own suffix. On a CPU, evaluating prompts is compute-bound and dominates short stage
+//! Prompts also share their common *prefix*: a run's stage calls render the same chat-template
+//! system prompt and stage instructions before their own data (the templates under `prompts/`
+//! put the constant part first for this reason), so a prompt that starts like one evaluated
+//! earlier in its round, or like one kept from an earlier round (see `prefix`), copies that
+//! prefix's KV cells (`seq_cp` of the prefix's position range, again a metadata copy in the
+//! unified cache) and evaluates only its own suffix. On a CPU, evaluating prompts is compute-bound and dominates short stage
 //! calls, so tokens not evaluated are most of what batching the stage calls saves.
 //! [`PromptMode::Independent`] turns all sharing off, for measurements and tests.
 //!
@@ -25,6 +25,7 @@
 
 pub mod cpu;
 mod kv;
+mod prefix;
 mod queue;
 mod sequence;
 mod worker;
@@ -47,6 +48,9 @@ use llama_cpp_2::model::params::LlamaModelParams;
 /// llama.cpp's limit on sequences in one context.
 const MAX_SEQUENCES: usize = 256;
 
+/// The most prompt prefixes a context keeps between rounds (`LlamaConfig::kept_prefixes`).
+pub const MAX_KEPT_PREFIXES: usize = 64;
+
 /// How to load a GGUF model.
 #[derive(Debug, Clone)]
 pub struct LlamaConfig {
@@ -61,6 +65,13 @@ pub struct LlamaConfig {
     /// is refused with [`BackendError::QueueFull`]. `None`: no bound (what batch commands
     /// want; `gym serve` sets one).
     pub max_queue: Option<usize>,
+    /// Prompt prefixes kept in the KV cache from one round to the next, one per kind of prompt
+    /// (see `prefix`); 0 keeps none, and a request then borrows only from prompts of its own
+    /// round. Kept prefixes save most of a run's stage prompts, but a prompt that borrows one
+    /// sees a cache laid out differently from a fresh one, which can change the last bits of
+    /// its logits (and so a close greedy choice), and its `cached_tokens` tell its caller that
+    /// an earlier request began the same way: `gym serve` keeps none unless asked.
+    pub kept_prefixes: usize,
 }
 
 impl LlamaConfig {
@@ -71,6 +82,7 @@ impl LlamaConfig {
             threads: None,
             gpu_layers: 0,
             max_queue: None,
+            kept_prefixes: prefix::DEFAULT_SLOTS,
         }
     }
 }
@@ -91,6 +103,8 @@ pub struct LlamaBackend {
     /// Its queue counts the jobs sent and not yet taken into a round.
     thread: ModelThread<Job>,
     stats: Arc<Mutex<BackendStats>>,
+    /// Sequences its contexts set aside for kept prompt prefixes.
+    kept_prefixes: usize,
 }
 
 fn runtime() -> Result<&'static LlamaRuntime, BackendError> {
@@ -109,7 +123,10 @@ fn runtime() -> Result<&'static LlamaRuntime, BackendError> {
 
 impl LlamaBackend {
     /// Loads the model on a new worker thread; returns once it is ready to sample.
-    pub fn load(config: LlamaConfig) -> Result<Self, BackendError> {
+    pub fn load(mut config: LlamaConfig) -> Result<Self, BackendError> {
+        // Most of llama.cpp's sequences stay for the requests.
+        config.kept_prefixes = config.kept_prefixes.min(MAX_KEPT_PREFIXES);
+        let kept_prefixes = config.kept_prefixes;
         let path = config.model_path.clone();
         let unreadable = |message: String| BackendError::ModelUnreadable {
             path: path.clone(),
@@ -146,6 +163,7 @@ impl LlamaBackend {
             model: model_name,
             thread,
             stats,
+            kept_prefixes,
         })
     }
 
@@ -168,10 +186,15 @@ impl LlamaBackend {
         // Tools go through the text protocol, grammar-constrained; a tool turn is not streamed.
         let (request, lowering) = text_tools::for_model(request, true)?;
         let deltas = deltas.filter(|_| !lowering.uses_tools());
-        if request.n > MAX_SEQUENCES {
+        let most = MAX_SEQUENCES - self.kept_prefixes;
+        if request.n > most {
             return Err(BackendError::InvalidRequest {
                 field: "n",
-                message: format!("llama.cpp samples at most {MAX_SEQUENCES} completions at once"),
+                message: format!(
+                    "llama.cpp samples at most {most} completions at once here ({MAX_SEQUENCES} \
+                     sequences, {} of them holding kept prompt prefixes)",
+                    self.kept_prefixes
+                ),
             });
         }
         // Dropping this future (the caller stopped waiting) drops the reply's receiver, which

@@ -3,17 +3,16 @@
 //! stage calls) share the CPU the way one large group does.
 //!
 //! Prefix sharing: prompts are evaluated in admission order, and a `Shared` prompt first looks
-//! for the earlier prompt of the round with the longest common token prefix. When that prefix
-//! is long enough ([`MIN_SHARED_PREFIX`]) its cells are copied into the new sequence with
-//! `seq_cp` over positions `[0, length)` and only the rest of the prompt is decoded; the last
-//! prompt token is always decoded, since its logits give the first draw. Borrowed lengths are
-//! cut to a multiple of [`PREFIX_ALIGN`] so a borrowed cell holds the same bits a fresh
-//! evaluation would (greedy outputs are the same with sharing on and off). A cell is freed when
-//! no sequence holds it any more, which in practice is when the round ends and the cache is
-//! cleared: the context is sized for every admitted job's full prompt and answers, so
-//! borrowing never needs more cells than not borrowing. Prefixes are shared within a round
-//! only: a request that arrives while a round runs waits for the next one and evaluates its
-//! prompt again.
+//! for the longest common token prefix among the earlier prompts of its round and the prefixes
+//! kept from earlier rounds (see `prefix`). When that prefix is long enough its cells are
+//! copied into the new sequence with `seq_cp` over positions `[0, length)` and only the rest of
+//! the prompt is decoded; the last prompt token is always decoded, since its logits give the
+//! first draw. Borrowed lengths are cut to a multiple of `prefix::PREFIX_ALIGN` so a borrowed
+//! cell holds the same bits a fresh evaluation would (greedy outputs are the same with sharing
+//! on and off). A cell is freed when no sequence holds it any more: the round's own sequences
+//! are cleared when the next round starts, the kept prefixes when they are dropped to make
+//! room. The context is sized for every admitted job's full prompt and answers beside the kept
+//! prefixes, so borrowing never needs more cells than not borrowing.
 //!
 //! Between decode steps the thread also takes the jobs sent meanwhile off the channel, drops
 //! those whose caller stopped waiting, and stops the sequences of abandoned jobs in the round
@@ -35,6 +34,7 @@ use llama_cpp_2::token::LlamaToken;
 use tokio::sync::oneshot;
 
 use super::kv::{decode_prompt, kv_bytes_per_cell};
+use super::prefix::{self, PrefixCache};
 use super::queue::{Job, tidy};
 use super::sequence::{Samplers, Sequence, log_softmax_at};
 use super::{LlamaConfig, MAX_SEQUENCES, PromptMode};
@@ -45,15 +45,6 @@ use crate::backend::{
 
 /// How long the thread waits for more jobs after the first one of a round arrives.
 const GATHER: Duration = Duration::from_millis(5);
-
-/// The shortest common prompt prefix worth borrowing from another sequence.
-const MIN_SHARED_PREFIX: usize = 32;
-
-/// Borrowed prefixes are cut to a multiple of this. llama.cpp's CPU kernels multiply rows in
-/// blocks (of 4 or 8) and the rows left over one by one, so a token's KV values can differ in
-/// the last bits with its place in a batch; a prefix cut at a block boundary lies in whole
-/// blocks both in the prompt it is borrowed from and in the one borrowing it.
-const PREFIX_ALIGN: usize = 32;
 
 /// A job admitted to a round.
 struct Admitted {
@@ -68,8 +59,10 @@ struct Admitted {
     deltas: Option<DeltaSender>,
     /// Per sequence, how much of its text was streamed.
     released: Vec<TextRelease>,
-    /// Prompt tokens whose KV cells were borrowed from an earlier prompt of the round.
+    /// Prompt tokens whose KV cells were borrowed from an earlier prompt or a kept prefix.
     reused: usize,
+    /// Whether it was answered: its prompt's cells are whole and may be kept.
+    answered: bool,
 }
 
 impl Admitted {
@@ -110,6 +103,8 @@ pub(super) struct Worker<'m> {
     /// K and V of one token in every layer, as llama.cpp stores them by default (f16).
     kv_bytes_per_cell: u64,
     context: Option<(LlamaContext<'m>, usize, usize)>,
+    /// Prompt prefixes kept in `context` between rounds.
+    kept: PrefixCache,
     waiting: VecDeque<Job>,
     stats: Arc<Mutex<BackendStats>>,
 }
@@ -136,6 +131,7 @@ impl<'m> Worker<'m> {
             max_context: config.max_context as usize,
             kv_bytes_per_cell: kv_bytes_per_cell(model),
             context: None,
+            kept: PrefixCache::new(config.kept_prefixes),
             waiting: VecDeque::new(),
             stats,
         })
@@ -234,7 +230,8 @@ impl<'m> Worker<'m> {
                 continue;
             }
             if !round.is_empty()
-                && (cells + needed > self.max_context || sequences + request.n > MAX_SEQUENCES)
+                && (cells + needed > self.max_context
+                    || sequences + request.n > MAX_SEQUENCES - self.kept.slots())
             {
                 self.waiting.push_front(job);
                 break;
@@ -274,6 +271,7 @@ impl<'m> Worker<'m> {
                 deltas,
                 released,
                 reused: 0,
+                answered: false,
             });
         }
         round
@@ -298,8 +296,9 @@ impl<'m> Worker<'m> {
             .collect()
     }
 
-    /// A cleared context with room for `cells` KV cells and `sequences` sequences; the previous
-    /// one is reused when it is big enough.
+    /// A context with room for `cells` KV cells and `sequences` sequences beside the kept
+    /// prefixes, its earlier round's sequences cleared; the previous one is reused when it is
+    /// big enough, dropping the least recently used kept prefixes if the round needs their room.
     fn take_context(
         &mut self,
         cells: usize,
@@ -307,15 +306,27 @@ impl<'m> Worker<'m> {
     ) -> Result<(LlamaContext<'m>, usize, usize), BackendError> {
         if let Some((mut context, c, s)) = self.context.take()
             && c >= cells
-            && s >= sequences
+            && s >= sequences + self.kept.slots()
         {
-            context.clear_kv_cache();
+            if self.kept.slots() == 0 {
+                context.clear_kv_cache();
+            } else {
+                for seq in 0..(s - self.kept.slots()) as i32 {
+                    prefix::clear(&mut context, seq)?;
+                }
+            }
+            self.kept.shrink_to(&mut context, c - cells)?;
             return Ok((context, c, s));
         }
-        // The old context, if any, was too small and is gone.
+        // The old context, if any, was too small and is gone, with what it kept.
+        self.kept.forget();
         self.hold_kv_cells(0);
-        let cells = cells.max(2048).div_ceil(256) * 256;
-        let sequences = sequences.max(8);
+        let room = match self.kept.slots() {
+            0 => 0,
+            _ => prefix::MAX_CELLS.min(self.max_context.saturating_sub(cells)),
+        };
+        let cells = (cells + room).max(2048).div_ceil(256) * 256;
+        let sequences = sequences.max(8) + self.kept.slots();
         let params = LlamaContextParams::default()
             .with_n_ctx(NonZeroU32::new(cells as u32))
             .with_n_batch(512.max(sequences as u32))
@@ -348,12 +359,23 @@ impl<'m> Worker<'m> {
         let result = self
             .take_context(cells, sequences)
             .and_then(|(mut context, c, s)| {
+                let empty = PrefixCache::new(self.kept.slots());
+                let mut kept = std::mem::replace(&mut self.kept, empty);
                 let mut between_steps = || tidy(queue, &mut waiting, &self.stats);
-                let outcome = self.decode_round(&mut context, &mut round, &mut between_steps);
+                let outcome = self
+                    .decode_round(&mut context, &mut kept, &mut round, &mut between_steps)
+                    .and_then(|()| {
+                        let answered = round
+                            .iter()
+                            .filter(|a| a.answered && a.mode == PromptMode::Shared)
+                            .map(|a| (a.first_seq as i32, a.prompt.as_slice()));
+                        kept.keep_prompts(&mut context, answered, s)
+                    });
                 if outcome.is_ok() {
                     self.context = Some((context, c, s));
+                    self.kept = kept;
                 } else {
-                    // A context a failed round leaves behind is not reused.
+                    // A context a failed round leaves behind is not reused, nor what it kept.
                     self.hold_kv_cells(0);
                 }
                 outcome
@@ -373,6 +395,7 @@ impl<'m> Worker<'m> {
     fn decode_round(
         &self,
         context: &mut LlamaContext<'m>,
+        kept: &mut PrefixCache,
         round: &mut [Admitted],
         between_steps: &mut dyn FnMut(),
     ) -> Result<(), BackendError> {
@@ -383,7 +406,8 @@ impl<'m> Worker<'m> {
 
         // Prompts first; each prompt's logits are overwritten by the next decode, so its
         // sequences draw their first token right away. A prompt that starts like one evaluated
-        // earlier in the round borrows that prefix's KV cells and evaluates only the rest.
+        // earlier in the round, or like one kept from an earlier round, borrows that prefix's
+        // KV cells and evaluates only the rest.
         for index in 0..round.len() {
             let (earlier, rest) = round.split_at_mut(index);
             let admitted = &mut rest[0];
@@ -411,11 +435,18 @@ impl<'m> Worker<'m> {
             };
             match mode {
                 PromptMode::Shared => {
-                    let start = match shared_prefix(earlier, prompt) {
+                    let candidates = earlier
+                        .iter()
+                        // An abandoned prompt's cells are gone.
+                        .filter(|a| a.mode == PromptMode::Shared && a.reply.is_some())
+                        .map(|a| (a.first_seq as i32, a.prompt.as_slice()))
+                        .chain(kept.candidates());
+                    let start = match prefix::longest(candidates, prompt) {
                         Some((source, length)) => {
                             context
-                                .kv_cache_seq_cp(source as i32, first, None, Some(length as u32))
+                                .kv_cache_seq_cp(source, first, None, Some(length as u32))
                                 .map_err(|e| BackendError::Llama(e.to_string()))?;
+                            kept.touch(source);
                             length
                         }
                         None => 0,
@@ -581,31 +612,9 @@ impl<'m> Worker<'m> {
                 retries: 0,
             };
             if let Some(reply) = admitted.reply.take() {
+                admitted.answered = true;
                 self.finish(reply, Ok(group));
             }
         }
     }
-}
-
-/// The earlier prompt of the round sharing the longest token prefix with `prompt`, as (its
-/// sequence, the shared length). The length stops one short of `prompt`'s end, since its last
-/// token must be evaluated for its logits, and is cut to a multiple of [`PREFIX_ALIGN`];
-/// prefixes under [`MIN_SHARED_PREFIX`] are not worth it.
-fn shared_prefix(earlier: &[Admitted], prompt: &[LlamaToken]) -> Option<(usize, usize)> {
-    earlier
-        .iter()
-        // An abandoned prompt's cells are gone.
-        .filter(|a| a.mode == PromptMode::Shared && a.reply.is_some())
-        .map(|a| {
-            let common = a
-                .prompt
-                .iter()
-                .zip(prompt)
-                .take_while(|(x, y)| x == y)
-                .count();
-            let length = common.min(prompt.len().saturating_sub(1));
-            (a.first_seq, length - length % PREFIX_ALIGN)
-        })
-        .filter(|&(_, length)| length >= MIN_SHARED_PREFIX)
-        .max_by_key(|&(seq, length)| (length, std::cmp::Reverse(seq)))
 }
