@@ -150,14 +150,16 @@ fn only_says_do_it_right(stemmed_condition: &str, stemmed_strategy: &str) -> boo
 }
 
 /// The words of `text` that are about the distillation itself (the lessons, the advice, the
-/// attempts, the student) rather than the task. Asked to merge two lessons, the 1.5B distiller
-/// wrote "When after the new lesson, add the advice about multiplying …" and "… This is the
-/// same advice provided in the new lesson." into a paper-setting run's library: a solver shown
-/// that has nothing to act on.
+/// attempts, the student, another experience by its id) rather than the task. Asked to merge
+/// two lessons, the 1.5B distiller wrote "When after the new lesson, add the advice about
+/// multiplying …" and "… This is the same advice provided in the new lesson." into a
+/// paper-setting run's library, and in the seventh "When using the E0005 rule, apply the E0005
+/// rule to ensure the count is accurate.": a solver shown that has nothing to act on (ids are
+/// not shown with the experiences, and a query's nearest lessons need not include E0005).
 fn talks_about_the_lessons(text: &str) -> Option<String> {
     static META: LazyLock<Regex> = LazyLock::new(|| {
         Regex::new(
-            r"(?i)\b(?:lessons?|advice|(?:the|these|those|other) (?:right |wrong |correct |incorrect |other )?attempts?|the student)\b",
+            r"(?i)\b(?:lessons?|advice|(?:the|these|those|other) (?:right |wrong |correct |incorrect |other )?attempts?|the student|E\d{3,})\b",
         )
         .expect("valid regex")
     });
@@ -446,6 +448,15 @@ mod tests {
             (
                 "When the crown, the crown the crown the crown the crown.",
                 "repeats a phrase",
+            ),
+            // The seventh run's library, twice.
+            (
+                "When using the E0005 rule, apply the E0005 rule to ensure the count is accurate.",
+                "talks about \"E0005\"",
+            ),
+            (
+                "When after counting the number of characters in a word, use the E0001 rule to count each instance of the letter individually.",
+                "talks about \"E0001\"",
             ),
             // The fifth run's integrate stage.
             (
