@@ -90,6 +90,14 @@ struct StagesBench {
     /// Most tokens a stage call may generate.
     #[arg(long, default_value_t = 96)]
     max_tokens: u32,
+    /// Steps run one after the other, each on other words: from the second on, a step's calls
+    /// can borrow the instructions the previous step's calls left in the KV cache.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    steps: u32,
+    /// Prompt prefixes kept in the KV cache between rounds, as a run keeps them (0: none, the
+    /// cache is cleared after every round).
+    #[arg(long, default_value_t = 8)]
+    kept_prefixes: usize,
     /// CPU threads (default: all cores).
     #[arg(long, env = "GYM_THREADS")]
     threads: Option<u32>,
@@ -257,6 +265,7 @@ impl StagesBench {
             let mut config = LlamaConfig::new(&path);
             config.threads = self.threads;
             config.gpu_layers = self.gpu_layers;
+            config.kept_prefixes = self.kept_prefixes;
             Ok(LlamaBackend::load(config)?)
         };
         let rt = super::backend_args::runtime()?;
@@ -280,7 +289,8 @@ impl StagesBench {
             "assessment",
             "parallel",
         ];
-        let steps: Vec<(Sample, RolloutGroup)> = (0..self.queries)
+        let queries = self.queries * self.steps as usize;
+        let steps: Vec<(Sample, RolloutGroup)> = (0..queries)
             .map(|q| {
                 let word = WORDS[q % WORDS.len()];
                 let letter = word.chars().max_by_key(|&c| word.matches(c).count()).unwrap_or('a');
@@ -377,29 +387,35 @@ impl StagesBench {
             let mut figures = StagesFigures::default();
             let reused_before = backend.stats().prompt_tokens_reused;
             let backend: &dyn Backend = &backend;
-            let started = Instant::now();
-            let summarize = steps.iter().flat_map(|(sample, group)| {
-                group
-                    .answers
-                    .iter()
-                    .map(move |answer| distill::summarize(backend, sample, answer, cfg))
-            });
-            let summarized: Vec<StageOutcome<String>> = if batched {
-                rt.block_on(join_all(summarize))
-            } else {
-                summarize.map(|call| rt.block_on(call)).collect()
-            };
-            figures.summarize_seconds = started.elapsed().as_secs_f64();
-            let extract = steps
-                .iter()
-                .map(|(sample, group)| distill::extract(backend, sample, group, &summaries, cfg));
-            let extracted: Vec<StageOutcome<_>> = if batched {
-                rt.block_on(join_all(extract))
-            } else {
-                extract.map(|call| rt.block_on(call)).collect()
-            };
-            figures.seconds = started.elapsed().as_secs_f64();
-            figures.extract_seconds = figures.seconds - figures.summarize_seconds;
+            let (mut summarized, mut extracted) = (Vec::new(), Vec::new());
+            for step in steps.chunks(self.queries) {
+                let started = Instant::now();
+                let summarize = step.iter().flat_map(|(sample, group)| {
+                    group
+                        .answers
+                        .iter()
+                        .map(move |answer| distill::summarize(backend, sample, answer, cfg))
+                });
+                let outcomes: Vec<StageOutcome<String>> = if batched {
+                    rt.block_on(join_all(summarize))
+                } else {
+                    summarize.map(|call| rt.block_on(call)).collect()
+                };
+                summarized.extend(outcomes);
+                figures.summarize_seconds += started.elapsed().as_secs_f64();
+                let started = Instant::now();
+                let extract = step.iter().map(|(sample, group)| {
+                    distill::extract(backend, sample, group, &summaries, cfg)
+                });
+                let outcomes: Vec<StageOutcome<_>> = if batched {
+                    rt.block_on(join_all(extract))
+                } else {
+                    extract.map(|call| rt.block_on(call)).collect()
+                };
+                extracted.extend(outcomes);
+                figures.extract_seconds += started.elapsed().as_secs_f64();
+            }
+            figures.seconds = figures.summarize_seconds + figures.extract_seconds;
             let mut usage = Usage::default();
             for outcome in &summarized {
                 usage += outcome.usage;
@@ -430,6 +446,8 @@ impl StagesBench {
                 serde_json::json!({
                     "model": path.display().to_string(),
                     "queries": self.queries,
+                    "steps": self.steps,
+                    "kept_prefixes": self.kept_prefixes,
                     "group": self.group,
                     "max_tokens": self.max_tokens,
                     "batched": batched,
@@ -441,13 +459,15 @@ impl StagesBench {
             return Ok(ExitCode::SUCCESS);
         }
         println!(
-            "stages benchmark: {}, {} queries x {} answers: {} summarize + {} extract calls, at most {} tokens each",
+            "stages benchmark: {}, {} step(s) of {} queries x {} answers: {} summarize + {} extract calls, at most {} tokens each, {} kept prefixes",
             path.display(),
+            self.steps,
             self.queries,
             self.group,
-            self.queries * self.group,
-            self.queries,
-            self.max_tokens
+            queries * self.group,
+            queries,
+            self.max_tokens,
+            self.kept_prefixes
         );
         println!(
             "mode        prompt tok  reused  generated   summarize    extract      total     tok/s  gen tok/s"

@@ -37,3 +37,56 @@ fn bench_stages_runs_the_calls_batched_and_one_at_a_time() {
         "{stdout}"
     );
 }
+
+#[test]
+fn bench_stages_borrows_what_earlier_rounds_kept_only_when_it_keeps_prefixes() {
+    let scratch = Scratch::new();
+    let model = model_path();
+    let run = |kept: &str| -> serde_json::Value {
+        let output = scratch
+            .model_command(&[
+                "bench",
+                "stages",
+                "--model",
+                model.to_str().expect("a UTF-8 model path"),
+                "--queries",
+                "1",
+                "--group",
+                "2",
+                "--steps",
+                "2",
+                "--max-tokens",
+                "4",
+                "--kept-prefixes",
+                kept,
+                "--threads",
+                "2",
+                "--json",
+            ])
+            .output()
+            .expect("run gym bench stages");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_str(stdout.trim()).expect("one JSON object")
+    };
+    let reused = |figures: &serde_json::Value, mode: &str| {
+        figures[mode]["prompt_tokens_reused"].as_u64().unwrap()
+    };
+    // One at a time, every call is a round of its own: only kept prefixes can be borrowed.
+    let cleared = run("0");
+    assert_eq!(cleared["sequential"]["calls"], 6, "{cleared}");
+    assert_eq!(reused(&cleared, "sequential"), 0, "{cleared}");
+    let kept = run("8");
+    // Each later summarize call borrows the instructions of the one before, and the second
+    // step's extract call those of the first.
+    assert!(reused(&kept, "sequential") >= 4 * 32, "{kept}");
+    // Batched, the second step's rounds borrow what the first step's kept.
+    assert!(
+        reused(&kept, "batched") > reused(&cleared, "batched"),
+        "{kept}\n{cleared}"
+    );
+}
