@@ -1,28 +1,32 @@
 //! `gym bench stages` on the small default model: a tiny step, both modes printed.
 
-use crate::common::{Scratch, model_path};
+use crate::common::{Scratch, json_stdout, model_path};
+
+/// `gym bench stages` on the small default model, 2 threads, with `args`; its output.
+fn bench_stages(scratch: &Scratch, args: &[&str]) -> std::process::Output {
+    let model = model_path();
+    let mut all = vec![
+        "bench",
+        "stages",
+        "--model",
+        model.to_str().expect("a UTF-8 model path"),
+        "--threads",
+        "2",
+    ];
+    all.extend(args);
+    scratch
+        .model_command(&all)
+        .output()
+        .expect("run gym bench stages")
+}
 
 #[test]
 fn bench_stages_runs_the_calls_batched_and_one_at_a_time() {
     let scratch = Scratch::new();
-    let model = model_path();
-    let output = scratch
-        .model_command(&[
-            "bench",
-            "stages",
-            "--model",
-            model.to_str().expect("a UTF-8 model path"),
-            "--queries",
-            "1",
-            "--group",
-            "2",
-            "--max-tokens",
-            "8",
-            "--threads",
-            "2",
-        ])
-        .output()
-        .expect("run gym bench stages");
+    let output = bench_stages(
+        &scratch,
+        &["--queries", "1", "--group", "2", "--max-tokens", "8"],
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -41,14 +45,10 @@ fn bench_stages_runs_the_calls_batched_and_one_at_a_time() {
 #[test]
 fn bench_stages_borrows_what_earlier_rounds_kept_only_when_it_keeps_prefixes() {
     let scratch = Scratch::new();
-    let model = model_path();
-    let run = |kept: &str| -> serde_json::Value {
-        let output = scratch
-            .model_command(&[
-                "bench",
-                "stages",
-                "--model",
-                model.to_str().expect("a UTF-8 model path"),
+    let run = |kept: &str| {
+        json_stdout(&bench_stages(
+            &scratch,
+            &[
                 "--queries",
                 "1",
                 "--group",
@@ -59,19 +59,9 @@ fn bench_stages_borrows_what_earlier_rounds_kept_only_when_it_keeps_prefixes() {
                 "4",
                 "--kept-prefixes",
                 kept,
-                "--threads",
-                "2",
                 "--json",
-            ])
-            .output()
-            .expect("run gym bench stages");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success(),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        serde_json::from_str(stdout.trim()).expect("one JSON object")
+            ],
+        ))
     };
     let reused = |figures: &serde_json::Value, mode: &str| {
         figures[mode]["prompt_tokens_reused"].as_u64().unwrap()

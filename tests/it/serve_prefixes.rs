@@ -4,9 +4,7 @@
 
 use std::process::Command;
 
-use serde_json::Value;
-
-use crate::common::{Scratch, python};
+use crate::common::{Scratch, json_stdout, python};
 
 const CLIENT: &str = r#"
 import json, sys
@@ -34,14 +32,10 @@ fn two_requests_one_after_the_other(args: &[&str]) -> Vec<(u64, u64)> {
         .unwrap();
     server.kill().unwrap();
     server.wait().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let usage: Vec<Value> = serde_json::from_str(stdout.trim()).unwrap();
+    let usage = json_stdout(&output);
     usage
+        .as_array()
+        .expect("a list of usages")
         .iter()
         .map(|u| (u[0].as_u64().unwrap(), u[1].as_u64().unwrap()))
         .collect()
