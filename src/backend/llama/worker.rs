@@ -8,8 +8,11 @@
 //! copied into the new sequence with `seq_cp` over positions `[0, length)` and only the rest of
 //! the prompt is decoded; the last prompt token is always decoded, since its logits give the
 //! first draw. Borrowed lengths are cut to a multiple of `prefix::PREFIX_ALIGN` so a borrowed
-//! cell holds the same bits a fresh evaluation would (greedy outputs are the same with sharing
-//! on and off). A cell is freed when no sequence holds it any more: the round's own sequences
+//! cell holds the same bits a fresh evaluation would. The rest of the prompt is not always
+//! bit for bit what a fresh evaluation computes: llama.cpp's CPU flash attention takes another
+//! kernel for a batch of under 64 rows and splits a long cache across threads, so a short
+//! suffix, or cells laid out differently (a kept prefix first, another prompt's cells between),
+//! can move the last bits of the logits, as batching requests together does. A cell is freed when no sequence holds it any more: the round's own sequences
 //! are cleared when the next round starts, the kept prefixes when they are dropped to make
 //! room. The context is sized for every admitted job's full prompt and answers beside the kept
 //! prefixes, so borrowing never needs more cells than not borrowing.
