@@ -418,6 +418,24 @@ pub fn get_raw(address: &str, path: &str) -> String {
 }
 
 /// The JSON a command printed, after checking it succeeded (the failure shows both streams).
+/// Runs the Python script `script` with `args` (a client of `server`), then stops `server`;
+/// the JSON the script printed.
+pub fn python_client(
+    script: &str,
+    args: &[&str],
+    server: &mut std::process::Child,
+) -> serde_json::Value {
+    let output = std::process::Command::new(python())
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    server.kill().unwrap();
+    server.wait().unwrap();
+    json_stdout(&output)
+}
+
 pub fn json_stdout(output: &std::process::Output) -> serde_json::Value {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(

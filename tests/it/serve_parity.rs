@@ -377,11 +377,9 @@ async fn bad_bodies_get_a_400_naming_the_field() {
 
 #[cfg(feature = "llama")]
 mod real {
-    use std::process::Command;
-
     use serde_json::Value;
 
-    use crate::common::{Scratch, letters_library, python};
+    use crate::common::{Scratch, letters_library, python_client};
 
     const CLIENT: &str = r#"
 import json, sys, threading, urllib.request
@@ -482,19 +480,7 @@ print(json.dumps(out))
         let library = letters_library(&scratch);
         let root = library.head_record().root.to_string();
         let (mut server, url) = scratch.serve(&["--top-k", "1", "--threads", "2"]);
-        let output = Command::new(python())
-            .args(["-c", CLIENT, &url])
-            .output()
-            .unwrap();
-        server.kill().unwrap();
-        server.wait().unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success(),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let out: Value = serde_json::from_str(stdout.trim()).unwrap();
+        let out = python_client(CLIENT, &[&url], &mut server);
         let injected = serde_json::json!(["letters", "1", root, "E0001"]);
 
         let completion = &out["completion"];

@@ -2,9 +2,7 @@
 //! same long prompt prefix borrows its KV cells, and without the flag it evaluates its whole
 //! prompt (the real server, the real OpenAI client).
 
-use std::process::Command;
-
-use crate::common::{Scratch, json_stdout, python};
+use crate::common::{Scratch, python_client};
 
 const CLIENT: &str = r#"
 import json, sys
@@ -26,13 +24,7 @@ fn two_requests_one_after_the_other(args: &[&str]) -> Vec<(u64, u64)> {
     let mut all = vec!["--threads", "2"];
     all.extend(args);
     let (mut server, url) = scratch.serve(&all);
-    let output = Command::new(python())
-        .args(["-c", CLIENT, &url])
-        .output()
-        .unwrap();
-    server.kill().unwrap();
-    server.wait().unwrap();
-    let usage = json_stdout(&output);
+    let usage = python_client(CLIENT, &[&url], &mut server);
     usage
         .as_array()
         .expect("a list of usages")
