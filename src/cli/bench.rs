@@ -387,6 +387,18 @@ impl StagesBench {
             let mut figures = StagesFigures::default();
             let reused_before = backend.stats().prompt_tokens_reused;
             let backend: &dyn Backend = &backend;
+            // A stage's calls sent together (one round) or one at a time.
+            fn all_or_each<F: std::future::Future>(
+                rt: &tokio::runtime::Runtime,
+                batched: bool,
+                calls: impl Iterator<Item = F>,
+            ) -> Vec<F::Output> {
+                if batched {
+                    rt.block_on(join_all(calls))
+                } else {
+                    calls.map(|call| rt.block_on(call)).collect()
+                }
+            }
             let (mut summarized, mut extracted) = (Vec::new(), Vec::new());
             for step in steps.chunks(self.queries) {
                 let started = Instant::now();
@@ -396,23 +408,13 @@ impl StagesBench {
                         .iter()
                         .map(move |answer| distill::summarize(backend, sample, answer, cfg))
                 });
-                let outcomes: Vec<StageOutcome<String>> = if batched {
-                    rt.block_on(join_all(summarize))
-                } else {
-                    summarize.map(|call| rt.block_on(call)).collect()
-                };
-                summarized.extend(outcomes);
+                summarized.extend(all_or_each(&rt, batched, summarize));
                 figures.summarize_seconds += started.elapsed().as_secs_f64();
                 let started = Instant::now();
                 let extract = step.iter().map(|(sample, group)| {
                     distill::extract(backend, sample, group, &summaries, cfg)
                 });
-                let outcomes: Vec<StageOutcome<_>> = if batched {
-                    rt.block_on(join_all(extract))
-                } else {
-                    extract.map(|call| rt.block_on(call)).collect()
-                };
-                extracted.extend(outcomes);
+                extracted.extend(all_or_each(&rt, batched, extract));
                 figures.extract_seconds += started.elapsed().as_secs_f64();
             }
             figures.seconds = figures.summarize_seconds + figures.extract_seconds;

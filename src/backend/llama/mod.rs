@@ -13,8 +13,9 @@
 //! put the constant part first for this reason), so a prompt that starts like one evaluated
 //! earlier in its round, or like one kept from an earlier round (see `prefix`), copies that
 //! prefix's KV cells (`seq_cp` of the prefix's position range, again a metadata copy in the
-//! unified cache) and evaluates only its own suffix. On a CPU, evaluating prompts is compute-bound and dominates short stage
-//! calls, so tokens not evaluated are most of what batching the stage calls saves.
+//! unified cache) and evaluates only its own suffix. On a CPU, evaluating prompts is
+//! compute-bound and dominates short stage calls, so tokens not evaluated are most of what
+//! batching the stage calls saves.
 //! [`PromptMode::Independent`] turns all sharing off, for measurements and tests.
 //!
 //! A caller that stops waiting (drops the future of [`Backend::generate`]: a client that went
@@ -49,7 +50,7 @@ use llama_cpp_2::model::params::LlamaModelParams;
 const MAX_SEQUENCES: usize = 256;
 
 /// The most prompt prefixes a context keeps between rounds (`LlamaConfig::kept_prefixes`).
-pub const MAX_KEPT_PREFIXES: usize = 64;
+const MAX_KEPT_PREFIXES: usize = 64;
 
 /// How to load a GGUF model.
 #[derive(Debug, Clone)]

@@ -105,13 +105,18 @@ impl PrefixCache {
         cells: usize,
     ) -> Result<(), BackendError> {
         while self.cells() > cells {
-            let oldest = (0..self.entries.len())
-                .min_by_key(|&i| self.entries[i].used)
+            let oldest = self
+                .least_recently_used()
                 .expect("a cache holding cells has an entry");
             let entry = self.entries.swap_remove(oldest);
             clear(context, entry.seq)?;
         }
         Ok(())
+    }
+
+    /// The index of the entry used longest ago.
+    fn least_recently_used(&self) -> Option<usize> {
+        (0..self.entries.len()).min_by_key(|&i| self.entries[i].used)
     }
 
     /// Offers the usable prefix of each answered prompt (its sequence, its tokens) to
@@ -171,8 +176,8 @@ impl PrefixCache {
             {
                 Some(free) => free,
                 None => {
-                    let oldest = (0..self.entries.len())
-                        .min_by_key(|&i| self.entries[i].used)
+                    let oldest = self
+                        .least_recently_used()
                         .expect("no free slot means every slot holds an entry");
                     self.entries.swap_remove(oldest).seq
                 }

@@ -311,7 +311,7 @@ impl<'m> Worker<'m> {
             && c >= cells
             && s >= sequences + self.kept.slots()
         {
-            if self.kept.slots() == 0 {
+            if self.kept.cells() == 0 {
                 context.clear_kv_cache();
             } else {
                 for seq in 0..(s - self.kept.slots()) as i32 {
