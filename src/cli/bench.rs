@@ -95,8 +95,12 @@ struct StagesBench {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     steps: u32,
     /// Prompt prefixes kept in the KV cache between rounds, as a run keeps them (0: none, the
-    /// cache is cleared after every round).
-    #[arg(long, default_value_t = 8)]
+    /// cache is cleared after every round; at most 64).
+    #[arg(
+        long,
+        default_value_t = 8,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=64)
+    )]
     kept_prefixes: usize,
     /// CPU threads (default: all cores).
     #[arg(long, env = "GYM_THREADS")]

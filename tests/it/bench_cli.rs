@@ -80,3 +80,14 @@ fn bench_stages_borrows_what_earlier_rounds_kept_only_when_it_keeps_prefixes() {
         "{kept}\n{cleared}"
     );
 }
+
+#[test]
+fn bench_stages_refuses_steps_and_kept_prefixes_out_of_range() {
+    let scratch = Scratch::new();
+    for (flag, value) in [("--steps", "0"), ("--kept-prefixes", "65")] {
+        let output = bench_stages(&scratch, &[flag, value]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{flag} {value} was accepted");
+        assert!(stderr.contains(flag) && stderr.contains(value), "{stderr}");
+    }
+}

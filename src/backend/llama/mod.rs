@@ -49,7 +49,8 @@ use llama_cpp_2::model::params::LlamaModelParams;
 /// llama.cpp's limit on sequences in one context.
 const MAX_SEQUENCES: usize = 256;
 
-/// The most prompt prefixes a context keeps between rounds (`LlamaConfig::kept_prefixes`).
+/// The most prompt prefixes a context keeps between rounds (`LlamaConfig::kept_prefixes`;
+/// `gym bench stages --kept-prefixes` refuses more).
 const MAX_KEPT_PREFIXES: usize = 64;
 
 /// How to load a GGUF model.
