@@ -19,13 +19,19 @@ use serde_json::{Value, json};
 use crate::common::{Killed, Scratch, letters_library, phoenix, send};
 use crate::fake_openai::FakeOpenAi;
 
+/// Two distinct free ports on loopback (both bound at once, then let go).
+fn free_ports() -> (u16, u16) {
+    let first = TcpListener::bind("127.0.0.1:0").unwrap();
+    let second = TcpListener::bind("127.0.0.1:0").unwrap();
+    (
+        first.local_addr().unwrap().port(),
+        second.local_addr().unwrap().port(),
+    )
+}
+
 /// A free port on loopback (bound, then let go).
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    free_ports().0
 }
 
 /// A Phoenix server of its own (own database, own ports), stopped when dropped.
@@ -35,41 +41,88 @@ struct Phoenix {
     _dir: tempfile::TempDir,
 }
 
+/// Why one try at starting Phoenix did not give a healthy server.
+enum Unstarted {
+    /// It exited (a port taken between choosing it and binding it, most likely): try again.
+    Exited(String),
+    /// Still running but not healthy in time.
+    Slow(String),
+}
+
 impl Phoenix {
+    /// Phoenix on fresh ports, tried up to three times: a port chosen free can be taken by
+    /// another test before Phoenix binds it, and Phoenix then exits. Its own output goes to
+    /// a log whose tail is in the panic message, so a failure says why.
     fn start() -> Self {
+        let mut failures = Vec::new();
+        for _ in 0..3 {
+            match Self::try_start() {
+                Ok(phoenix) => return phoenix,
+                Err(Unstarted::Exited(log)) => failures.push(log),
+                Err(Unstarted::Slow(log)) => {
+                    failures.push(log);
+                    break;
+                }
+            }
+        }
+        panic!(
+            "Phoenix did not start; its output, try by try:\n{}",
+            failures.join("\n---\n")
+        );
+    }
+
+    fn try_start() -> Result<Self, Unstarted> {
         let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let server = Killed(
+        let log_path = dir.path().join("phoenix.log");
+        let log = std::fs::File::create(&log_path).unwrap();
+        let (port, grpc_port) = free_ports();
+        let mut server = Killed(
             Command::new(phoenix())
                 .arg("serve")
                 .env("PHOENIX_WORKING_DIR", dir.path())
                 .env("PHOENIX_HOST", "127.0.0.1")
                 .env("PHOENIX_PORT", port.to_string())
-                .env("PHOENIX_GRPC_PORT", free_port().to_string())
+                .env("PHOENIX_GRPC_PORT", grpc_port.to_string())
                 .env("PHOENIX_TELEMETRY_ENABLED", "false")
                 .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
                 .spawn()
                 .unwrap(),
         );
         let address = format!("127.0.0.1:{port}");
+        let tail = || {
+            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            format!(
+                "ports {port} and {grpc_port}:\n{}",
+                lines[lines.len().saturating_sub(40)..].join("\n")
+            )
+        };
         let started = Instant::now();
         loop {
+            if let Some(status) = server.0.try_wait().unwrap() {
+                return Err(Unstarted::Exited(format!(
+                    "exited with {status}, {}",
+                    tail()
+                )));
+            }
             if TcpStream::connect(&address).is_ok() && get(&address, "/healthz").0 == 200 {
                 break;
             }
-            assert!(
-                started.elapsed() < Duration::from_secs(180),
-                "Phoenix did not start on {address}"
-            );
+            if started.elapsed() > Duration::from_secs(180) {
+                return Err(Unstarted::Slow(format!(
+                    "not healthy after 180 s, {}",
+                    tail()
+                )));
+            }
             std::thread::sleep(Duration::from_millis(250));
         }
-        Self {
+        Ok(Self {
             _server: server,
             address,
             _dir: dir,
-        }
+        })
     }
 
     fn url(&self) -> String {
