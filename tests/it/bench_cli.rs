@@ -40,6 +40,21 @@ fn bench_stages_runs_the_calls_batched_and_one_at_a_time() {
         stdout.contains("speed-up of batched stage calls: "),
         "{stdout}"
     );
+    // Each mode against llama.cpp's own rates for the same work: a finite, positive ratio.
+    assert!(stdout.contains("llama.cpp's own ceiling"), "{stdout}");
+    for mode in ["batched", "sequential"] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(mode) && l.contains(" both "))
+            .unwrap_or_else(|| panic!("no ceiling line for {mode}:\n{stdout}"));
+        let ratio: f64 = line
+            .trim_end_matches('x')
+            .rsplit(' ')
+            .next()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or_else(|| panic!("no ratio in {line:?}"));
+        assert!(ratio.is_finite() && ratio > 0.0, "{line}");
+    }
 }
 
 #[test]
@@ -69,6 +84,20 @@ fn bench_stages_borrows_what_earlier_rounds_kept_only_when_it_keeps_prefixes() {
     // One at a time, every call is a round of its own: only kept prefixes can be borrowed.
     let cleared = run("0");
     assert_eq!(cleared["sequential"]["calls"], 6, "{cleared}");
+    // The stages' own figures add up, and each mode has its ceiling.
+    for mode in ["batched", "sequential"] {
+        let figures = &cleared[mode];
+        let stage = |name: &str, field: &str| figures[name][field].as_u64().unwrap();
+        assert_eq!(stage("summarize", "calls") + stage("extract", "calls"), 6);
+        assert_eq!(
+            stage("summarize", "prompt_tokens") + stage("extract", "prompt_tokens"),
+            figures["prompt_tokens"].as_u64().unwrap()
+        );
+        let ratio = figures["ceiling"]["ratio"].as_f64().unwrap();
+        assert!(ratio.is_finite() && ratio > 0.0, "{figures}");
+    }
+    assert_eq!(cleared["batched"]["summarize"]["calls_per_round"], 2);
+    assert_eq!(cleared["sequential"]["summarize"]["calls_per_round"], 1);
     assert_eq!(reused(&cleared, "sequential"), 0, "{cleared}");
     let kept = run("8");
     // Each later summarize call borrows the instructions of the one before, and the second

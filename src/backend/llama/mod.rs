@@ -24,6 +24,7 @@
 //! the job if it had not started (see `queue`). The queue of
 //! jobs not yet started may be bounded ([`LlamaConfig::max_queue`]).
 
+pub mod ceiling;
 pub mod cpu;
 mod kv;
 mod prefix;

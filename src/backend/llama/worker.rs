@@ -122,10 +122,7 @@ impl<'m> Worker<'m> {
         let template = model.chat_template(None).map_err(|e| {
             BackendError::ChatTemplate(format!("{e} ({})", config.model_path.display()))
         })?;
-        let threads = config
-            .threads
-            .map(|t| t as i32)
-            .unwrap_or_else(|| thread::available_parallelism().map_or(1, |n| n.get() as i32));
+        let threads = threads(config);
         Ok(Self {
             runtime,
             model,
@@ -330,15 +327,7 @@ impl<'m> Worker<'m> {
         };
         let cells = (cells + room).max(2048).div_ceil(256) * 256;
         let sequences = sequences.max(8) + self.kept.slots();
-        let params = LlamaContextParams::default()
-            .with_n_ctx(NonZeroU32::new(cells as u32))
-            .with_n_batch(512.max(sequences as u32))
-            .with_n_ubatch(512)
-            .with_n_seq_max(sequences as u32)
-            // One unified cache makes sharing a prompt's cells with G sequences a metadata copy.
-            .with_kv_unified(true)
-            .with_n_threads(self.threads)
-            .with_n_threads_batch(self.threads);
+        let params = context_params(cells, sequences, self.threads);
         let context = self.model.new_context(self.runtime, params).map_err(|e| {
             BackendError::Llama(format!("cannot create a context of {cells} cells: {e}"))
         })?;
@@ -620,4 +609,27 @@ impl<'m> Worker<'m> {
             }
         }
     }
+}
+
+/// The settings of every context Gym creates (the model thread's, and the ceiling's, which
+/// must measure the same llama.cpp configuration): `cells` KV cells, `sequences` sequences,
+/// prompts evaluated in 512-token chunks.
+pub(super) fn context_params(cells: usize, sequences: usize, threads: i32) -> LlamaContextParams {
+    LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(cells as u32))
+        .with_n_batch(512.max(sequences as u32))
+        .with_n_ubatch(512)
+        .with_n_seq_max(sequences as u32)
+        // One unified cache makes sharing a prompt's cells with G sequences a metadata copy.
+        .with_kv_unified(true)
+        .with_n_threads(threads)
+        .with_n_threads_batch(threads)
+}
+
+/// The CPU threads a context of `config` uses: its `threads`, else every available core.
+pub(super) fn threads(config: &LlamaConfig) -> i32 {
+    config
+        .threads
+        .map(|t| t as i32)
+        .unwrap_or_else(|| thread::available_parallelism().map_or(1, |n| n.get() as i32))
 }

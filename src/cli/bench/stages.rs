@@ -1,83 +1,16 @@
-//! `gym bench …`: throughput figures on this machine.
+//! `gym bench stages`: one step's stage calls on the distiller model, sent together and one at
+//! a time, each mode held against llama.cpp's own ceiling for the same token counts.
 
 use std::process::ExitCode;
 
-use clap::{Args, Subcommand};
-
-#[derive(Debug, Args)]
-pub struct BenchArgs {
-    #[command(subcommand)]
-    command: BenchCommand,
-}
-
-#[derive(Debug, Subcommand)]
-enum BenchCommand {
-    /// Tokens/s of one group of G answers: the shared-prompt group path versus G independent
-    /// sequences (each evaluating the prompt itself), on the llama.cpp backend.
-    Rollout(RolloutBench),
-    /// Tokens/s of one step's stage calls (summarize, then extract) on the distiller model:
-    /// sent together, so llama.cpp decodes them in one batch with their common prompt prefix
-    /// evaluated once, versus one at a time.
-    Stages(StagesBench),
-    /// Latency percentiles and recall@k of top-k search over N stored vectors: exact search
-    /// versus the IVF index `gym serve` uses for large libraries.
-    Index(IndexBench),
-}
-
-#[derive(Debug, Args)]
-struct IndexBench {
-    /// Vectors stored.
-    #[arg(long, default_value_t = 100_000)]
-    size: usize,
-    /// Dimensions (MiniLM's is 384).
-    #[arg(long, default_value_t = 384)]
-    dimensions: usize,
-    /// Timed queries per index.
-    #[arg(long, default_value_t = 2_000)]
-    queries: usize,
-    /// Results per query.
-    #[arg(long, default_value_t = 8)]
-    k: usize,
-    /// IVF lists scanned per query.
-    #[arg(long, default_value_t = 16)]
-    probes: usize,
-    /// Clusters the vectors are drawn around (0: uniform random, the worst case for IVF recall;
-    /// sentence embeddings of related texts cluster).
-    #[arg(long, default_value_t = 0)]
-    clusters: usize,
-}
-
-#[derive(Debug, Args)]
-struct RolloutBench {
-    /// GGUF model (default: the model `make setup` fetches).
-    #[arg(long, env = "GYM_MODEL")]
-    model: Option<String>,
-    /// Answers per group.
-    #[arg(long, default_value_t = 8)]
-    group: usize,
-    /// Approximate prompt length in tokens.
-    #[arg(long, default_value_t = 300)]
-    prompt_tokens: usize,
-    /// Tokens generated per answer (end-of-generation is ignored so every answer is this long).
-    #[arg(long, default_value_t = 128)]
-    new_tokens: u32,
-    /// Timed repetitions of each mode; the median is reported.
-    #[arg(long, default_value_t = 3)]
-    repeat: usize,
-    /// CPU threads (default: all cores).
-    #[arg(long, env = "GYM_THREADS")]
-    threads: Option<u32>,
-    /// Layers to offload to an NVIDIA GPU (needs a build with `--features cuda`).
-    #[arg(long, default_value_t = 0)]
-    gpu_layers: u32,
-}
+use clap::Args;
 
 /// The distiller model `gym bench stages` loads by default, under `$GYM_MODELS_DIR`.
 #[cfg(feature = "llama")]
 const DISTILLER_MODEL_FILE: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
 
 #[derive(Debug, Args)]
-struct StagesBench {
+pub(super) struct StagesBench {
     /// GGUF model (default: qwen2.5-coder-1.5b-instruct-q4_k_m.gguf under $GYM_MODELS_DIR).
     #[arg(long)]
     model: Option<String>,
@@ -113,113 +46,6 @@ struct StagesBench {
     json: bool,
 }
 
-impl BenchArgs {
-    pub fn run(self) -> anyhow::Result<ExitCode> {
-        match self.command {
-            BenchCommand::Rollout(args) => args.run(),
-            BenchCommand::Stages(args) => args.run(),
-            BenchCommand::Index(args) => args.run(),
-        }
-    }
-}
-
-impl RolloutBench {
-    #[cfg(feature = "llama")]
-    fn run(self) -> anyhow::Result<ExitCode> {
-        use gym::backend::llama::{LlamaBackend, LlamaConfig, PromptMode, default_model_path};
-        use gym::backend::{ChatMessage, GroupRequest, Sampling};
-        use std::time::Instant;
-
-        anyhow::ensure!(
-            self.group >= 1 && self.repeat >= 1,
-            "--group and --repeat must be at least 1"
-        );
-        let path = self
-            .model
-            .as_ref()
-            .map_or_else(default_model_path, Into::into);
-        let mut config = LlamaConfig::new(&path);
-        config.threads = self.threads;
-        config.gpu_layers = self.gpu_layers;
-        let backend = LlamaBackend::load(config)?;
-        let rt = super::backend_args::runtime()?;
-
-        // A prompt of roughly the requested length: calibrate words per token once.
-        let filler = "Sam has twelve apples and buys five more at the market before giving some away to friends. ";
-        let request = |text: String, n: usize, max_tokens: u32| GroupRequest {
-            tools: Vec::new(),
-            tool_choice: Default::default(),
-            messages: vec![ChatMessage::user(text)],
-            n,
-            sampling: Sampling {
-                max_tokens,
-                ignore_eos: true,
-                seed: 1,
-                ..Sampling::default()
-            },
-        };
-        let probe = rt.block_on(
-            backend.generate_with(&request(filler.repeat(10), 1, 1), PromptMode::Shared),
-        )?;
-        let per_copy = (probe.usage.prompt_tokens as f64 / 10.0).max(1.0);
-        let copies = ((self.prompt_tokens as f64 / per_copy).round() as usize).max(1);
-        let prompt = filler.repeat(copies);
-        let group = request(prompt, self.group, self.new_tokens);
-
-        let measure = |mode: PromptMode| -> anyhow::Result<(f64, u64, u64)> {
-            let mut times = Vec::new();
-            let mut usage = Default::default();
-            for _ in 0..self.repeat {
-                let started = Instant::now();
-                let result = rt.block_on(backend.generate_with(&group, mode))?;
-                times.push(started.elapsed().as_secs_f64());
-                usage = result.usage;
-            }
-            times.sort_by(f64::total_cmp);
-            let gym::backend::Usage {
-                prompt_tokens,
-                completion_tokens,
-                ..
-            } = usage;
-            Ok((times[times.len() / 2], prompt_tokens, completion_tokens))
-        };
-        // Warm up caches and thread pools so the first timed run is not an outlier.
-        rt.block_on(
-            backend.generate_with(&request("Hi".into(), self.group, 8), PromptMode::Shared),
-        )?;
-        let (shared, prompt_tokens, generated) = measure(PromptMode::Shared)?;
-        let (independent, _, _) = measure(PromptMode::Independent)?;
-
-        println!(
-            "rollout benchmark: {}, G={}, prompt {} tokens, {} new tokens per answer, median of {}",
-            path.display(),
-            self.group,
-            prompt_tokens,
-            self.new_tokens,
-            self.repeat
-        );
-        let total =
-            |secs: f64, prompt_evals: u64| (prompt_evals * prompt_tokens + generated) as f64 / secs;
-        println!(
-            "shared prompt (group path): {shared:>7.2} s  {:>7.1} generated tok/s  {:>7.1} tok/s incl. prompt",
-            generated as f64 / shared,
-            total(shared, 1)
-        );
-        println!(
-            "independent sequences:      {independent:>7.2} s  {:>7.1} generated tok/s  {:>7.1} tok/s incl. prompt",
-            generated as f64 / independent,
-            total(independent, self.group as u64)
-        );
-        println!("speed-up of the group path: {:.2}x", independent / shared);
-        Ok(ExitCode::SUCCESS)
-    }
-
-    #[cfg(not(feature = "llama"))]
-    fn run(self) -> anyhow::Result<ExitCode> {
-        anyhow::bail!("`gym bench rollout` needs the `llama` feature")
-    }
-}
-
 /// What one mode of `gym bench stages` measured.
 #[cfg(feature = "llama")]
 #[derive(Debug, Default, serde::Serialize)]
@@ -235,13 +61,64 @@ struct StagesFigures {
     /// Prompt and generated tokens over the wall time.
     tokens_per_second: f64,
     generated_tokens_per_second: f64,
+    summarize: StageWork,
+    extract: StageWork,
+    /// What llama.cpp itself would take for the same work (`None` until measured).
+    ceiling: Option<Ceiling>,
     #[serde(skip)]
     outputs: Vec<Vec<String>>,
 }
 
+/// One stage's calls in one mode.
+#[cfg(feature = "llama")]
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+struct StageWork {
+    calls: usize,
+    /// Calls sent together: every call of a step's stage batched, else 1.
+    calls_per_round: usize,
+    prompt_tokens: u64,
+    prompt_tokens_reused: u64,
+    generated_tokens: u64,
+    seconds: f64,
+}
+
+#[cfg(feature = "llama")]
+impl StageWork {
+    /// The work as llama.cpp's ceiling times it: a prompt as long as the mean call's (the
+    /// depth its tokens attend over), the round's calls decoded together, each as many tokens
+    /// as the mean call generated.
+    fn shape(&self) -> gym::backend::llama::ceiling::Shape {
+        let calls = self.calls.max(1) as u64;
+        gym::backend::llama::ceiling::Shape {
+            prompt_tokens: (self.prompt_tokens / calls).max(1) as usize,
+            width: self.calls_per_round.max(1),
+            new_tokens: (self.generated_tokens / calls).max(1) as usize,
+        }
+    }
+
+    /// Seconds llama.cpp needs at `rates` for the prompt tokens Gym evaluated (those it
+    /// borrowed cost nothing here either) and the tokens it generated.
+    fn ceiling_seconds(&self, rates: &gym::backend::llama::ceiling::Rates) -> f64 {
+        let evaluated = self.prompt_tokens.saturating_sub(self.prompt_tokens_reused);
+        evaluated as f64 / rates.prefill_tokens_per_second
+            + self.generated_tokens as f64 / rates.decode_tokens_per_second
+    }
+}
+
+/// A mode's stage work timed at llama.cpp's own rates, and Gym's time over it.
+#[cfg(feature = "llama")]
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+struct Ceiling {
+    summarize: gym::backend::llama::ceiling::Rates,
+    extract: gym::backend::llama::ceiling::Rates,
+    seconds: f64,
+    /// Gym's stage time over the ceiling's (1.0: as fast as llama.cpp alone).
+    ratio: f64,
+}
+
 impl StagesBench {
     #[cfg(feature = "llama")]
-    fn run(self) -> anyhow::Result<ExitCode> {
+    pub(super) fn run(self) -> anyhow::Result<ExitCode> {
         use std::time::Instant;
 
         use futures::future::join_all;
@@ -272,7 +149,7 @@ impl StagesBench {
             config.kept_prefixes = self.kept_prefixes;
             Ok(LlamaBackend::load(config)?)
         };
-        let rt = super::backend_args::runtime()?;
+        let rt = crate::cli::backend_args::runtime()?;
         let cfg = DistillConfig {
             attempts: 1,
             sampling: Sampling {
@@ -403,24 +280,55 @@ impl StagesBench {
                     calls.map(|call| rt.block_on(call)).collect()
                 }
             }
+            let reused = || backend.stats().prompt_tokens_reused;
+            // Adds what one round (or string of calls) of a stage did to its work.
+            fn count<T>(
+                work: &mut StageWork,
+                outcomes: &[StageOutcome<T>],
+                started: Instant,
+                reused: u64,
+            ) {
+                work.calls += outcomes.len();
+                for outcome in outcomes {
+                    work.prompt_tokens += outcome.usage.prompt_tokens;
+                    work.generated_tokens += outcome.usage.completion_tokens;
+                }
+                work.prompt_tokens_reused += reused;
+                work.seconds += started.elapsed().as_secs_f64();
+            }
             let (mut summarized, mut extracted) = (Vec::new(), Vec::new());
             for step in steps.chunks(self.queries) {
-                let started = Instant::now();
+                let (started, before) = (Instant::now(), reused());
                 let summarize = step.iter().flat_map(|(sample, group)| {
                     group
                         .answers
                         .iter()
                         .map(move |answer| distill::summarize(backend, sample, answer, cfg))
                 });
-                summarized.extend(all_or_each(&rt, batched, summarize));
-                figures.summarize_seconds += started.elapsed().as_secs_f64();
-                let started = Instant::now();
+                let outcomes = all_or_each(&rt, batched, summarize);
+                count(
+                    &mut figures.summarize,
+                    &outcomes,
+                    started,
+                    reused() - before,
+                );
+                summarized.extend(outcomes);
+                let (started, before) = (Instant::now(), reused());
                 let extract = step.iter().map(|(sample, group)| {
                     distill::extract(backend, sample, group, &summaries, cfg)
                 });
-                extracted.extend(all_or_each(&rt, batched, extract));
-                figures.extract_seconds += started.elapsed().as_secs_f64();
+                let outcomes = all_or_each(&rt, batched, extract);
+                count(&mut figures.extract, &outcomes, started, reused() - before);
+                extracted.extend(outcomes);
             }
+            figures.summarize.calls_per_round = if batched {
+                self.queries * self.group
+            } else {
+                1
+            };
+            figures.extract.calls_per_round = if batched { self.queries } else { 1 };
+            figures.summarize_seconds = figures.summarize.seconds;
+            figures.extract_seconds = figures.extract.seconds;
             figures.seconds = figures.summarize_seconds + figures.extract_seconds;
             let mut usage = Usage::default();
             for outcome in &summarized {
@@ -442,8 +350,31 @@ impl StagesBench {
             ];
             Ok(figures)
         };
-        let batched = measure(true)?;
-        let sequential = measure(false)?;
+        let mut batched = measure(true)?;
+        let mut sequential = measure(false)?;
+        // llama.cpp alone on the same shapes, after both modes' models are gone.
+        let modes = [&batched, &sequential];
+        let shapes: Vec<_> = modes
+            .iter()
+            .flat_map(|f| [f.summarize.shape(), f.extract.shape()])
+            .collect();
+        let mut config = LlamaConfig::new(&path);
+        config.threads = self.threads;
+        config.gpu_layers = self.gpu_layers;
+        let rates = gym::backend::llama::ceiling::measure(&config, &shapes)?;
+        for (figures, rates) in [&mut batched, &mut sequential]
+            .into_iter()
+            .zip(rates.chunks(2))
+        {
+            let seconds = figures.summarize.ceiling_seconds(&rates[0])
+                + figures.extract.ceiling_seconds(&rates[1]);
+            figures.ceiling = Some(Ceiling {
+                summarize: rates[0],
+                extract: rates[1],
+                seconds,
+                ratio: figures.seconds / seconds,
+            });
+        }
         let speedup = sequential.seconds / batched.seconds;
         let same = batched.outputs == sequential.outputs;
         if self.json {
@@ -495,119 +426,39 @@ impl StagesBench {
             "speed-up of batched stage calls: {speedup:.2}x (same outputs in both modes: {})",
             if same { "yes" } else { "no" }
         );
+        println!(
+            "llama.cpp's own ceiling on this machine for the same token counts (prompt tokens Gym evaluated at its prefill rate, generated tokens at its batched-decode rate for the round's width):"
+        );
+        println!(
+            "mode        stage       width  prefill tok/s  decode tok/s    ceiling        Gym    ratio"
+        );
+        for (name, f) in [("batched", &batched), ("sequential", &sequential)] {
+            let Some(ceiling) = &f.ceiling else { continue };
+            for (stage, work, rates) in [
+                ("summarize", &f.summarize, &ceiling.summarize),
+                ("extract", &f.extract, &ceiling.extract),
+            ] {
+                let seconds = work.ceiling_seconds(rates);
+                println!(
+                    "{name:<11} {stage:<11} {:>5} {:>14.1} {:>13.1} {:>8.2} s {:>8.2} s {:>7.2}x",
+                    work.calls_per_round,
+                    rates.prefill_tokens_per_second,
+                    rates.decode_tokens_per_second,
+                    seconds,
+                    work.seconds,
+                    work.seconds / seconds
+                );
+            }
+            println!(
+                "{name:<11} {:<11} {:>5} {:>14} {:>13} {:>8.2} s {:>8.2} s {:>7.2}x",
+                "both", "", "", "", ceiling.seconds, f.seconds, ceiling.ratio
+            );
+        }
         Ok(ExitCode::SUCCESS)
     }
 
     #[cfg(not(feature = "llama"))]
-    fn run(self) -> anyhow::Result<ExitCode> {
+    pub(super) fn run(self) -> anyhow::Result<ExitCode> {
         anyhow::bail!("`gym bench stages` needs the `llama` feature")
-    }
-}
-
-impl IndexBench {
-    fn run(self) -> anyhow::Result<ExitCode> {
-        use std::sync::Arc;
-        use std::time::Instant;
-
-        use gym::library::ExperienceId;
-        use gym::serve::{IvfConfig, IvfIndex, VectorIndex};
-        use rand::{Rng, SeedableRng};
-
-        anyhow::ensure!(
-            self.size >= 1 && self.dimensions >= 1 && self.queries >= 1 && self.k >= 1,
-            "--size, --dimensions, --queries and --k must be at least 1"
-        );
-        let mut rng = rand::rngs::StdRng::seed_from_u64(42);
-        let centers: Vec<Vec<f32>> = (0..self.clusters)
-            .map(|_| {
-                (0..self.dimensions)
-                    .map(|_| rng.random_range(-1.0..1.0))
-                    .collect()
-            })
-            .collect();
-        let mut draw = |i: usize| -> Vec<f32> {
-            (0..self.dimensions)
-                .map(|d| {
-                    let noise: f32 = rng.random_range(-1.0..1.0);
-                    match centers.get(i % self.clusters.max(1)) {
-                        Some(center) if self.clusters > 0 => center[d] + 0.35 * noise,
-                        _ => noise,
-                    }
-                })
-                .collect()
-        };
-        let points: Vec<(ExperienceId, Arc<Vec<f32>>)> = (0..self.size)
-            .map(|i| {
-                let id = ExperienceId::new(i as u32 + 1).expect("ids start at 1");
-                (id, Arc::new(draw(i)))
-            })
-            .collect();
-        let queries: Vec<Vec<f32>> = (0..self.queries).map(&mut draw).collect();
-        let runtime = super::backend_args::runtime()?;
-        // One set of points, under any name.
-        const BENCH_SET: gym::library::Digest = gym::library::Digest([1; 32]);
-        let exact = IvfIndex::exact(1);
-        let ivf = IvfIndex::new(IvfConfig {
-            exact_below: 0,
-            probes: self.probes,
-            ..IvfConfig::default()
-        });
-        let started = Instant::now();
-        runtime.block_on(exact.upsert("bench", BENCH_SET, points.clone()))?;
-        let exact_build = started.elapsed();
-        let started = Instant::now();
-        runtime.block_on(ivf.upsert("bench", BENCH_SET, points))?;
-        let ivf_build = started.elapsed();
-        println!(
-            "{} vectors of {} dimensions ({}), top-{}, {} queries; IVF {} probes",
-            self.size,
-            self.dimensions,
-            if self.clusters == 0 {
-                "uniform random".to_owned()
-            } else {
-                format!("{} clusters", self.clusters)
-            },
-            self.k,
-            self.queries,
-            self.probes
-        );
-        println!(
-            "index   build      p50        p90        p99        max        recall@{}",
-            self.k
-        );
-        let mut truth = Vec::new();
-        for (name, index, build) in [("exact", &exact, exact_build), ("ivf", &ivf, ivf_build)] {
-            let mut times = Vec::with_capacity(queries.len());
-            let mut found = 0usize;
-            for (q, query) in queries.iter().enumerate() {
-                let started = Instant::now();
-                let hits = runtime.block_on(index.search("bench", BENCH_SET, query, self.k))?;
-                times.push(started.elapsed());
-                if name == "exact" {
-                    truth.push(hits);
-                } else {
-                    found += truth[q]
-                        .iter()
-                        .filter(|t| hits.iter().any(|h| h.id == t.id))
-                        .count();
-                }
-            }
-            times.sort();
-            let at = |p: f64| times[((times.len() - 1) as f64 * p).round() as usize];
-            let recall = if name == "exact" {
-                1.0
-            } else {
-                found as f64 / truth.iter().map(Vec::len).sum::<usize>().max(1) as f64
-            };
-            println!(
-                "{name:<7} {:<10.2?} {:<10.2?} {:<10.2?} {:<10.2?} {:<10.2?} {recall:.3}",
-                build,
-                at(0.5),
-                at(0.9),
-                at(0.99),
-                times[times.len() - 1],
-            );
-        }
-        Ok(ExitCode::SUCCESS)
     }
 }
