@@ -31,6 +31,7 @@ mod ops;
 mod outcome;
 pub mod prompt;
 mod proposal;
+mod propose;
 mod resolve;
 mod summarize;
 #[cfg(test)]
@@ -52,6 +53,7 @@ pub use json::{Extracted, extract_json, parse_json};
 pub use outcome::{Stage, StageOutcome, StageStats};
 pub use prompt::prompts_hash;
 pub use proposal::{Proposal, ProposedOp, group_evidence, union_evidence};
+pub use propose::{PROBLEMS_SHOWN, failed_problems, propose, propose_prompt, propose_schema};
 pub use resolve::{DeleteRules, Resolution, normalize, resolve};
 pub use summarize::{
     parse_summary, summarize, summarize_prompt, summary_schema, worth_summarizing,
@@ -100,6 +102,10 @@ pub struct DistillConfig {
     /// longer one is summarized and shown as its head and tail at this length.
     #[serde(default = "default_verbatim_chars")]
     pub verbatim_chars: usize,
+    /// Most lessons stage 2b ([`propose()`]) writes per step from the step's failed problems,
+    /// stating procedures no answer needs to have used; 0 (the default) skips the stage.
+    #[serde(default)]
+    pub propose: usize,
 }
 
 /// An extract reply's budget: a comparison of up to ~700 characters (~175 tokens), then K
@@ -155,6 +161,7 @@ impl Default for DistillConfig {
             extract_max_tokens: DEFAULT_EXTRACT_MAX_TOKENS,
             max_kept: DEFAULT_MAX_KEPT,
             verbatim_chars: DEFAULT_VERBATIM_CHARS,
+            propose: 0,
         }
     }
 }

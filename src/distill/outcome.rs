@@ -12,6 +12,8 @@ pub enum Stage {
     Summarize,
     /// Stage 2: one group → proposed ops.
     Extract,
+    /// Stage 2b (`--propose`): a step's failed problems → lessons stating procedures.
+    Propose,
     /// Stage 3: a batch of proposals → the distinct ones kept.
     Consolidate,
     /// Stage 4: one kept lesson and its related library lessons → add, update or same.
@@ -24,6 +26,7 @@ impl Stage {
         match self {
             Self::Summarize => "summarize",
             Self::Extract => "extract",
+            Self::Propose => "propose",
             Self::Consolidate => "consolidate",
             Self::Integrate => "integrate",
         }

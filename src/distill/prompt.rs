@@ -18,6 +18,8 @@ pub const SUMMARIZE_TOOLS: &str = include_str!("../../prompts/summarize_tools.tx
 pub const EXTRACT: &str = include_str!("../../prompts/extract.txt");
 /// Stage 2, added when the group's answers called tools.
 pub const EXTRACT_TOOLS: &str = include_str!("../../prompts/extract_tools.txt");
+/// Stage 2b (`--propose`): `{max_ops}`, `{max_words}`, then `{problems}`.
+pub const PROPOSE: &str = include_str!("../../prompts/propose.txt");
 /// Stage 3: `{max_kept}`, `{proposals}`.
 pub const CONSOLIDATE: &str = include_str!("../../prompts/consolidate.txt");
 /// Stage 4: `{candidate}`, `{neighbours}`, `{max_words}`.
@@ -27,11 +29,12 @@ pub const INTEGRATE: &str = include_str!("../../prompts/integrate.txt");
 pub const EMPTY_LIBRARY: &str = "(none yet)";
 
 /// Every stage template.
-const TEMPLATES: [&str; 6] = [
+const TEMPLATES: [&str; 7] = [
     SUMMARIZE,
     SUMMARIZE_TOOLS,
     EXTRACT,
     EXTRACT_TOOLS,
+    PROPOSE,
     CONSOLIDATE,
     INTEGRATE,
 ];

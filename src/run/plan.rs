@@ -362,6 +362,10 @@ pub fn plan(shape: &Shape, pilot: &Pilot, prices: Prices) -> Result<Plan, PlanEr
             );
         }
     }
+    // `--propose`: one call a step, on the step's failed problems.
+    if let Some((p, c, _)) = per_call(Stage::Propose) {
+        stage(Stage::Propose, s * active, p, c);
+    }
     let consolidate = per_call(Stage::Consolidate);
     if let Some((p, c, _)) = consolidate {
         // The prompt lists the batch's proposals: scale it by the kept groups of a step.

@@ -284,12 +284,62 @@ pub(super) async fn run_step(
     for (_, outcome) in extracted.all() {
         at.report.lessons.count_extract(outcome);
     }
-    let by_group: Vec<Vec<Proposal>> = extracted
+    let mut by_group: Vec<Vec<Proposal>> = extracted
         .into_all()
         .map(|((sample, group), outcome)| {
             with_evidence(outcome.value.unwrap_or_default(), sample, group)
         })
         .collect();
+    // Stage 2b (`--propose`): procedures for the problems the policy got wrong, all-wrong
+    // groups included, whether or not any answer used them (`distill::propose` says why).
+    let failed = distill::failed_problems(
+        queries
+            .iter()
+            .filter_map(|s| groups.get(&s.id).map(|g| (s, g))),
+    );
+    if cfg.propose > 0 && !failed.is_empty() {
+        let propose = Calls::<Vec<ProposedOp>> {
+            stage: Stage::Propose,
+            proposed: Clone::clone,
+        };
+        let problems: Vec<&Sample> = failed.iter().map(|&(s, _)| s).collect();
+        let key = problems
+            .iter()
+            .map(|s| s.id.as_str())
+            .collect::<Vec<_>>()
+            .join("+");
+        let problems = &problems;
+        let proposed = at
+            .stage(&propose, vec![(key, ())], 1, |()| async move {
+                Ok::<_, RunError>(
+                    distill::propose(backend.as_ref(), problems, cfg.propose, cfg).await,
+                )
+            })
+            .await?;
+        if runner.control.stop_requested() {
+            return Ok(StepOutcome::Stopped);
+        }
+        let mut evidence = Evidence::default();
+        for &(_, group) in &failed {
+            distill::union_evidence(&mut evidence, &distill::group_evidence(group));
+        }
+        for (_, outcome) in proposed.all() {
+            at.report.lessons.count_extract(outcome);
+        }
+        for ((), outcome) in proposed.into_all() {
+            by_group.push(
+                outcome
+                    .value
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|op| Proposal {
+                        op,
+                        evidence: evidence.clone(),
+                    })
+                    .collect(),
+            );
+        }
+    }
     let proposed: usize = by_group.iter().map(Vec::len).sum();
     let (proposals, twins) = integrate::by_support(
         runner.embedder.clone(),

@@ -53,11 +53,23 @@ struct Shared {
     lesson_helps: Option<bool>,
     /// Runs once, before the first distillation stage's request is answered.
     before_first_stage: Mutex<Option<Hook>>,
-    /// Extract proposes [`HARMFUL`] beside [`LESSON`] (see [`FakeOpenAi::two_lessons`]).
-    two_lessons: bool,
+    /// What the stages propose.
+    lessons: Lessons,
 }
 
 type Hook = Box<dyn FnOnce() + Send>;
+
+/// What the fake distiller's stages propose.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lessons {
+    /// Extract proposes [`LESSON`].
+    One,
+    /// Extract proposes [`HARMFUL`] beside [`LESSON`] (see [`FakeOpenAi::two_lessons`]).
+    Two,
+    /// Extract proposes nothing, the propose stage [`LESSON`] (see
+    /// [`FakeOpenAi::proposed_only`]).
+    ProposedOnly,
+}
 
 /// The second lesson of [`FakeOpenAi::two_lessons`]: every answer shown it is wrong.
 #[cfg_attr(not(feature = "llama"), allow(dead_code))]
@@ -101,7 +113,7 @@ impl FakeOpenAi {
     /// construction, which is what the validation gate must tell apart.
     #[cfg_attr(not(feature = "llama"), allow(dead_code))]
     pub async fn policy(lesson_helps: bool) -> Self {
-        Self::serve_with(true, "", false, Some(lesson_helps), false).await
+        Self::serve_with(true, "", false, Some(lesson_helps), Lessons::One).await
     }
 
     /// [`FakeOpenAi::policy`]`(true)` whose extract stage proposes two lessons, [`LESSON`] and
@@ -110,11 +122,19 @@ impl FakeOpenAi {
     /// none, [`LESSON`] alone better.
     #[cfg_attr(not(feature = "llama"), allow(dead_code))]
     pub async fn two_lessons() -> Self {
-        Self::serve_with(true, "", false, Some(true), true).await
+        Self::serve_with(true, "", false, Some(true), Lessons::Two).await
+    }
+
+    /// [`FakeOpenAi::policy`]`(true)` whose extract stage finds nothing in any group (as when
+    /// no answer used the method that works) and whose propose stage (`--propose`) writes
+    /// [`LESSON`] for the failed problems it is shown.
+    #[cfg_attr(not(feature = "llama"), allow(dead_code))]
+    pub async fn proposed_only() -> Self {
+        Self::serve_with(true, "", false, Some(true), Lessons::ProposedOnly).await
     }
 
     async fn serve(honours_n: bool, answer: &str, distiller: bool) -> Self {
-        Self::serve_with(honours_n, answer, distiller, None, false).await
+        Self::serve_with(honours_n, answer, distiller, None, Lessons::One).await
     }
 
     async fn serve_with(
@@ -122,11 +142,11 @@ impl FakeOpenAi {
         answer: &str,
         distiller: bool,
         lesson_helps: Option<bool>,
-        two_lessons: bool,
+        lessons: Lessons,
     ) -> Self {
         let shared = Arc::new(Shared {
             lesson_helps,
-            two_lessons,
+            lessons,
             faults: Mutex::new(VecDeque::new()),
             tool_replies: Mutex::new(VecDeque::new()),
             recorded: Mutex::new(Recorded::default()),
@@ -330,7 +350,7 @@ async fn chat(State(shared): State<Arc<Shared>>, body: String) -> Response {
         }
     }
     let answer = if stage {
-        distill_reply(&request, shared.two_lessons)
+        distill_reply(&request, shared.lessons)
     } else {
         shared.answer.clone()
     };
@@ -507,6 +527,7 @@ fn is_stage(request: &Value) -> bool {
     !request["response_format"].is_null()
         || prompt.contains("Proposed changes:")
         || prompt.contains("Attempts:\n")
+        || prompt.contains("Problems the student got wrong")
 }
 
 /// The numbers of the proposals in a consolidate prompt (`N. add: …` lines) that contain
@@ -521,13 +542,27 @@ fn proposal_numbers(prompt: &str, text: &str) -> Vec<usize> {
 
 /// What a capable model answers to each of the distillation stages' prompts, and to the LLM
 /// judge's (see [`judge_reply`]).
-fn distill_reply(request: &Value, two_lessons: bool) -> String {
+fn distill_reply(request: &Value, lessons: Lessons) -> String {
     let prompt = last_message(request);
     if let Some(verdict) = judge_reply(prompt) {
         return verdict;
     }
     let (condition, strategy) = LESSON;
-    if two_lessons {
+    if lessons == Lessons::ProposedOnly {
+        return if prompt.contains("Problems the student got wrong") {
+            json!({"procedure": "Spell the word out and count the matches.", "lessons": [
+                {"topic": "letters", "when": condition, "do": strategy},
+            ]})
+            .to_string()
+        } else if prompt.contains("Attempts:\n") {
+            json!({"comparison": "The attempts differ by luck.", "lessons": []}).to_string()
+        } else if prompt.contains("Choose the lessons worth keeping") {
+            json!({"keep": [{"lesson": 1, "same_as": []}]}).to_string()
+        } else {
+            "The attempt counted the letters of the word and gave a total.".into()
+        };
+    }
+    if lessons == Lessons::Two {
         let (harmful_condition, harmful_strategy) = HARMFUL;
         return if prompt.contains("Lessons proposed from different problems") {
             // As a capable model would: each distinct lesson once, with the proposals that

@@ -568,6 +568,52 @@ fn a_lesson_that_fails_on_its_own_problem_is_left_out_before_the_gate() {
 }
 
 #[test]
+fn a_lesson_no_answer_showed_is_proposed_for_the_failed_problems_tried_and_kept() {
+    // Extract finds nothing in any group: without the propose stage nothing is learned.
+    let (stdout, entries, scratch) = gated(FakeOpenAi::proposed_only(), &[]);
+    assert!(
+        !entries
+            .iter()
+            .any(|e| e["kind"] == "stage" && e["stage"] == "propose"),
+        "{stdout}"
+    );
+    assert_eq!(scratch.versions("gated").len(), 1, "{stdout}");
+
+    let (stdout, entries, scratch) = gated(
+        FakeOpenAi::proposed_only(),
+        &["--propose", "2", "--admit", "2", "--admit-answers", "2"],
+    );
+    // A propose call in step 1, on its 4 failed problems (every group has a wrong answer);
+    // none in step 2, whose answers the committed lesson made all right.
+    let proposals: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e["kind"] == "stage" && e["stage"] == "propose")
+        .collect();
+    assert_eq!(proposals.len(), 1, "{stdout}");
+    assert_eq!(proposals[0]["step"], 1);
+    let key = proposals[0]["key"].as_str().unwrap();
+    assert_eq!(key.split('+').count(), 4, "{key}");
+    assert!(!stdout.contains("consolidate stage failed"), "{stdout}");
+    // The proposed lesson is tried on those problems before the gate, and commits.
+    assert!(
+        entries
+            .iter()
+            .any(|e| e["kind"] == "measured"
+                && e["pass"].as_str().unwrap().starts_with("admit-step-1@")),
+        "{stdout}"
+    );
+    let versions = scratch.versions("gated");
+    assert_eq!(versions.len(), 2, "{stdout}");
+    let ops = versions[1]["ops"].as_array().unwrap();
+    assert!(
+        ops[0]["text"].as_str().unwrap().contains(LESSON.1),
+        "{ops:?}"
+    );
+    let report = std::fs::read_to_string(scratch.dir.path().join("runs/gated/report.md")).unwrap();
+    assert!(report.contains("propose"), "{report}");
+}
+
+#[test]
 fn flags_that_would_ask_for_unbounded_work_are_refused_by_name() {
     let scratch = Scratch::new();
     for (flags, message) in [

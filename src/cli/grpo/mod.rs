@@ -94,6 +94,12 @@ pub struct GrpoArgs {
     #[arg(long, default_value_t = 2)]
     max_experiences: usize,
 
+    /// Most lessons per step the propose stage writes from the step's failed problems: each
+    /// states a procedure, whether or not any answer used one (extract can only name a method
+    /// some answers used). They are guesses: use with --admit. 0 (default): no propose stage.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=8))]
+    propose: u32,
+
     /// Distinct queries whose groups must propose deleting an experience before it is
     /// deleted (1: any one group may delete, as in the reference method).
     #[arg(long, default_value_t = gym::distill::DEFAULT_DELETE_QUORUM)]
@@ -599,6 +605,7 @@ impl GrpoArgs {
             max_kept: self.max_kept,
             extract_max_tokens: self.extract_max_tokens,
             verbatim_chars: self.verbatim_chars,
+            propose: self.propose as usize,
             ..DistillConfig::default()
         };
         distill.sampling.temperature = self.distill_temperature;

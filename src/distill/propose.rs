@@ -1,0 +1,269 @@
+//! Stage 2b (`gym grpo --propose N`): a step's failed problems → up to N lessons that state a
+//! procedure, whether or not any answer used it.
+//!
+//! Why: extract compares a group's answers, so it can only name a method some of them used.
+//! A policy that never uses the method that works gives it nothing to find: the 1.5B counting
+//! letters never spelled a word out at temperature 0.5, and at 1.0 spelled it in 55 answers
+//! of 400 (no more often right than the rest), so seven runs never proposed "spell the word
+//! out" although that one sentence, written by hand, doubles its score (docs/benchmarks.md).
+//! The same distiller, asked for a procedure that makes a wrong answer impossible, writes
+//! "write down each letter of the word and count". Such lessons are guesses, not findings:
+//! a run that proposes them should try each on the problems it came from (`--admit`), and
+//! the gate judges them like any other lesson.
+//!
+//! The stage sees the problems (and their correct answers) whose groups had a wrong answer,
+//! those with the most wrong first, not the answers themselves: shown answers, a small model
+//! describes them. It does not see the library either, for the reason extract does not.
+
+use serde_json::Value;
+
+use super::DistillConfig;
+use super::attempt::Call;
+use super::extract::extract_schema;
+use super::ops::{Rules, read_ops};
+use super::outcome::StageOutcome;
+use super::prompt::{PROPOSE, clip, render};
+use super::proposal::ProposedOp;
+use crate::backend::{Backend, Sampling};
+use crate::data::Sample;
+use crate::library::State;
+use crate::rollout::RolloutGroup;
+
+/// Problems shown in one call: enough to show what the kind has in common, few enough that
+/// the prompt stays short.
+pub const PROBLEMS_SHOWN: usize = 4;
+const QUESTION_MAX_CHARS: usize = 400;
+const REFERENCE_MAX_CHARS: usize = 120;
+/// Room for the procedure the model writes before its lessons.
+const PROCEDURE_MAX_CHARS: usize = 900;
+/// The least temperature of a propose call. Its lessons are guesses to be tried, so varied
+/// ones are worth more than the likeliest: at the stages' 0.3 the 1.5B distiller wrote one
+/// lesson three times over ("Write down the count of each letter at each step"); at 1.0 it
+/// wrote procedures ("List each letter of the word, and count …").
+pub const MIN_TEMPERATURE: f32 = 1.0;
+
+/// The problems of a step worth a `propose` call: those whose group has a wrong answer (an
+/// all-wrong group included, which extract never sees), the most wrong first, at most
+/// [`PROBLEMS_SHOWN`].
+pub fn failed_problems<'a>(
+    groups: impl IntoIterator<Item = (&'a Sample, &'a RolloutGroup)>,
+) -> Vec<(&'a Sample, &'a RolloutGroup)> {
+    let mut failed: Vec<(&Sample, &RolloutGroup, f64)> = groups
+        .into_iter()
+        .map(|(sample, group)| (sample, group, mean(group)))
+        .filter(|&(_, group, mean)| !group.answers.is_empty() && mean < 1.0)
+        .collect();
+    // Stable: problems equally often wrong keep the batch's order.
+    failed.sort_by(|a, b| a.2.total_cmp(&b.2));
+    failed
+        .into_iter()
+        .take(PROBLEMS_SHOWN)
+        .map(|(sample, group, _)| (sample, group))
+        .collect()
+}
+
+fn mean(group: &RolloutGroup) -> f64 {
+    let rewards: Vec<f64> = group.rewards().collect();
+    rewards.iter().sum::<f64>() / rewards.len().max(1) as f64
+}
+
+/// Proposes at most `max` lessons stating procedures for `problems`' kind ("nothing", an empty
+/// list, is a valid answer).
+pub async fn propose(
+    backend: &dyn Backend,
+    problems: &[&Sample],
+    max: usize,
+    cfg: &DistillConfig,
+) -> StageOutcome<Vec<ProposedOp>> {
+    let call = Call {
+        backend,
+        prompt: propose_prompt(problems, max, cfg),
+        schema: propose_schema(max, cfg),
+        sampling: Sampling {
+            temperature: cfg.sampling.temperature.max(MIN_TEMPERATURE),
+            ..cfg.extract_sampling()
+        },
+        attempts: cfg.attempts,
+        salt: format!(
+            "propose/{}",
+            problems
+                .iter()
+                .map(|s| s.id.as_str())
+                .collect::<Vec<_>>()
+                .join("+")
+        ),
+    };
+    let library = State::new();
+    // A lesson quoting any of the problems is dropped.
+    let questions: Vec<&str> = problems.iter().map(|s| s.question.as_str()).collect();
+    let questions = questions.join("\n");
+    let rules = Rules {
+        library: &library,
+        max_words: cfg.max_words,
+        template: PROPOSE,
+        problem: Some(&questions),
+    };
+    call.run(|output, dropped| {
+        let read = read_ops(output, &rules, true, dropped)?;
+        if read.items.is_empty() && read.declined == 0 && read.total > 0 && read.copied == 0 {
+            return Err(super::error::ParseError::AllDropped { count: read.total });
+        }
+        let mut ops: Vec<ProposedOp> = read
+            .items
+            .into_iter()
+            .map(|item| item.op)
+            .filter(|op| matches!(op, ProposedOp::Add { .. }))
+            .collect();
+        if ops.len() > max {
+            for extra in ops.drain(max..) {
+                dropped.push(format!(
+                    "over the limit of {max} per step: {}",
+                    extra.describe()
+                ));
+            }
+        }
+        Ok(ops)
+    })
+    .await
+}
+
+/// The stage 2b prompt: the constant instructions, then each problem with its answer.
+pub fn propose_prompt(problems: &[&Sample], max: usize, cfg: &DistillConfig) -> String {
+    let listed: Vec<String> = problems
+        .iter()
+        .enumerate()
+        .map(|(index, sample)| {
+            format!(
+                "{}. {}\n   Correct answer: {}",
+                index + 1,
+                clip(&sample.question, QUESTION_MAX_CHARS),
+                clip(&sample.answer, REFERENCE_MAX_CHARS)
+            )
+        })
+        .collect();
+    render(
+        PROPOSE,
+        &[
+            ("max_ops", &max.to_string()),
+            ("max_words", &cfg.max_words.to_string()),
+            ("problems", &listed.join("\n")),
+        ],
+    )
+}
+
+/// `{"procedure": "…", "lessons": [0..=N {"topic", "when", "do"}]}`: extract's lessons, with
+/// the procedure written first in place of the comparison.
+pub fn propose_schema(max: usize, cfg: &DistillConfig) -> Value {
+    let mut schema = extract_schema(&DistillConfig {
+        max_experiences: max,
+        ..cfg.clone()
+    });
+    let properties = schema["properties"]
+        .as_object_mut()
+        .expect("extract's schema has properties");
+    properties.remove("comparison");
+    properties.insert(
+        "procedure".into(),
+        serde_json::json!({"type": "string", "minLength": 5, "maxLength": PROCEDURE_MAX_CHARS}),
+    );
+    // The procedure first: serde_json keeps insertion order only with `preserve_order`, so
+    // the order the grammar follows is set by `required`.
+    schema["required"] = serde_json::json!(["procedure", "lessons"]);
+    schema
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::json_schema_to_gbnf;
+    use crate::distill::testing::{Replay, answer, group, sample};
+
+    fn problem(id: &str, question: &str, answer: &str) -> Sample {
+        Sample {
+            id: id.into(),
+            question: question.into(),
+            answer: answer.into(),
+        }
+    }
+
+    #[test]
+    fn failed_problems_come_most_wrong_first_and_never_all_right_ones() {
+        let (a, b, c) = (
+            problem("a", "qa", "1"),
+            problem("b", "qb", "2"),
+            problem("c", "qc", "3"),
+        );
+        let with = |rewards: &[f64]| {
+            let mut g = group();
+            g.answers = rewards.iter().map(|&r| answer("x", r)).collect();
+            g
+        };
+        let (ga, gb, gc) = (with(&[1.0, 0.0]), with(&[1.0, 1.0]), with(&[0.0, 0.0]));
+        let failed = failed_problems([(&a, &ga), (&b, &gb), (&c, &gc)]);
+        let ids: Vec<&str> = failed.iter().map(|(s, _)| s.id.as_str()).collect();
+        assert_eq!(ids, ["c", "a"]);
+        let many: Vec<(Sample, RolloutGroup)> = (0..9)
+            .map(|i| (problem(&i.to_string(), "q", "1"), with(&[0.0])))
+            .collect();
+        let failed = failed_problems(many.iter().map(|(s, g)| (s, g)));
+        assert_eq!(failed.len(), PROBLEMS_SHOWN);
+        assert_eq!(failed[0].0.id, "0", "ties keep the batch's order");
+    }
+
+    #[test]
+    fn the_prompt_puts_its_instructions_first_and_lists_each_problem_with_its_answer() {
+        let (a, b) = (
+            problem("a", "How many r in 'strawberry'?", "3"),
+            problem("b", "How many e in 'excellence'?", "4"),
+        );
+        let prompt = propose_prompt(&[&a, &b], 3, &DistillConfig::default());
+        assert!(prompt.contains("write up to 3 lessons"), "{prompt}");
+        assert!(prompt.contains("at most 40 words"), "{prompt}");
+        assert!(
+            prompt.ends_with(
+                "1. How many r in 'strawberry'?\n   Correct answer: 3\n2. How many e in 'excellence'?\n   Correct answer: 4"
+            ),
+            "{prompt}"
+        );
+        let schema = propose_schema(3, &DistillConfig::default());
+        assert_eq!(schema["properties"]["lessons"]["maxItems"], 3);
+        assert!(schema["properties"]["comparison"].is_null());
+        json_schema_to_gbnf(&schema).expect("the schema compiles to a grammar");
+    }
+
+    #[tokio::test]
+    async fn lessons_are_read_quoting_ones_dropped_and_nothing_is_an_answer() {
+        let (a, b) = (
+            problem("a", "How many times does 'r' appear in 'strawberry'?", "3"),
+            sample(),
+        );
+        let reply = r#"{"procedure": "Write the word out letter by letter and count.", "lessons": [
+            {"topic": "letter counting", "when": "counting how often a letter appears in a word", "do": "Write the word one letter per line, mark each match, then count the marks."},
+            {"topic": "letter counting", "when": "counting letters in strawberry", "do": "Count the r letters one at a time."},
+            {"topic": "letter counting", "when": "a word has double letters", "do": "Count each letter of a double letter separately."}
+        ]}"#;
+        let backend = Replay::new([Ok(reply)]);
+        let outcome = propose(&backend, &[&a, &b], 1, &DistillConfig::default()).await;
+        let ops = outcome.value.clone().expect("a usable reply");
+        assert_eq!(ops.len(), 1, "{outcome:?}");
+        assert_eq!(
+            ops[0].text(),
+            Some(
+                "When counting how often a letter appears in a word, write the word one letter per line, mark each match, then count the marks."
+            )
+        );
+        let dropped = outcome.dropped.join("\n");
+        assert!(dropped.contains("strawberry"), "{dropped}");
+        assert!(
+            dropped.contains("over the limit of 1 per step"),
+            "{dropped}"
+        );
+
+        let requests = backend.requests();
+        assert!(requests[0].sampling.temperature >= MIN_TEMPERATURE);
+
+        let backend = Replay::new([Ok(r#"{"procedure": "none needed", "lessons": []}"#)]);
+        let outcome = propose(&backend, &[&a], 2, &DistillConfig::default()).await;
+        assert_eq!(outcome.value, Some(Vec::new()));
+    }
+}
