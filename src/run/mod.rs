@@ -26,6 +26,7 @@ pub mod journal;
 pub mod lessons;
 pub mod plan;
 pub mod plateau;
+mod propose;
 pub mod report;
 mod session;
 mod stage;

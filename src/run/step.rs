@@ -1,7 +1,7 @@
-//! One step of a run: rollouts, group filter, the three stages, near-duplicate check, the
+//! One step of a run: rollouts, group filter, the stages, near-duplicate check, the
 //! source-problem trial, the validation gate, commit. Each journaled part runs through
-//! [`Step::stage`] (`stage.rs`); the commit and usage counts are in `commit.rs`, the trial in
-//! `admit.rs`, the gate in `validate.rs`.
+//! [`Step::stage`] (`stage.rs`); the commit and usage counts are in `commit.rs`, the propose
+//! stage in `propose.rs`, the trial in `admit.rs`, the gate in `validate.rs`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -13,6 +13,7 @@ use super::commit::{
 use super::events::{Events, RunEvent};
 use super::integrate;
 use super::journal::{Entry, Journal, Replay, Stage, StepEnd};
+use super::propose;
 use super::stage::{Calls, Rollouts};
 use super::summary::{JudgedChange, StepReport};
 use super::validate::{Gate, gate};
@@ -290,55 +291,16 @@ pub(super) async fn run_step(
             with_evidence(outcome.value.unwrap_or_default(), sample, group)
         })
         .collect();
-    // Stage 2b (`--propose`): procedures for the problems the policy got wrong, all-wrong
-    // groups included, whether or not any answer used them (`distill::propose` says why).
+    // Stage 2b (`--propose`): procedures for the problems the policy got wrong.
     let failed = distill::failed_problems(
         queries
             .iter()
             .filter_map(|s| groups.get(&s.id).map(|g| (s, g))),
     );
-    if cfg.propose > 0 && !failed.is_empty() {
-        let propose = Calls::<Vec<ProposedOp>> {
-            stage: Stage::Propose,
-            proposed: Clone::clone,
-        };
-        let problems: Vec<&Sample> = failed.iter().map(|&(s, _)| s).collect();
-        let key = problems
-            .iter()
-            .map(|s| s.id.as_str())
-            .collect::<Vec<_>>()
-            .join("+");
-        let problems = &problems;
-        let proposed = at
-            .stage(&propose, vec![(key, ())], 1, |()| async move {
-                Ok::<_, RunError>(
-                    distill::propose(backend.as_ref(), problems, cfg.propose, cfg).await,
-                )
-            })
-            .await?;
-        if runner.control.stop_requested() {
-            return Ok(StepOutcome::Stopped);
-        }
-        let mut evidence = Evidence::default();
-        for &(_, group) in &failed {
-            distill::union_evidence(&mut evidence, &distill::group_evidence(group));
-        }
-        for (_, outcome) in proposed.all() {
-            at.report.lessons.count_extract(outcome);
-        }
-        for ((), outcome) in proposed.into_all() {
-            by_group.push(
-                outcome
-                    .value
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|op| Proposal {
-                        op,
-                        evidence: evidence.clone(),
-                    })
-                    .collect(),
-            );
-        }
+    match propose::propose(runner, &mut at, &failed).await? {
+        Some(proposals) if !proposals.is_empty() => by_group.push(proposals),
+        Some(_) => {}
+        None => return Ok(StepOutcome::Stopped),
     }
     let proposed: usize = by_group.iter().map(Vec::len).sum();
     let (proposals, twins) = integrate::by_support(
