@@ -178,3 +178,17 @@ fn a_verbatim_threshold_too_small_to_show_an_answer_is_refused() {
         "{error}"
     );
 }
+
+#[test]
+fn the_propose_stage_is_off_by_default_and_bounded() {
+    assert_eq!(grpo(&[]).propose, 0);
+    assert_eq!(grpo(&["--propose", "3"]).propose, 3);
+    let argv = ["gym", "grpo", "--propose", "50"];
+    let error = crate::cli::Cli::try_parse_from(argv)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("--propose") && error.contains("0..=8"),
+        "{error}"
+    );
+}
