@@ -16,6 +16,8 @@
 //! out. The control answers are shared by every change learned from the same problem. Every
 //! group is journaled under the pass `admit-step-S@vV`, so a resumed step reuses it.
 
+use std::collections::BTreeSet;
+
 use sha2::{Digest, Sha256};
 
 use super::evaluation::warn_unjournaled;
@@ -26,6 +28,7 @@ use super::summary::{JudgedChange, StepReport};
 use super::validate::{describe, paired_settings, prompts, with_change};
 use super::{RunError, Runner};
 use crate::data::Sample;
+use crate::distill::normalize;
 use crate::library::{Change, Limits, State, Validation};
 use crate::rollout::eval::{QueryResult, Resume};
 use crate::rollout::prompt::PromptExperience;
@@ -39,8 +42,9 @@ pub(super) struct Admission {
     /// The changes that go on to the gate, in their order: those admitted and those not tried
     /// (evidence-only updates, deletes, changes without a source problem in the batch).
     pub kept: Vec<Change>,
-    /// The changes left out, with their evidence.
-    pub left_out: Vec<(Change, Validation)>,
+    /// The changes left out, with their evidence and why ([`LEFT_OUT`] or
+    /// [`GUESS_NOT_BETTER`]).
+    pub left_out: Vec<(Change, Validation, &'static str)>,
     /// Every tried change with its evidence and whether it was admitted.
     pub tried: Vec<JudgedChange>,
     /// What the trial's answers spent (those read back from the journal included).
@@ -51,8 +55,8 @@ impl Admission {
     /// Counts the trial in the step's report (the left-out changes as drops, no longer added
     /// or refined) and returns the changes that go on.
     pub(super) fn account(self, report: &mut StepReport) -> Vec<Change> {
-        for (change, _) in &self.left_out {
-            report.lessons.count_left_out(change, LEFT_OUT);
+        for (change, _, reason) in &self.left_out {
+            report.lessons.count_left_out(change, reason);
             report.dropped_ops += 1;
         }
         report.tried.extend(self.tried);
@@ -64,8 +68,15 @@ impl Admission {
 /// The drop reason of a change the trial left out (a kind of its own in the stage table).
 pub(super) const LEFT_OUT: &str = "scored lower on its own problem";
 
+/// The drop reason of a guess (a lesson the propose stage wrote) that did not score higher on
+/// the problems it was written for.
+pub(super) const GUESS_NOT_BETTER: &str = "a guess that did not score higher on its problems";
+
 /// Tries each prompt-changing change of `changes` on up to `runner.config.admit` of its
-/// source problems in `batch` (see the module docs). `None` when a stop came before every
+/// source problems in `batch` (see the module docs). A change adding one of `guesses` (texts
+/// the propose stage wrote, as `distill::normalize` writes them) must score *higher* there, not
+/// merely no lower: no answer stands behind a guess, and tried on problems every answer gets
+/// wrong (or right) either way, Δ = 0 shows nothing. `None` when a stop came before every
 /// group was drawn (what was drawn stays journaled).
 pub(super) async fn admit(
     runner: &Runner,
@@ -73,6 +84,7 @@ pub(super) async fn admit(
     batch: &[Sample],
     state: &State,
     changes: Vec<Change>,
+    guesses: &BTreeSet<String>,
 ) -> Result<Option<Admission>, RunError> {
     let mut admission = Admission {
         kept: Vec::new(),
@@ -163,9 +175,17 @@ pub(super) async fn admit(
         verdicts[index] = Some((verdict, lesson));
     }
     for (change, verdict) in changes.into_iter().zip(verdicts) {
-        let Some((verdict, lesson)) = verdict else {
+        let Some((mut verdict, lesson)) = verdict else {
             admission.kept.push(change);
             continue;
+        };
+        let guess =
+            matches!(&change, Change::Add { text, .. } if guesses.contains(&normalize(text)));
+        let reason = if guess && verdict.accepted && verdict.delta <= 0.0 {
+            verdict.accepted = false;
+            GUESS_NOT_BETTER
+        } else {
+            LEFT_OUT
         };
         runner.events.emit(RunEvent::Log {
             level: if verdict.accepted { "info" } else { "warn" }.into(),
@@ -189,7 +209,7 @@ pub(super) async fn admit(
         if verdict.accepted {
             admission.kept.push(change);
         } else {
-            admission.left_out.push((change, verdict));
+            admission.left_out.push((change, verdict, reason));
         }
     }
     Ok(Some(admission))

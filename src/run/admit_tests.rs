@@ -102,9 +102,16 @@ async fn trial(
     let state = neutral_only(&runner);
     let mut step = step_one(&mut journal, &replay, RunControl::default());
     let batch = queries();
-    let admission = admit(&runner, &mut step, &batch[..4], &state, changes())
-        .await
-        .unwrap();
+    let admission = admit(
+        &runner,
+        &mut step,
+        &batch[..4],
+        &state,
+        changes(),
+        &BTreeSet::new(),
+    )
+    .await
+    .unwrap();
     (admission, step.report)
 }
 
@@ -208,9 +215,16 @@ async fn a_stop_before_the_trial_starts_nothing() {
     let mut step = step_one(&mut journal, &replay, runner.control.clone());
     let state = neutral_only(&runner);
     let batch = queries();
-    let stopped = admit(&runner, &mut step, &batch, &state, changes())
-        .await
-        .unwrap();
+    let stopped = admit(
+        &runner,
+        &mut step,
+        &batch,
+        &state,
+        changes(),
+        &BTreeSet::new(),
+    )
+    .await
+    .unwrap();
     assert!(stopped.is_none());
     assert_eq!(backend.0.load(Ordering::SeqCst), 0);
 }
@@ -223,4 +237,58 @@ fn labels_tell_changes_apart_and_stay_the_same() {
     assert_eq!(label(a), label(a));
     assert_ne!(label(a), label(b));
     assert!(label(a).starts_with("add "));
+}
+
+#[tokio::test]
+async fn a_guess_must_score_higher_on_its_problems_where_a_found_lesson_need_only_not_score_lower()
+{
+    let root = tempfile::tempdir().unwrap();
+    drop(library(root.path()));
+    let mut runner = runner(
+        root.path(),
+        Arc::new(Counting(AtomicUsize::new(0))),
+        Arc::new(Recorded::default()),
+    );
+    runner.config.admit = 2;
+    std::fs::create_dir_all(&runner.dir).unwrap();
+    let state = neutral_only(&runner);
+    let batch = queries();
+    // The helpful lesson scores higher on its problem; the neutral one exactly the same.
+    let neutral = "When a question is long, read it twice.";
+    let changes = vec![
+        learned_from(Change::add(HELPS), &["q1"]),
+        learned_from(Change::add(neutral), &["q2"]),
+    ];
+    let guesses: BTreeSet<String> = [HELPS, neutral].iter().map(|t| normalize(t)).collect();
+    for (guessed, neutral_kept) in [(BTreeSet::new(), true), (guesses, false)] {
+        let (mut journal, replay) = Journal::open(&runner.dir).unwrap();
+        let mut step = step_one(&mut journal, &replay, RunControl::default());
+        let admission = admit(
+            &runner,
+            &mut step,
+            &batch[..4],
+            &state,
+            changes.clone(),
+            &guessed,
+        )
+        .await
+        .unwrap()
+        .expect("not stopped");
+        let [helps, same] = &admission.tried[..] else {
+            panic!("{:?}", admission.tried)
+        };
+        assert!(helps.kept && helps.validation.delta > 0.0, "{helps:?}");
+        assert_eq!(same.validation.delta, 0.0, "{same:?}");
+        assert_eq!(same.kept, neutral_kept, "{same:?}");
+        let mut report = StepReport::new(1, 1, 6);
+        report.lessons.added = 2;
+        let kept = admission.account(&mut report);
+        assert_eq!(kept.len(), if neutral_kept { 2 } else { 1 });
+        if !neutral_kept {
+            assert_eq!(
+                report.lessons.dropped["a guess no better on its problems"], 1,
+                "{GUESS_NOT_BETTER}: {report:?}"
+            );
+        }
+    }
 }

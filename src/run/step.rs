@@ -3,7 +3,7 @@
 //! [`Step::stage`] (`stage.rs`); the commit and usage counts are in `commit.rs`, the propose
 //! stage in `propose.rs`, the trial in `admit.rs`, the gate in `validate.rs`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::admit;
@@ -297,8 +297,17 @@ pub(super) async fn run_step(
             .iter()
             .filter_map(|s| groups.get(&s.id).map(|g| (s, g))),
     );
+    // What it wrote must do better where it was tried (see `admit`).
+    let mut guesses = BTreeSet::new();
     match propose::propose(runner, &mut at, &failed).await? {
-        Some(proposals) if !proposals.is_empty() => by_group.push(proposals),
+        Some(proposals) if !proposals.is_empty() => {
+            guesses.extend(
+                proposals
+                    .iter()
+                    .filter_map(|p| p.op.text().map(distill::normalize)),
+            );
+            by_group.push(proposals);
+        }
         Some(_) => {}
         None => return Ok(StepOutcome::Stopped),
     }
@@ -436,7 +445,8 @@ pub(super) async fn run_step(
         integrate::add_confirmations(&mut changes, integrated.confirmed, &state);
 
     // `--admit`: each new or rewritten lesson on the problems it was learned from.
-    let Some(admission) = admit::admit(runner, &mut at, queries, &state, changes).await? else {
+    let Some(admission) = admit::admit(runner, &mut at, queries, &state, changes, &guesses).await?
+    else {
         return Ok(StepOutcome::Stopped);
     };
     let mut changes = admission.account(&mut at.report);
