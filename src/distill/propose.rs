@@ -50,7 +50,7 @@ pub fn failed_problems<'a>(
 ) -> Vec<(&'a Sample, &'a RolloutGroup)> {
     let mut failed: Vec<(&Sample, &RolloutGroup, f64)> = groups
         .into_iter()
-        .map(|(sample, group)| (sample, group, mean(group)))
+        .map(|(sample, group)| (sample, group, group.mean_reward()))
         .filter(|&(_, group, mean)| !group.answers.is_empty() && mean < 1.0)
         .collect();
     // Stable: problems equally often wrong keep the batch's order.
@@ -60,11 +60,6 @@ pub fn failed_problems<'a>(
         .take(PROBLEMS_SHOWN)
         .map(|(sample, group, _)| (sample, group))
         .collect()
-}
-
-fn mean(group: &RolloutGroup) -> f64 {
-    let rewards: Vec<f64> = group.rewards().collect();
-    rewards.iter().sum::<f64>() / rewards.len().max(1) as f64
 }
 
 /// Proposes at most `max` lessons stating procedures for `problems`' kind ("nothing", an empty

@@ -12,10 +12,11 @@
 //! bit for bit what a fresh evaluation computes: llama.cpp's CPU flash attention takes another
 //! kernel for a batch of under 64 rows and splits a long cache across threads, so a short
 //! suffix, or cells laid out differently (a kept prefix first, another prompt's cells between),
-//! can move the last bits of the logits, as batching requests together does. A cell is freed when no sequence holds it any more: the round's own sequences
-//! are cleared when the next round starts, the kept prefixes when they are dropped to make
-//! room. The context is sized for every admitted job's full prompt and answers beside the kept
-//! prefixes, so borrowing never needs more cells than not borrowing.
+//! can move the last bits of the logits, as batching requests together does. A cell is freed
+//! when no sequence holds it any more: the round's own sequences are cleared when the next
+//! round starts, the kept prefixes when they are dropped to make room. The context is sized
+//! for every admitted job's full prompt and answers beside the kept prefixes, so borrowing
+//! never needs more cells than not borrowing.
 //!
 //! Between decode steps the thread also takes the jobs sent meanwhile off the channel, drops
 //! those whose caller stopped waiting, and stops the sequences of abandoned jobs in the round
