@@ -140,15 +140,14 @@ impl StagesBench {
             },
             Into::into,
         );
+        // The model as both modes and the ceiling load it.
+        let mut config = LlamaConfig::new(&path);
+        config.threads = self.threads;
+        config.gpu_layers = self.gpu_layers;
+        config.kept_prefixes = self.kept_prefixes;
         // A model of its own for each mode, so neither starts with the prompt prefixes the
         // other left in the KV cache.
-        let load = || -> anyhow::Result<LlamaBackend> {
-            let mut config = LlamaConfig::new(&path);
-            config.threads = self.threads;
-            config.gpu_layers = self.gpu_layers;
-            config.kept_prefixes = self.kept_prefixes;
-            Ok(LlamaBackend::load(config)?)
-        };
+        let load = || -> anyhow::Result<LlamaBackend> { Ok(LlamaBackend::load(config.clone())?) };
         let rt = crate::cli::backend_args::runtime()?;
         let cfg = DistillConfig {
             attempts: 1,
@@ -358,9 +357,6 @@ impl StagesBench {
             .iter()
             .flat_map(|f| [f.summarize.shape(), f.extract.shape()])
             .collect();
-        let mut config = LlamaConfig::new(&path);
-        config.threads = self.threads;
-        config.gpu_layers = self.gpu_layers;
         let rates = gym::backend::llama::ceiling::measure(&config, &shapes)?;
         for (figures, rates) in [&mut batched, &mut sequential]
             .into_iter()
