@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use super::DistillConfig;
 use super::attempt::Call;
+use super::contrast::group_facts;
 use super::error::ParseError;
 use super::ops::{Rules, read_ops};
 use super::outcome::StageOutcome;
@@ -144,6 +145,15 @@ pub fn extract_prompt(
             ("max_words", &cfg.max_words.to_string()),
         ],
     );
+    // What a rule can see that the model may not (docs/grpo.md § extract): stated after the
+    // attempts it is about, so the constant instructions stay the shared prefix.
+    let facts = group_facts(&sample.question, &sample.answer, &group.answers);
+    let prompt = if facts.is_empty() {
+        prompt
+    } else {
+        let lines: Vec<String> = facts.iter().map(|fact| format!("- {fact}")).collect();
+        format!("{prompt}\n\nChecked by rule:\n{}", lines.join("\n"))
+    };
     if group.tool_calls() == 0 {
         return prompt;
     }
@@ -277,6 +287,34 @@ mod tests {
         assert!(prompt.contains("at most 40 words"), "{prompt}");
         assert!(prompt.contains("Write none when"), "{prompt}");
         assert!(!prompt.contains("E0001") && !prompt.contains("(none yet)"));
+    }
+
+    #[test]
+    fn what_a_rule_sees_between_right_and_wrong_answers_follows_the_attempts() {
+        use crate::distill::testing::answer;
+        let mut group = group();
+        group.answers = vec![
+            answer("3 bags of 4 make 12 apples. Answer: 12", 1.0),
+            answer(
+                "```python\nprint(4 * 4)\n```\n```output\n16\n```\nAnswer: 16",
+                0.0,
+            ),
+        ];
+        let prompt = extract_prompt(&sample(), &group, &[], &DistillConfig::default());
+        assert!(
+            prompt.ends_with(
+                "Answer: 16\n\nChecked by rule:\n- Attempt 2 (wrong) writes code; no right \
+                 attempt does.\n- Every right attempt uses the problem's number 3; attempt 2 \
+                 (wrong) never does."
+            ),
+            "{prompt}"
+        );
+        // The template says what the list is, before anything a call fills in.
+        let instructions = prompt.split("Problem:").next().unwrap();
+        assert!(
+            instructions.contains("listed after the attempts"),
+            "{prompt}"
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@
 
 mod attempt;
 mod consolidate;
+mod contrast;
 mod copying;
 mod error;
 mod extract;
