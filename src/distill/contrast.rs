@@ -10,7 +10,12 @@
 //! one did; wrong answers wrote Python and an output they never ran. Each fact is stated only
 //! when it separates the right answers from the wrong ones, and states what was seen, not
 //! advice: the lesson is still the model's to write.
+//!
+//! Numbers are read by a scanner of its own rather than `reward::number::numbers`, which
+//! grades final answers: it reads "42 / 5" as the fraction 8.4 and keeps no offsets, where
+//! these facts need each number as written ("reaches 42") and where it stands in its line.
 
+use super::prompt::grade;
 use crate::rollout::ScoredAnswer;
 
 /// Most facts shown for one group.
@@ -23,22 +28,23 @@ const MAX_ANSWER_CHARS: usize = 20_000;
 /// Most characters of the line quoted beside a result.
 const CONTEXT_MAX_CHARS: usize = 90;
 
-/// The facts that tell the group's right answers (reward ≥ 0.999) from its wrong ones
-/// (reward ≤ 0.001), one sentence each, most telling first; none when the group lacks either.
+/// The facts that tell the group's right answers from its wrong ones (as [`grade`] calls
+/// them), one sentence each, most telling first; none when the group lacks either.
 pub(crate) fn group_facts(
     question: &str,
     reference: &str,
     answers: &[ScoredAnswer],
 ) -> Vec<String> {
     let read: Vec<Read> = answers.iter().map(|a| Read::new(&a.text)).collect();
-    let right: Vec<usize> = indices(answers, |r| r >= 0.999);
-    let wrong: Vec<usize> = indices(answers, |r| r <= 0.001);
+    let right: Vec<usize> = graded(answers, "correct");
+    let wrong: Vec<usize> = graded(answers, "wrong");
     if right.is_empty() || wrong.is_empty() {
         return Vec::new();
     }
     let given = numbers(question);
     let mut facts = Vec::new();
-    // Code first, the plainest difference: written by wrong answers only, or by every right answer and not by some wrong one.
+    // Code first, the plainest difference: written by wrong answers only, or by every right
+    // answer and not by some wrong one.
     let coded = |i: &usize| read[*i].code;
     let wrong_coding: Vec<usize> = wrong.iter().copied().filter(coded).collect();
     let wrong_plain: Vec<usize> = wrong.iter().copied().filter(|i| !coded(i)).collect();
@@ -115,9 +121,10 @@ pub(crate) fn group_facts(
     facts
 }
 
-fn indices(answers: &[ScoredAnswer], keep: impl Fn(f64) -> bool) -> Vec<usize> {
+/// The positions of the answers [`grade`] calls `grade`.
+fn graded(answers: &[ScoredAnswer], grade_name: &str) -> Vec<usize> {
     (0..answers.len())
-        .filter(|&i| keep(answers[i].reward))
+        .filter(|&i| grade(answers[i].reward) == grade_name)
         .collect()
 }
 
