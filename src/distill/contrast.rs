@@ -35,7 +35,10 @@ pub(crate) fn group_facts(
     reference: &str,
     answers: &[ScoredAnswer],
 ) -> Vec<String> {
-    let read: Vec<Read> = answers.iter().map(|a| Read::new(&a.text)).collect();
+    let read: Vec<Read> = answers
+        .iter()
+        .map(|a| Read::new(&a.text, a.steps.is_empty()))
+        .collect();
     let right: Vec<usize> = graded(answers, "correct");
     let wrong: Vec<usize> = graded(answers, "wrong");
     if right.is_empty() || wrong.is_empty() {
@@ -49,14 +52,23 @@ pub(crate) fn group_facts(
     let wrong_coding: Vec<usize> = wrong.iter().copied().filter(coded).collect();
     let wrong_plain: Vec<usize> = wrong.iter().copied().filter(|i| !coded(i)).collect();
     if !right.iter().any(coded) && !wrong_coding.is_empty() {
-        facts.push(format!(
-            "{} {} code; no right attempt does.",
-            capitalized(&attempts(&wrong_coding)),
-            if wrong_coding.len() == 1 {
-                "writes"
+        let one = wrong_coding.len() == 1;
+        // Said plainly: "writes code; no right attempt does" was read back by the 1.5B
+        // distiller as "the wrong attempts did not write code" (the tenth run's first step).
+        let invented = if wrong_coding.iter().all(|&i| read[i].invented_output) {
+            if one {
+                " and the output it claims, which nothing ran"
             } else {
-                "write"
+                " and the output they claim, which nothing ran"
             }
+        } else {
+            ""
+        };
+        facts.push(format!(
+            "{} {} code{invented}; every right attempt works the numbers out in its own words, \
+             without code.",
+            capitalized(&attempts(&wrong_coding)),
+            if one { "writes" } else { "write" }
         ));
     } else if right.iter().all(coded) && !wrong_plain.is_empty() {
         facts.push(format!(
@@ -153,10 +165,14 @@ struct Read<'a> {
     numbers: Vec<Number>,
     /// A fenced block (```), the way a model writes code and the output it claims.
     code: bool,
+    /// An output block (```output) in an answer that called no tool: an output the model
+    /// wrote itself, since nothing ran its code.
+    invented_output: bool,
 }
 
 impl<'a> Read<'a> {
-    fn new(text: &'a str) -> Self {
+    /// `text` of an answer; `no_tools` when it called none.
+    fn new(text: &'a str, no_tools: bool) -> Self {
         let text = match text.char_indices().nth(MAX_ANSWER_CHARS) {
             Some((end, _)) => &text[..end],
             None => text,
@@ -165,6 +181,7 @@ impl<'a> Read<'a> {
             text,
             numbers: numbers(text),
             code: text.contains("```"),
+            invented_output: no_tools && text.contains("```output"),
         }
     }
 
@@ -339,7 +356,28 @@ mod tests {
         ];
         let facts = group_facts(KENJI, "8", &answers);
         assert!(
-            facts.contains(&"Attempts 1 and 3 (wrong) write code; no right attempt does.".into()),
+            facts.contains(
+                &"Attempts 1 and 3 (wrong) write code; every right attempt works the numbers out \
+                  in its own words, without code."
+                    .into()
+            ),
+            "{facts:?}"
+        );
+        // Code and an output block no tool produced: the output is named as made up.
+        let answers = [
+            answer(
+                "```python\nprint(6 + 36)\n```\n```output\n40\n```\nAnswer: 8",
+                0.0,
+            ),
+            answer("6 + 36 = 42, and 42 / 5 = 8 r 2. Answer: 8", 1.0),
+        ];
+        let facts = group_facts(KENJI, "8", &answers);
+        assert!(
+            facts.contains(
+                &"Attempt 1 (wrong) writes code and the output it claims, which nothing ran; \
+                  every right attempt works the numbers out in its own words, without code."
+                    .into()
+            ),
             "{facts:?}"
         );
         // Every right answer writing code, one wrong one not: said the other way round.
@@ -407,6 +445,6 @@ mod tests {
         assert!(is_list_marker("a\n  **3.** b", 6) && !is_list_marker("so 3. b", 3));
         // An answer far over any token limit is read only up to its cap.
         let huge = format!("{}6", "x ".repeat(MAX_ANSWER_CHARS));
-        assert!(!Read::new(&huge).has("6"));
+        assert!(!Read::new(&huge, true).has("6"));
     }
 }

@@ -303,8 +303,9 @@ mod tests {
         let prompt = extract_prompt(&sample(), &group, &[], &DistillConfig::default());
         assert!(
             prompt.ends_with(
-                "Answer: 16\n\nChecked by rule:\n- Attempt 2 (wrong) writes code; no right \
-                 attempt does.\n- Every right attempt uses the problem's number 3; attempt 2 \
+                "Answer: 16\n\nChecked by rule:\n- Attempt 2 (wrong) writes code and the output \
+                 it claims, which nothing ran; every right attempt works the numbers out in its \
+                 own words, without code.\n- Every right attempt uses the problem's number 3; attempt 2 \
                  (wrong) never does."
             ),
             "{prompt}"

@@ -57,6 +57,12 @@ pub(crate) fn lesson_flaw(text: &str) -> Option<String> {
     if !has_a_word(&condition) || !has_a_word(&strategy) {
         return Some("has a condition or strategy without a word in it".to_owned());
     }
+    if !names_a_situation(&condition) {
+        return Some(format!(
+            "has a condition (\"{}\") that names no situation",
+            condition.trim()
+        ));
+    }
     if states_an_answer(text) {
         return Some("states one problem's answer, not a general lesson".to_owned());
     }
@@ -80,6 +86,34 @@ pub(crate) fn lesson_flaw(text: &str) -> Option<String> {
         return Some("says only to do its condition's step right".to_owned());
     }
     None
+}
+
+/// Words that cannot name a situation on their own: articles, prepositions, conjunctions,
+/// pronouns and quantifiers. (Not the copy check's common words: "a question asks for a
+/// number" names a situation.)
+const FILLER: &[&str] = &[
+    "a", "about", "after", "all", "an", "and", "any", "are", "as", "at", "be", "before", "but",
+    "by", "during", "each", "every", "for", "from", "he", "if", "in", "into", "is", "it", "its",
+    "of", "on", "one", "or", "she", "some", "than", "that", "the", "their", "them", "then",
+    "there", "these", "they", "this", "those", "to", "until", "when", "whenever", "while", "with",
+];
+
+/// Whether a `normalized` condition has a word besides [`FILLER`] and amounts: asked to refine
+/// a lesson, the 1.5B distiller answered with the conditions "before" and "after 3 weeks" (the
+/// ninth paper-setting run's integrate stage, both kept in its library). Neither says when the
+/// advice applies. An amount is a number and the word after it ("3 weeks"); an amount inside a
+/// situation is fine ("When adding 2 prices, …").
+fn names_a_situation(normalized: &str) -> bool {
+    let is_number = |word: &str| word.bytes().all(|b| b.is_ascii_digit());
+    let mut after_number = false;
+    normalized
+        .split(' ')
+        .filter(|word| !word.is_empty())
+        .any(|word| {
+            let names = !after_number && !is_number(word) && !FILLER.contains(&word);
+            after_number = is_number(word);
+            names
+        })
 }
 
 /// Words that ask for care or correctness without saying how, and the small words around them.
@@ -411,6 +445,8 @@ mod tests {
             // "new" and "attempt" about the task, not the lessons.
             "When a price rises twice, apply the second rise to the new price.",
             "When a first attempt at a division leaves a remainder, round up to whole boxes.",
+            // Common words, but a situation.
+            "When a question asks for a number, answer with the number first.",
         ] {
             assert_eq!(lesson_flaw(text), None, "{text}");
         }
@@ -526,6 +562,16 @@ mod tests {
                 "When the wrong attempts add the rates, multiply them instead.",
                 "talks about \"the wrong attempts\"",
             ),
+            // Integrate's "update" by the 1.5B distiller, in the ninth paper-setting run.
+            (
+                "When before, multiply the numerators together and the denominators together.",
+                "(\"before\") that names no situation",
+            ),
+            (
+                "When after 3 weeks, subtract the amount spent on the book from the savings after 3 weeks to get the remaining savings.",
+                "(\"after 3 weeks\") that names no situation",
+            ),
+            ("When in each of these, add them up.", "names no situation"),
         ] {
             let flaw = lesson_flaw(text).unwrap_or_else(|| panic!("{text} passed"));
             assert!(flaw.contains(reason), "{text}: {flaw}");

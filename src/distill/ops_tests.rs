@@ -66,7 +66,7 @@ fn many_shapes_give_the_same_ops() {
 fn condition_and_strategy_make_one_text() {
     assert_eq!(
         ops(
-            r#"{"ops": [{"condition": "a price rises", "op": "add", "strategy": "multiply by the rate."}, {"condition": "When counting,", "id": "E0002", "op": "update", "strategy": "list items first"}, {"when": "if a, then", "then": "b"}]}"#
+            r#"{"ops": [{"condition": "a price rises", "op": "add", "strategy": "multiply by the rate."}, {"condition": "When counting,", "id": "E0002", "op": "update", "strategy": "list items first"}, {"when": "if z, then", "then": "b"}]}"#
         ),
         vec![
             add("When a price rises, multiply by the rate."),
@@ -74,7 +74,7 @@ fn condition_and_strategy_make_one_text() {
                 id: id(2),
                 text: "When counting, list items first.".into()
             },
-            add("When a, then, b."),
+            add("When z, then, b."),
         ]
     );
     let (result, dropped) =
@@ -86,9 +86,9 @@ fn condition_and_strategy_make_one_text() {
 #[test]
 fn strings_in_a_list_are_adds_or_labelled_ops() {
     assert_eq!(
-        ops(r#"{"experiences": ["When a, do b.", "ADD: When c, do d.", "  \"When e, do f.\" "]}"#),
+        ops(r#"{"experiences": ["When z, do b.", "ADD: When c, do d.", "  \"When e, do f.\" "]}"#),
         vec![
-            add("When a, do b."),
+            add("When z, do b."),
             add("When c, do d."),
             add("When e, do f.")
         ]
@@ -166,9 +166,9 @@ fn unusable_items_are_dropped_with_reasons() {
 #[test]
 fn a_cut_off_last_item_says_so() {
     let (result, dropped) = read(
-        r#"{"ops": [{"op": "add", "text": "When a, do b."}, {"op": "add", "text": "When the tot"#,
+        r#"{"ops": [{"op": "add", "text": "When z, do b."}, {"op": "add", "text": "When the tot"#,
     );
-    assert_eq!(result.unwrap(), vec![add("When a, do b.")]);
+    assert_eq!(result.unwrap(), vec![add("When z, do b.")]);
     assert_eq!(
         dropped,
         vec!["add with an empty text (the output was cut off inside \"When the tot\")"]
@@ -197,7 +197,7 @@ fn proposal_numbers_are_read_in_any_spelling() {
         template: TEMPLATE,
         problem: None,
     };
-    let output = r##"[{"from": [1, 3], "op": "add", "text": "When a, do b."}, {"sources": "2, 4", "op": "add", "text": "When c, do d."}, {"from": ["#5", "P6"], "op": "add", "text": "When e, do f."}, {"op": "add", "text": "When g, do h."}]"##;
+    let output = r##"[{"from": [1, 3], "op": "add", "text": "When z, do b."}, {"sources": "2, 4", "op": "add", "text": "When c, do d."}, {"from": ["#5", "P6"], "op": "add", "text": "When e, do f."}, {"op": "add", "text": "When g, do h."}]"##;
     let read = read_ops(output, &rules, false, &mut Vec::new()).unwrap();
     let from: Vec<Vec<usize>> = read.items.into_iter().map(|item| item.from).collect();
     assert_eq!(from, vec![vec![1, 3], vec![2, 4], vec![5, 6], vec![]]);
@@ -212,7 +212,7 @@ fn plain_text_needs_permission() {
         template: TEMPLATE,
         problem: None,
     };
-    let output = "1. When a, do b.";
+    let output = "1. When z, do b.";
     assert!(read_ops(output, &rules, false, &mut Vec::new()).is_err());
     assert_eq!(
         read_ops(output, &rules, true, &mut Vec::new())
