@@ -116,16 +116,18 @@ fn names_a_situation(normalized: &str) -> bool {
         })
 }
 
-/// Words that ask for care or correctness without saying how, and the small words around them.
+/// Words that ask for care or correctness without saying how, and the small words around them
+/// ("the numbers", "as indicated").
 const NO_ADVICE: &[&str] = &[
     "accurate",
     "accurately",
     "all",
     "always",
     "and",
-    "any",
     "answer",
+    "any",
     "are",
+    "as",
     "be",
     "by",
     "careful",
@@ -143,12 +145,18 @@ const NO_ADVICE: &[&str] = &[
     "for",
     "from",
     "get",
+    "given",
     "in",
+    "indicated",
     "is",
     "it",
     "make",
     "mistake",
+    "necessary",
+    "needed",
     "not",
+    "number",
+    "numbers",
     "of",
     "on",
     "or",
@@ -163,6 +171,7 @@ const NO_ADVICE: &[&str] = &[
     "then",
     "this",
     "to",
+    "together",
     "verify",
     "well",
     "with",
@@ -255,10 +264,12 @@ pub(crate) fn first_sentence(text: &str) -> Option<&str> {
     Some(&text[..stop])
 }
 
-/// `normalized` without articles and with each word's "-ing" and plural "-s" cut off, so a
-/// strategy that repeats its condition in another form is seen to ("When reading the answer
-/// directly and correctly, read the answer directly and correctly.", a lesson of the
-/// letter-counting demo's library).
+/// `normalized` without articles and with each word's "-ing", plural "-s" and final "-e" cut
+/// off, so a strategy that repeats its condition in another form is seen to ("When reading the
+/// answer directly and correctly, read the answer directly and correctly.", a lesson of the
+/// letter-counting demo's library; "dividing" and "divide" both become "divid"). The four
+/// operations' nouns become their verbs: "When addition and subtraction, add or subtract the
+/// numbers correctly." (the tenth paper-setting run's first step) says only to do them.
 fn stemmed(normalized: &str) -> String {
     normalized
         .split(' ')
@@ -266,12 +277,23 @@ fn stemmed(normalized: &str) -> String {
         // smaller number from the larger number." (the fifth paper-setting run's library).
         .filter(|w| !w.is_empty() && !matches!(*w, "a" | "an" | "the"))
         .map(|word| {
+            let word = match word {
+                "addition" => "add",
+                "subtraction" => "subtract",
+                "multiplication" => "multiply",
+                "division" => "divide",
+                _ => word,
+            };
             let word = match word.strip_suffix("ing") {
                 Some(stem) if stem.len() >= 3 => stem,
                 _ => word,
             };
-            match word.strip_suffix('s') {
+            let word = match word.strip_suffix('s') {
                 Some(stem) if stem.len() >= 3 && !stem.ends_with('s') => stem,
+                _ => word,
+            };
+            match word.strip_suffix('e') {
+                Some(stem) if stem.len() >= 3 => stem,
                 _ => word,
             }
         })
@@ -475,6 +497,19 @@ mod tests {
             ),
             (
                 "When adding prices, always make sure to add them carefully and check the result.",
+                "says only to do its condition's step right",
+            ),
+            // The ninth and tenth paper-setting runs.
+            (
+                "When addition and subtraction, add or subtract the numbers correctly.",
+                "says only to do its condition's step right",
+            ),
+            (
+                "When multiplying and dividing, multiply or divide the numbers as indicated.",
+                "says only to do its condition's step right",
+            ),
+            (
+                "When adding two numbers, add the numbers together.",
                 "says only to do its condition's step right",
             ),
             (
