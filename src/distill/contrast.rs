@@ -28,13 +28,43 @@ const MAX_ANSWER_CHARS: usize = 20_000;
 /// Most characters of the line quoted beside a result.
 const CONTEXT_MAX_CHARS: usize = 90;
 
+/// What kind of difference a fact states: [`super::patterns`] counts the kinds over a step's
+/// groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Wrong answers write code and no right one does; `invented` when each of them also
+    /// writes an output that no tool produced.
+    WrongCode { invented: bool },
+    /// Every right answer writes code and some wrong one does not.
+    RightCode,
+    /// A number of the problem every right answer uses and some wrong one never does.
+    UnusedNumber,
+    /// A result every right answer reaches and no wrong one does.
+    Reached,
+}
+
+/// One fact: its kind and the sentence extract is shown.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Fact {
+    pub kind: Kind,
+    pub text: String,
+}
+
 /// The facts that tell the group's right answers from its wrong ones (as [`grade`] calls
-/// them), one sentence each, most telling first; none when the group lacks either.
+/// them), one sentence each, most telling first, at most [`MAX_FACTS`]; none when the group
+/// lacks either.
 pub(crate) fn group_facts(
     question: &str,
     reference: &str,
     answers: &[ScoredAnswer],
 ) -> Vec<String> {
+    let mut facts = all_facts(question, reference, answers);
+    facts.truncate(MAX_FACTS);
+    facts.into_iter().map(|fact| fact.text).collect()
+}
+
+/// Every fact of [`group_facts`], with its kind, before the cap.
+pub(crate) fn all_facts(question: &str, reference: &str, answers: &[ScoredAnswer]) -> Vec<Fact> {
     let read: Vec<Read> = answers
         .iter()
         .map(|a| Read::new(&a.text, a.steps.is_empty()))
@@ -55,7 +85,8 @@ pub(crate) fn group_facts(
         let one = wrong_coding.len() == 1;
         // Said plainly: "writes code; no right attempt does" was read back by the 1.5B
         // distiller as "the wrong attempts did not write code" (the tenth run's first step).
-        let invented = if wrong_coding.iter().all(|&i| read[i].invented_output) {
+        let all_invented = wrong_coding.iter().all(|&i| read[i].invented_output);
+        let invented = if all_invented {
             if one {
                 " and the output it claims, which nothing ran"
             } else {
@@ -64,18 +95,26 @@ pub(crate) fn group_facts(
         } else {
             ""
         };
-        facts.push(format!(
-            "{} {} code{invented}; every right attempt works the numbers out in its own words, \
-             without code.",
-            capitalized(&attempts(&wrong_coding)),
-            if one { "writes" } else { "write" }
-        ));
+        facts.push(Fact {
+            kind: Kind::WrongCode {
+                invented: all_invented,
+            },
+            text: format!(
+                "{} {} code{invented}; every right attempt works the numbers out in its own \
+                 words, without code.",
+                capitalized(&attempts(&wrong_coding)),
+                if one { "writes" } else { "write" }
+            ),
+        });
     } else if right.iter().all(coded) && !wrong_plain.is_empty() {
-        facts.push(format!(
-            "Every right attempt writes code; {} {} not.",
-            attempts(&wrong_plain),
-            if wrong_plain.len() == 1 { "does" } else { "do" }
-        ));
+        facts.push(Fact {
+            kind: Kind::RightCode,
+            text: format!(
+                "Every right attempt writes code; {} {} not.",
+                attempts(&wrong_plain),
+                if wrong_plain.len() == 1 { "does" } else { "do" }
+            ),
+        });
     }
     // The problem's numbers every right answer uses and some wrong answer never does.
     let mut seen = Vec::new();
@@ -93,12 +132,15 @@ pub(crate) fn group_facts(
             .filter(|&i| !read[i].has(&number.value))
             .collect();
         if !missing.is_empty() {
-            facts.push(format!(
-                "Every right attempt uses the problem's number {}; {} never {}.",
-                number.value,
-                attempts(&missing),
-                if missing.len() == 1 { "does" } else { "do" }
-            ));
+            facts.push(Fact {
+                kind: Kind::UnusedNumber,
+                text: format!(
+                    "Every right attempt uses the problem's number {}; {} never {}.",
+                    number.value,
+                    attempts(&missing),
+                    if missing.len() == 1 { "does" } else { "do" }
+                ),
+            });
         }
     }
     // Results every right answer reaches and no wrong one does: where the two part.
@@ -123,13 +165,15 @@ pub(crate) fn group_facts(
         }
         if right.iter().all(|&i| read[i].has(value)) && wrong.iter().all(|&i| !read[i].has(value)) {
             let context = line_around(first_right.text, number.at);
-            facts.push(format!(
-                "Every right attempt reaches {value} (\"{context}\"); no wrong attempt does."
-            ));
+            facts.push(Fact {
+                kind: Kind::Reached,
+                text: format!(
+                    "Every right attempt reaches {value} (\"{context}\"); no wrong attempt does."
+                ),
+            });
             results += 1;
         }
     }
-    facts.truncate(MAX_FACTS);
     facts
 }
 

@@ -30,6 +30,7 @@ pub mod json;
 mod lint;
 mod ops;
 mod outcome;
+mod patterns;
 pub mod prompt;
 mod proposal;
 mod propose;
@@ -52,6 +53,7 @@ pub use integrate::{
 };
 pub use json::{Extracted, extract_json, parse_json};
 pub use outcome::{Stage, StageOutcome, StageStats};
+pub use patterns::step_patterns;
 pub use prompt::prompts_hash;
 pub use proposal::{Proposal, ProposedOp, group_evidence, union_evidence};
 pub use propose::{PROBLEMS_SHOWN, failed_problems, propose, propose_prompt, propose_schema};

@@ -63,16 +63,18 @@ pub fn failed_problems<'a>(
 }
 
 /// Proposes at most `max` lessons stating procedures for `problems`' kind ("nothing", an empty
-/// list, is a valid answer).
+/// list, is a valid answer), told the `patterns` a rule saw in the step's answers
+/// ([`super::step_patterns`]).
 pub async fn propose(
     backend: &dyn Backend,
     problems: &[&Sample],
+    patterns: &[String],
     max: usize,
     cfg: &DistillConfig,
 ) -> StageOutcome<Vec<ProposedOp>> {
     let call = Call {
         backend,
-        prompt: propose_prompt(problems, max, cfg),
+        prompt: propose_prompt(problems, patterns, max, cfg),
         schema: propose_schema(max, cfg),
         sampling: Sampling {
             temperature: cfg.sampling.temperature.max(MIN_TEMPERATURE),
@@ -122,8 +124,14 @@ pub async fn propose(
     .await
 }
 
-/// The stage 2b prompt: the constant instructions, then each problem with its answer.
-pub fn propose_prompt(problems: &[&Sample], max: usize, cfg: &DistillConfig) -> String {
+/// The stage 2b prompt: the constant instructions, then each problem with its answer, then
+/// the patterns a rule saw in the step's answers, if any.
+pub fn propose_prompt(
+    problems: &[&Sample],
+    patterns: &[String],
+    max: usize,
+    cfg: &DistillConfig,
+) -> String {
     let listed: Vec<String> = problems
         .iter()
         .enumerate()
@@ -136,13 +144,21 @@ pub fn propose_prompt(problems: &[&Sample], max: usize, cfg: &DistillConfig) -> 
             )
         })
         .collect();
-    render(
+    let prompt = render(
         PROPOSE,
         &[
             ("max_ops", &max.to_string()),
             ("max_words", &cfg.max_words.to_string()),
             ("problems", &listed.join("\n")),
         ],
+    );
+    if patterns.is_empty() {
+        return prompt;
+    }
+    let lines: Vec<String> = patterns.iter().map(|p| format!("- {p}")).collect();
+    format!(
+        "{prompt}\n\nWhat a rule saw in the student's answers:\n{}",
+        lines.join("\n")
     )
 }
 
@@ -211,7 +227,7 @@ mod tests {
             problem("a", "How many r in 'strawberry'?", "3"),
             problem("b", "How many e in 'excellence'?", "4"),
         );
-        let prompt = propose_prompt(&[&a, &b], 3, &DistillConfig::default());
+        let prompt = propose_prompt(&[&a, &b], &[], 3, &DistillConfig::default());
         assert!(prompt.contains("write up to 3 lessons"), "{prompt}");
         assert!(prompt.contains("at most 40 words"), "{prompt}");
         assert!(
@@ -220,6 +236,17 @@ mod tests {
             ),
             "{prompt}"
         );
+        // The patterns of the step's answers come last, under a heading the template names.
+        let patterns = ["In 2 of the 3 problems answered both right and wrong, wrong answers wrote code, while every right answer worked the numbers out in words.".to_owned()];
+        let prompt = propose_prompt(&[&a, &b], &patterns, 3, &DistillConfig::default());
+        assert!(
+            prompt.ends_with(&format!(
+                "Correct answer: 4\n\nWhat a rule saw in the student's answers:\n- {}",
+                patterns[0]
+            )),
+            "{prompt}"
+        );
+        assert!(prompt.contains("A rule's findings on the answers follow the problems."));
         let schema = propose_schema(3, &DistillConfig::default());
         assert_eq!(schema["properties"]["lessons"]["maxItems"], 3);
         assert!(schema["properties"]["comparison"].is_null());
@@ -238,7 +265,7 @@ mod tests {
             {"topic": "letter counting", "when": "a word has double letters", "do": "Count each letter of a double letter separately."}
         ]}"#;
         let backend = Replay::new([Ok(reply)]);
-        let outcome = propose(&backend, &[&a, &b], 1, &DistillConfig::default()).await;
+        let outcome = propose(&backend, &[&a, &b], &[], 1, &DistillConfig::default()).await;
         let ops = outcome.value.clone().expect("a usable reply");
         assert_eq!(ops.len(), 1, "{outcome:?}");
         assert_eq!(
@@ -258,7 +285,7 @@ mod tests {
         assert!(requests[0].sampling.temperature >= MIN_TEMPERATURE);
 
         let backend = Replay::new([Ok(r#"{"procedure": "none needed", "lessons": []}"#)]);
-        let outcome = propose(&backend, &[&a], 2, &DistillConfig::default()).await;
+        let outcome = propose(&backend, &[&a], &[], 2, &DistillConfig::default()).await;
         assert_eq!(outcome.value, Some(Vec::new()));
     }
 }

@@ -1,5 +1,6 @@
-//! Stage 2b of a step (`--propose N`): one call on the step's failed problems, whose lessons
-//! join extract's with those problems' evidence (`distill::propose` says why the stage exists).
+//! Stage 2b of a step (`--propose N`): one call on the step's failed problems, told the
+//! patterns a rule saw over the step's answers (`distill::step_patterns`), whose lessons join
+//! extract's with those problems' evidence (`distill::propose` says why the stage exists).
 
 use super::journal::Stage;
 use super::stage::Calls;
@@ -17,6 +18,7 @@ pub(super) async fn propose(
     runner: &Runner,
     at: &mut Step<'_>,
     failed: &[(&Sample, &RolloutGroup)],
+    patterns: &[String],
 ) -> Result<Option<Vec<Proposal>>, RunError> {
     let cfg = &runner.config.distill;
     if cfg.propose == 0 || failed.is_empty() {
@@ -36,7 +38,9 @@ pub(super) async fn propose(
     let (backend, problems) = (&runner.distill_backend, &problems);
     let proposed = at
         .stage(&stage, vec![(key, ())], 1, |()| async move {
-            Ok::<_, RunError>(distill::propose(backend.as_ref(), problems, cfg.propose, cfg).await)
+            Ok::<_, RunError>(
+                distill::propose(backend.as_ref(), problems, patterns, cfg.propose, cfg).await,
+            )
         })
         .await?;
     if runner.control.stop_requested() {

@@ -292,14 +292,16 @@ pub(super) async fn run_step(
         })
         .collect();
     // Stage 2b (`--propose`): procedures for the problems the policy got wrong.
-    let failed = distill::failed_problems(
+    let answered = || {
         queries
             .iter()
-            .filter_map(|s| groups.get(&s.id).map(|g| (s, g))),
-    );
+            .filter_map(|s| groups.get(&s.id).map(|g| (s, g)))
+    };
+    let failed = distill::failed_problems(answered());
+    let patterns = distill::step_patterns(answered());
     // What it wrote must do better where it was tried (see `admit`).
     let mut guesses = BTreeSet::new();
-    match propose::propose(runner, &mut at, &failed).await? {
+    match propose::propose(runner, &mut at, &failed, &patterns).await? {
         Some(proposals) if !proposals.is_empty() => {
             guesses.extend(
                 proposals
