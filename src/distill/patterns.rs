@@ -59,7 +59,7 @@ pub fn step_patterns<'a>(
         }
     }
     // Stable: kinds seen equally often keep the order facts are stated in.
-    seen.sort_by(|a, b| b.1.cmp(&a.1));
+    seen.sort_by_key(|&(_, count, _)| std::cmp::Reverse(count));
     seen.into_iter()
         .filter(|&(_, count, _)| count >= MIN_GROUPS)
         .map(|(kind, count, invented)| {
