@@ -159,7 +159,10 @@ const NO_ADVICE: &[&str] = &[
     "numbers",
     "of",
     "on",
+    "operation",
+    "operations",
     "or",
+    "perform",
     "precisely",
     "proper",
     "properly",
@@ -510,6 +513,10 @@ mod tests {
             ),
             (
                 "When adding two numbers, add the numbers together.",
+                "says only to do its condition's step right",
+            ),
+            (
+                "When dividing a number by another number, perform the division operation.",
                 "says only to do its condition's step right",
             ),
             (
