@@ -28,19 +28,14 @@ pub fn step_patterns<'a>(
     let mut mixed = 0;
     // Per kind: the groups showing it, and how many of those had only invented outputs.
     let mut seen: Vec<(Kind, usize, usize)> = Vec::new();
+    let same = |a: &Kind, b: &Kind| std::mem::discriminant(a) == std::mem::discriminant(b);
     for (sample, group) in groups {
-        let facts = all_facts(&sample.question, &sample.answer, &group.answers);
-        if facts.is_empty() {
-            // No right or no wrong answer, or nothing a rule tells apart: counted as mixed
-            // only when both kinds of answer are there.
-            let graded = |name: &str| group.answers.iter().any(|a| grade(a.reward) == name);
-            if graded("correct") && graded("wrong") {
-                mixed += 1;
-            }
+        let graded = |name: &str| group.answers.iter().any(|a| grade(a.reward) == name);
+        if !(graded("correct") && graded("wrong")) {
             continue;
         }
         mixed += 1;
-        let same = |a: &Kind, b: &Kind| std::mem::discriminant(a) == std::mem::discriminant(b);
+        let facts = all_facts(&sample.question, &sample.answer, &group.answers);
         let mut kinds: Vec<Kind> = Vec::new();
         for fact in &facts {
             if !kinds.iter().any(|kind| same(kind, &fact.kind)) {
@@ -90,15 +85,7 @@ pub fn step_patterns<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::distill::testing::{answer, group};
-
-    fn problem(id: &str, question: &str, reference: &str) -> Sample {
-        Sample {
-            id: id.into(),
-            question: question.into(),
-            answer: reference.into(),
-        }
-    }
+    use crate::distill::testing::{answer, group, problem};
 
     fn answered(answers: &[(&str, f64)]) -> RolloutGroup {
         let mut g = group();

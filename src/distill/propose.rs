@@ -187,15 +187,7 @@ pub fn propose_schema(max: usize, cfg: &DistillConfig) -> Value {
 mod tests {
     use super::*;
     use crate::backend::json_schema_to_gbnf;
-    use crate::distill::testing::{Replay, answer, group, sample};
-
-    fn problem(id: &str, question: &str, answer: &str) -> Sample {
-        Sample {
-            id: id.into(),
-            question: question.into(),
-            answer: answer.into(),
-        }
-    }
+    use crate::distill::testing::{Replay, answer, group, problem, sample};
 
     #[test]
     fn failed_problems_come_most_wrong_first_and_never_all_right_ones() {

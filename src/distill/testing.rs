@@ -168,6 +168,15 @@ pub(crate) fn sample() -> Sample {
     }
 }
 
+/// A problem with its reference answer.
+pub(crate) fn problem(id: &str, question: &str, reference: &str) -> Sample {
+    Sample {
+        id: id.into(),
+        question: question.into(),
+        answer: reference.into(),
+    }
+}
+
 pub(crate) fn answer(text: &str, reward: f64) -> ScoredAnswer {
     ScoredAnswer {
         text: text.into(),

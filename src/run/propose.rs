@@ -11,19 +11,24 @@ use crate::distill::{self, Proposal, ProposedOp};
 use crate::library::Evidence;
 use crate::rollout::RolloutGroup;
 
-/// The lessons `--propose` writes for `failed` (see [`distill::failed_problems`]), each with
-/// the evidence of every failed group; empty when the stage is off or nothing failed. `None`
-/// when a stop came first.
+/// The lessons `--propose` writes for the failed problems among the step's `answered` ones
+/// (see [`distill::failed_problems`]), told the patterns of all of them, each with the
+/// evidence of every failed group; empty when the stage is off or nothing failed. `None` when
+/// a stop came first.
 pub(super) async fn propose(
     runner: &Runner,
     at: &mut Step<'_>,
-    failed: &[(&Sample, &RolloutGroup)],
-    patterns: &[String],
+    answered: &[(&Sample, &RolloutGroup)],
 ) -> Result<Option<Vec<Proposal>>, RunError> {
     let cfg = &runner.config.distill;
-    if cfg.propose == 0 || failed.is_empty() {
+    if cfg.propose == 0 {
         return Ok(Some(Vec::new()));
     }
+    let failed = distill::failed_problems(answered.iter().copied());
+    if failed.is_empty() {
+        return Ok(Some(Vec::new()));
+    }
+    let patterns = distill::step_patterns(answered.iter().copied());
     let stage = Calls::<Vec<ProposedOp>> {
         stage: Stage::Propose,
         proposed: Clone::clone,
@@ -35,7 +40,7 @@ pub(super) async fn propose(
         .map(|s| s.id.as_str())
         .collect::<Vec<_>>()
         .join("+");
-    let (backend, problems) = (&runner.distill_backend, &problems);
+    let (backend, problems, patterns) = (&runner.distill_backend, &problems, &patterns);
     let proposed = at
         .stage(&stage, vec![(key, ())], 1, |()| async move {
             Ok::<_, RunError>(
@@ -47,7 +52,7 @@ pub(super) async fn propose(
         return Ok(None);
     }
     let mut evidence = Evidence::default();
-    for &(_, group) in failed {
+    for &(_, group) in &failed {
         distill::union_evidence(&mut evidence, &distill::group_evidence(group));
     }
     for (_, outcome) in proposed.all() {

@@ -292,16 +292,13 @@ pub(super) async fn run_step(
         })
         .collect();
     // Stage 2b (`--propose`): procedures for the problems the policy got wrong.
-    let answered = || {
-        queries
-            .iter()
-            .filter_map(|s| groups.get(&s.id).map(|g| (s, g)))
-    };
-    let failed = distill::failed_problems(answered());
-    let patterns = distill::step_patterns(answered());
+    let answered: Vec<_> = queries
+        .iter()
+        .filter_map(|s| groups.get(&s.id).map(|g| (s, g)))
+        .collect();
     // What it wrote must do better where it was tried (see `admit`).
     let mut guesses = BTreeSet::new();
-    match propose::propose(runner, &mut at, &failed, &patterns).await? {
+    match propose::propose(runner, &mut at, &answered).await? {
         Some(proposals) if !proposals.is_empty() => {
             guesses.extend(
                 proposals
