@@ -208,13 +208,15 @@ pub(super) async fn run_step(
         .filter(|(_, g)| g.reward_std() > runner.config.min_reward_std)
         .collect();
     at.report.kept_groups = kept.len();
-    if kept.is_empty() {
+    let no_contrast = format!(
+        "no group of {} had rewards that differ (std > {})",
+        queries.len(),
+        runner.config.min_reward_std
+    );
+    // Propose still has work when every answer of a group was wrong: that is the case it is for.
+    if kept.is_empty() && runner.config.distill.propose == 0 {
         let end = StepEnd::Skipped {
-            reason: format!(
-                "no group of {} had rewards that differ (std > {})",
-                queries.len(),
-                runner.config.min_reward_std
-            ),
+            reason: no_contrast,
         };
         return at.end(end);
     }
@@ -319,7 +321,8 @@ pub(super) async fn run_step(
     )
     .await?;
 
-    if extract_ok == 0 {
+    // The step goes on with what propose wrote when extract failed everywhere.
+    if !kept.is_empty() && extract_ok == 0 && guesses.is_empty() {
         let end = StepEnd::Failed {
             reason: format!(
                 "the extract stage failed for all {} kept groups",
@@ -329,10 +332,12 @@ pub(super) async fn run_step(
         return at.end(end);
     }
     if proposals.is_empty() {
-        let end = StepEnd::Skipped {
-            reason: "the extract stage proposed no changes".into(),
+        let reason = if kept.is_empty() {
+            format!("{no_contrast}, and the propose stage wrote nothing")
+        } else {
+            "the extract stage proposed no changes".into()
         };
-        return at.end(end);
+        return at.end(StepEnd::Skipped { reason });
     }
 
     // Stage 3: consolidate the batch's proposals in one call; fall back to the deterministic

@@ -69,6 +69,9 @@ enum Lessons {
     /// Extract proposes nothing, the propose stage [`LESSON`] (see
     /// [`FakeOpenAi::proposed_only`]).
     ProposedOnly,
+    /// As [`Lessons::ProposedOnly`], and every draw without the lesson is wrong (see
+    /// [`FakeOpenAi::never_right_without_lesson`]).
+    ProposedNeverRight,
 }
 
 /// The second lesson of [`FakeOpenAi::two_lessons`]: every answer shown it is wrong.
@@ -131,6 +134,13 @@ impl FakeOpenAi {
     #[cfg_attr(not(feature = "llama"), allow(dead_code))]
     pub async fn proposed_only() -> Self {
         Self::serve_with(true, "", false, Some(true), Lessons::ProposedOnly).await
+    }
+
+    /// [`FakeOpenAi::proposed_only`] whose policy is wrong on every draw without [`LESSON`], so
+    /// no group has answers that differ and extract has nothing to compare.
+    #[cfg_attr(not(feature = "llama"), allow(dead_code))]
+    pub async fn never_right_without_lesson() -> Self {
+        Self::serve_with(true, "", false, Some(true), Lessons::ProposedNeverRight).await
     }
 
     async fn serve(honours_n: bool, answer: &str, distiller: bool) -> Self {
@@ -365,7 +375,7 @@ async fn chat(State(shared): State<Arc<Shared>>, body: String) -> Response {
                 } else if system.contains(LESSON.1) {
                     helps
                 } else {
-                    i % 2 == 0
+                    i % 2 == 0 && shared.lessons != Lessons::ProposedNeverRight
                 };
                 format!("draw {seed}/{i}. Answer: {}", if right { 7 } else { 0 })
             } else {
@@ -548,7 +558,7 @@ fn distill_reply(request: &Value, lessons: Lessons) -> String {
         return verdict;
     }
     let (condition, strategy) = LESSON;
-    if lessons == Lessons::ProposedOnly {
+    if matches!(lessons, Lessons::ProposedOnly | Lessons::ProposedNeverRight) {
         return if prompt.contains("Problems the student got wrong") {
             json!({"procedure": "Spell the word out and count the matches.", "lessons": [
                 {"topic": "letters", "when": condition, "do": strategy},

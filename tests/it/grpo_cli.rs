@@ -614,6 +614,45 @@ fn a_lesson_no_answer_showed_is_proposed_for_the_failed_problems_tried_and_kept(
 }
 
 #[test]
+fn propose_writes_for_problems_every_answer_got_wrong_where_extract_has_no_group() {
+    // Every answer is wrong without the lesson: no group is kept, and without the propose stage
+    // each step is skipped.
+    let (stdout, entries, scratch) = gated(FakeOpenAi::never_right_without_lesson(), &[]);
+    assert!(
+        stdout.contains("no group of 4 had rewards that differ"),
+        "{stdout}"
+    );
+    assert!(!entries.iter().any(|e| e["kind"] == "stage"), "{stdout}");
+    assert_eq!(scratch.versions("gated").len(), 1, "{stdout}");
+
+    let (stdout, entries, scratch) = gated(
+        FakeOpenAi::never_right_without_lesson(),
+        &["--propose", "2", "--admit", "2", "--admit-answers", "2"],
+    );
+    // Step 1 makes no extract call and one propose call, on the 4 problems it got wrong.
+    let stages: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e["kind"] == "stage" && e["step"] == 1)
+        .collect();
+    assert!(!stages.iter().any(|e| e["stage"] == "extract"), "{stdout}");
+    let proposals: Vec<&&Value> = stages.iter().filter(|e| e["stage"] == "propose").collect();
+    assert_eq!(proposals.len(), 1, "{stdout}");
+    assert_eq!(
+        proposals[0]["key"].as_str().unwrap().split('+').count(),
+        4,
+        "{stdout}"
+    );
+    // Its lesson is tried on those problems, passes the gate and commits.
+    let versions = scratch.versions("gated");
+    assert_eq!(versions.len(), 2, "{stdout}");
+    let ops = versions[1]["ops"].as_array().unwrap();
+    assert!(
+        ops[0]["text"].as_str().unwrap().contains(LESSON.1),
+        "{ops:?}"
+    );
+}
+
+#[test]
 fn flags_that_would_ask_for_unbounded_work_are_refused_by_name() {
     let scratch = Scratch::new();
     for (flags, message) in [
