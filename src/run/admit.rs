@@ -74,7 +74,8 @@ pub(super) const GUESS_NOT_BETTER: &str = "a guess that did not score higher on 
 
 /// Tries each prompt-changing change of `changes` on up to `runner.config.admit` of its
 /// source problems in `batch` (see the module docs). A change adding one of `guesses` (texts
-/// the propose stage wrote, as `distill::normalize` writes them) must score *higher* there, not
+/// the propose stage wrote, as `distill::normalize` writes them), or rewriting a lesson into
+/// one word for word, must score *higher* there, not
 /// merely no lower: no answer stands behind a guess, and tried on problems every answer gets
 /// wrong (or right) either way, Δ = 0 shows nothing. `None` when a stop came before every
 /// group was drawn (what was drawn stays journaled).
@@ -179,8 +180,14 @@ pub(super) async fn admit(
             admission.kept.push(change);
             continue;
         };
-        let guess =
-            matches!(&change, Change::Add { text, .. } if guesses.contains(&normalize(text)));
+        // Written over another lesson as it stands, a guess is still a guess.
+        let guess = match &change {
+            Change::Add { text, .. }
+            | Change::Update {
+                text: Some(text), ..
+            } => guesses.contains(&normalize(text)),
+            _ => false,
+        };
         let reason = if guess && verdict.accepted && verdict.delta <= 0.0 {
             verdict.accepted = false;
             GUESS_NOT_BETTER

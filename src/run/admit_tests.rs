@@ -292,3 +292,52 @@ async fn a_guess_must_score_higher_on_its_problems_where_a_found_lesson_need_onl
         }
     }
 }
+
+#[tokio::test]
+async fn a_guess_written_over_a_lesson_word_for_word_must_score_higher_too() {
+    let root = tempfile::tempdir().unwrap();
+    drop(library(root.path()));
+    let mut runner = runner(
+        root.path(),
+        Arc::new(Counting(AtomicUsize::new(0))),
+        Arc::new(Recorded::default()),
+    );
+    runner.config.admit = 2;
+    std::fs::create_dir_all(&runner.dir).unwrap();
+    let state = neutral_only(&runner);
+    let batch = queries();
+    // Integrate made the neutral guess an update of E0003 (neutral too): the answers are the
+    // same either way, so as a guess it is left out, and as a rewrite of the lesson kept.
+    let guess = "When a question is long, read it twice.";
+    let rewrite = learned_from(
+        Change::Update {
+            id: "E0003".parse().unwrap(),
+            text: Some(guess.into()),
+            domain: None,
+            confidence: None,
+            evidence: Evidence::default(),
+        },
+        &["q2"],
+    );
+    let guesses: BTreeSet<String> = [normalize(guess)].into();
+    for (guessed, kept) in [(BTreeSet::new(), true), (guesses, false)] {
+        let (mut journal, replay) = Journal::open(&runner.dir).unwrap();
+        let mut step = step_one(&mut journal, &replay, RunControl::default());
+        let admission = admit(
+            &runner,
+            &mut step,
+            &batch[..4],
+            &state,
+            vec![rewrite.clone()],
+            &guessed,
+        )
+        .await
+        .unwrap()
+        .expect("not stopped");
+        let [tried] = &admission.tried[..] else {
+            panic!("{:?}", admission.tried)
+        };
+        assert_eq!(tried.validation.delta, 0.0, "{tried:?}");
+        assert_eq!(tried.kept, kept, "{tried:?}");
+    }
+}
