@@ -239,19 +239,26 @@ fn labels_tell_changes_apart_and_stay_the_same() {
     assert!(label(a).starts_with("add "));
 }
 
-#[tokio::test]
-async fn a_guess_must_score_higher_on_its_problems_where_a_found_lesson_need_only_not_score_lower()
-{
-    let root = tempfile::tempdir().unwrap();
-    drop(library(root.path()));
+/// A runner in `root` whose trial takes up to 2 source problems, and its library with only
+/// E0003 (neutral) active.
+fn trying_two_problems(root: &std::path::Path) -> (Runner, State) {
+    drop(library(root));
     let mut runner = runner(
-        root.path(),
+        root,
         Arc::new(Counting(AtomicUsize::new(0))),
         Arc::new(Recorded::default()),
     );
     runner.config.admit = 2;
     std::fs::create_dir_all(&runner.dir).unwrap();
     let state = neutral_only(&runner);
+    (runner, state)
+}
+
+#[tokio::test]
+async fn a_guess_must_score_higher_on_its_problems_where_a_found_lesson_need_only_not_score_lower()
+{
+    let root = tempfile::tempdir().unwrap();
+    let (runner, state) = trying_two_problems(root.path());
     let batch = queries();
     // The helpful lesson scores higher on its problem; the neutral one exactly the same.
     let neutral = "When a question is long, read it twice.";
@@ -296,15 +303,7 @@ async fn a_guess_must_score_higher_on_its_problems_where_a_found_lesson_need_onl
 #[tokio::test]
 async fn a_guess_written_over_a_lesson_word_for_word_must_score_higher_too() {
     let root = tempfile::tempdir().unwrap();
-    drop(library(root.path()));
-    let mut runner = runner(
-        root.path(),
-        Arc::new(Counting(AtomicUsize::new(0))),
-        Arc::new(Recorded::default()),
-    );
-    runner.config.admit = 2;
-    std::fs::create_dir_all(&runner.dir).unwrap();
-    let state = neutral_only(&runner);
+    let (runner, state) = trying_two_problems(root.path());
     let batch = queries();
     // Integrate made the neutral guess an update of E0003 (neutral too): the answers are the
     // same either way, so as a guess it is left out, and as a rewrite of the lesson kept.
