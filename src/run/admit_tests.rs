@@ -98,20 +98,23 @@ async fn trial(
     let mut runner = runner(root, backend, Arc::new(Recorded::default()));
     runner.config.admit = sources;
     std::fs::create_dir_all(&runner.dir).unwrap();
-    let (mut journal, replay) = Journal::open(&runner.dir).unwrap();
     let state = neutral_only(&runner);
+    trial_of(&runner, &state, changes(), &BTreeSet::new()).await
+}
+
+/// The trial of `changes` (`guesses` among them) as step 1 of `runner`'s run over `state`, on
+/// the first 4 queries.
+async fn trial_of(
+    runner: &Runner,
+    state: &State,
+    changes: Vec<Change>,
+    guesses: &BTreeSet<String>,
+) -> (Option<Admission>, StepReport) {
+    let (mut journal, replay) = Journal::open(&runner.dir).unwrap();
     let mut step = step_one(&mut journal, &replay, RunControl::default());
-    let batch = queries();
-    let admission = admit(
-        &runner,
-        &mut step,
-        &batch[..4],
-        &state,
-        changes(),
-        &BTreeSet::new(),
-    )
-    .await
-    .unwrap();
+    let admission = admit(runner, &mut step, &queries()[..4], state, changes, guesses)
+        .await
+        .unwrap();
     (admission, step.report)
 }
 
@@ -259,7 +262,6 @@ async fn a_guess_must_score_higher_on_its_problems_where_a_found_lesson_need_onl
 {
     let root = tempfile::tempdir().unwrap();
     let (runner, state) = trying_two_problems(root.path());
-    let batch = queries();
     // The helpful lesson scores higher on its problem; the neutral one exactly the same.
     let neutral = "When a question is long, read it twice.";
     let changes = vec![
@@ -268,19 +270,8 @@ async fn a_guess_must_score_higher_on_its_problems_where_a_found_lesson_need_onl
     ];
     let guesses: BTreeSet<String> = [HELPS, neutral].iter().map(|t| normalize(t)).collect();
     for (guessed, neutral_kept) in [(BTreeSet::new(), true), (guesses, false)] {
-        let (mut journal, replay) = Journal::open(&runner.dir).unwrap();
-        let mut step = step_one(&mut journal, &replay, RunControl::default());
-        let admission = admit(
-            &runner,
-            &mut step,
-            &batch[..4],
-            &state,
-            changes.clone(),
-            &guessed,
-        )
-        .await
-        .unwrap()
-        .expect("not stopped");
+        let (admission, _) = trial_of(&runner, &state, changes.clone(), &guessed).await;
+        let admission = admission.expect("not stopped");
         let [helps, same] = &admission.tried[..] else {
             panic!("{:?}", admission.tried)
         };
@@ -304,7 +295,6 @@ async fn a_guess_must_score_higher_on_its_problems_where_a_found_lesson_need_onl
 async fn a_guess_written_over_a_lesson_word_for_word_must_score_higher_too() {
     let root = tempfile::tempdir().unwrap();
     let (runner, state) = trying_two_problems(root.path());
-    let batch = queries();
     // Integrate made the neutral guess an update of E0003 (neutral too): the answers are the
     // same either way, so as a guess it is left out, and as a rewrite of the lesson kept.
     let guess = "When a question is long, read it twice.";
@@ -320,19 +310,8 @@ async fn a_guess_written_over_a_lesson_word_for_word_must_score_higher_too() {
     );
     let guesses: BTreeSet<String> = [normalize(guess)].into();
     for (guessed, kept) in [(BTreeSet::new(), true), (guesses, false)] {
-        let (mut journal, replay) = Journal::open(&runner.dir).unwrap();
-        let mut step = step_one(&mut journal, &replay, RunControl::default());
-        let admission = admit(
-            &runner,
-            &mut step,
-            &batch[..4],
-            &state,
-            vec![rewrite.clone()],
-            &guessed,
-        )
-        .await
-        .unwrap()
-        .expect("not stopped");
+        let (admission, _) = trial_of(&runner, &state, vec![rewrite.clone()], &guessed).await;
+        let admission = admission.expect("not stopped");
         let [tried] = &admission.tried[..] else {
             panic!("{:?}", admission.tried)
         };

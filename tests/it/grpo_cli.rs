@@ -567,6 +567,17 @@ fn a_lesson_that_fails_on_its_own_problem_is_left_out_before_the_gate() {
     );
 }
 
+/// The gated run committed one version after the first, opening with [`LESSON`].
+fn the_lesson_committed(scratch: &Scratch, stdout: &str) {
+    let versions = scratch.versions("gated");
+    assert_eq!(versions.len(), 2, "{stdout}");
+    let ops = versions[1]["ops"].as_array().unwrap();
+    assert!(
+        ops[0]["text"].as_str().unwrap().contains(LESSON.1),
+        "{ops:?}"
+    );
+}
+
 #[test]
 fn a_lesson_no_answer_showed_is_proposed_for_the_failed_problems_tried_and_kept() {
     // Extract finds nothing in any group: without the propose stage nothing is learned.
@@ -602,13 +613,7 @@ fn a_lesson_no_answer_showed_is_proposed_for_the_failed_problems_tried_and_kept(
                 && e["pass"].as_str().unwrap().starts_with("admit-step-1@")),
         "{stdout}"
     );
-    let versions = scratch.versions("gated");
-    assert_eq!(versions.len(), 2, "{stdout}");
-    let ops = versions[1]["ops"].as_array().unwrap();
-    assert!(
-        ops[0]["text"].as_str().unwrap().contains(LESSON.1),
-        "{ops:?}"
-    );
+    the_lesson_committed(&scratch, &stdout);
     let report = std::fs::read_to_string(scratch.dir.path().join("runs/gated/report.md")).unwrap();
     assert!(report.contains("propose"), "{report}");
 }
@@ -643,13 +648,7 @@ fn propose_writes_for_problems_every_answer_got_wrong_where_extract_has_no_group
         "{stdout}"
     );
     // Its lesson is tried on those problems, passes the gate and commits.
-    let versions = scratch.versions("gated");
-    assert_eq!(versions.len(), 2, "{stdout}");
-    let ops = versions[1]["ops"].as_array().unwrap();
-    assert!(
-        ops[0]["text"].as_str().unwrap().contains(LESSON.1),
-        "{ops:?}"
-    );
+    the_lesson_committed(&scratch, &stdout);
 }
 
 #[test]
