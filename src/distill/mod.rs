@@ -109,6 +109,21 @@ pub struct DistillConfig {
     /// stating procedures no answer needs to have used; 0 (the default) skips the stage.
     #[serde(default)]
     pub propose: usize,
+    /// Calls of stage 2b a step, each shown its own share of the failed problems (see
+    /// [`failed_problems`]).
+    #[serde(
+        default = "default_propose_calls",
+        skip_serializing_if = "is_default_propose_calls"
+    )]
+    pub propose_calls: usize,
+}
+
+fn default_propose_calls() -> usize {
+    1
+}
+
+fn is_default_propose_calls(calls: &usize) -> bool {
+    *calls == default_propose_calls()
 }
 
 /// An extract reply's budget: a comparison of up to ~700 characters (~175 tokens), then K
@@ -165,6 +180,7 @@ impl Default for DistillConfig {
             max_kept: DEFAULT_MAX_KEPT,
             verbatim_chars: DEFAULT_VERBATIM_CHARS,
             propose: 0,
+            propose_calls: 1,
         }
     }
 }

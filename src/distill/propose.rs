@@ -42,36 +42,60 @@ const PROCEDURE_MAX_CHARS: usize = 900;
 /// wrote procedures ("List each letter of the word, and count …").
 pub const MIN_TEMPERATURE: f32 = 1.0;
 
-/// The problems of a step worth a `propose` call: those whose group has a wrong answer (an
-/// all-wrong group included, which extract never sees), the most wrong first, at most
-/// [`PROBLEMS_SHOWN`].
+/// The problems of each of a step's `calls` propose calls: those whose group has a wrong
+/// answer (an all-wrong group included, which extract never sees), the most wrong first,
+/// dealt out [`PROBLEMS_SHOWN`] a call. Call `i` starts at the `i × PROBLEMS_SHOWN`-th and
+/// wraps around, so the calls see different problems while the step has enough and the same
+/// ones, drawn again, when it has not. Empty when nothing failed.
+///
+/// Why several calls: what one call writes is a draw. Ten calls of the 1.5B on letters wrote
+/// five letter-by-letter procedures (three of them, tried by hand, beat the placebo by
+/// +0.125 to +0.225), while one call a step wrote none in the eleventh run's five steps
+/// (docs/benchmarks.md).
 pub fn failed_problems<'a>(
     groups: impl IntoIterator<Item = (&'a Sample, &'a RolloutGroup)>,
-) -> Vec<(&'a Sample, &'a RolloutGroup)> {
+    calls: usize,
+) -> Vec<Vec<(&'a Sample, &'a RolloutGroup)>> {
     let mut failed: Vec<(&Sample, &RolloutGroup, f64)> = groups
         .into_iter()
         .map(|(sample, group)| (sample, group, group.mean_reward()))
         .filter(|&(_, group, mean)| !group.answers.is_empty() && mean < 1.0)
         .collect();
+    if failed.is_empty() {
+        return Vec::new();
+    }
     // Stable: problems equally often wrong keep the batch's order.
     failed.sort_by(|a, b| a.2.total_cmp(&b.2));
-    failed
-        .into_iter()
-        .take(PROBLEMS_SHOWN)
-        .map(|(sample, group, _)| (sample, group))
+    let shown = failed.len().min(PROBLEMS_SHOWN);
+    (0..calls)
+        .map(|call| {
+            (0..shown)
+                .map(|j| {
+                    let (sample, group, _) = failed[(call * PROBLEMS_SHOWN + j) % failed.len()];
+                    (sample, group)
+                })
+                .collect()
+        })
         .collect()
 }
 
 /// Proposes at most `max` lessons stating procedures for `problems`' kind ("nothing", an empty
 /// list, is a valid answer), told the `patterns` a rule saw in the step's answers
-/// ([`super::step_patterns`]).
+/// ([`super::step_patterns`]). `call` numbers the step's calls (see [`failed_problems`]):
+/// calls shown the same problems draw on different seeds.
 pub async fn propose(
     backend: &dyn Backend,
     problems: &[&Sample],
     patterns: &[String],
     max: usize,
+    call: usize,
     cfg: &DistillConfig,
 ) -> StageOutcome<Vec<ProposedOp>> {
+    let ids = problems
+        .iter()
+        .map(|s| s.id.as_str())
+        .collect::<Vec<_>>()
+        .join("+");
     let call = Call {
         backend,
         prompt: propose_prompt(problems, patterns, max, cfg),
@@ -81,14 +105,11 @@ pub async fn propose(
             ..cfg.extract_sampling()
         },
         attempts: cfg.attempts,
-        salt: format!(
-            "propose/{}",
-            problems
-                .iter()
-                .map(|s| s.id.as_str())
-                .collect::<Vec<_>>()
-                .join("+")
-        ),
+        // The first call keeps the salt it had before there were several.
+        salt: match call {
+            0 => format!("propose/{ids}"),
+            call => format!("propose/{ids}#{call}"),
+        },
     };
     let library = State::new();
     // A lesson quoting any of the problems is dropped.
@@ -202,15 +223,32 @@ mod tests {
             g
         };
         let (ga, gb, gc) = (with(&[1.0, 0.0]), with(&[1.0, 1.0]), with(&[0.0, 0.0]));
-        let failed = failed_problems([(&a, &ga), (&b, &gb), (&c, &gc)]);
-        let ids: Vec<&str> = failed.iter().map(|(s, _)| s.id.as_str()).collect();
-        assert_eq!(ids, ["c", "a"]);
-        let many: Vec<(Sample, RolloutGroup)> = (0..9)
+        let ids = |calls: &[Vec<(&Sample, &RolloutGroup)>]| -> Vec<Vec<String>> {
+            calls
+                .iter()
+                .map(|call| call.iter().map(|(s, _)| s.id.clone()).collect())
+                .collect()
+        };
+        let failed = failed_problems([(&a, &ga), (&b, &gb), (&c, &gc)], 2);
+        assert_eq!(
+            ids(&failed),
+            [["c", "a"], ["c", "a"]],
+            "too few to deal out"
+        );
+        assert!(failed_problems([(&b, &gb)], 3).is_empty(), "nothing failed");
+        let many: Vec<(Sample, RolloutGroup)> = (0..6)
             .map(|i| (problem(&i.to_string(), "q", "1"), with(&[0.0])))
             .collect();
-        let failed = failed_problems(many.iter().map(|(s, g)| (s, g)));
-        assert_eq!(failed.len(), PROBLEMS_SHOWN);
-        assert_eq!(failed[0].0.id, "0", "ties keep the batch's order");
+        let failed = failed_problems(many.iter().map(|(s, g)| (s, g)), 3);
+        assert_eq!(
+            ids(&failed),
+            [
+                ["0", "1", "2", "3"],
+                ["4", "5", "0", "1"],
+                ["2", "3", "4", "5"]
+            ],
+            "ties keep the batch's order; each call shows {PROBLEMS_SHOWN}, wrapping around"
+        );
     }
 
     #[test]
@@ -257,7 +295,7 @@ mod tests {
             {"topic": "letter counting", "when": "a word has double letters", "do": "Count each letter of a double letter separately."}
         ]}"#;
         let backend = Replay::new([Ok(reply)]);
-        let outcome = propose(&backend, &[&a, &b], &[], 1, &DistillConfig::default()).await;
+        let outcome = propose(&backend, &[&a, &b], &[], 1, 0, &DistillConfig::default()).await;
         let ops = outcome.value.clone().expect("a usable reply");
         assert_eq!(ops.len(), 1, "{outcome:?}");
         assert_eq!(
@@ -275,9 +313,13 @@ mod tests {
 
         let requests = backend.requests();
         assert!(requests[0].sampling.temperature >= MIN_TEMPERATURE);
+        // A second call on the same problems draws on another seed.
+        let again = Replay::new([Ok(reply)]);
+        propose(&again, &[&a, &b], &[], 1, 1, &DistillConfig::default()).await;
+        assert_ne!(again.requests()[0].sampling.seed, requests[0].sampling.seed);
 
         let backend = Replay::new([Ok(r#"{"procedure": "none needed", "lessons": []}"#)]);
-        let outcome = propose(&backend, &[&a], &[], 2, &DistillConfig::default()).await;
+        let outcome = propose(&backend, &[&a], &[], 2, 0, &DistillConfig::default()).await;
         assert_eq!(outcome.value, Some(Vec::new()));
     }
 }

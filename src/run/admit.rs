@@ -42,8 +42,8 @@ pub(super) struct Admission {
     /// The changes that go on to the gate, in their order: those admitted and those not tried
     /// (evidence-only updates, deletes, changes without a source problem in the batch).
     pub kept: Vec<Change>,
-    /// The changes left out, with their evidence and why ([`LEFT_OUT`] or
-    /// [`GUESS_NOT_BETTER`]).
+    /// The changes left out, with their evidence and why ([`LEFT_OUT`], [`GUESS_NOT_BETTER`]
+    /// or [`NOT_BETTER`]).
     pub left_out: Vec<(Change, Validation, &'static str)>,
     /// Every tried change with its evidence and whether it was admitted.
     pub tried: Vec<JudgedChange>,
@@ -72,13 +72,18 @@ pub(super) const LEFT_OUT: &str = "scored lower on its own problem";
 /// the problems it was written for.
 pub(super) const GUESS_NOT_BETTER: &str = "a guess that did not score higher on its problems";
 
+/// The drop reason of a lesson that did not score higher on its problems under
+/// `--admit-better`.
+pub(super) const NOT_BETTER: &str = "did not score higher on its problems (--admit-better)";
+
 /// Tries each prompt-changing change of `changes` on up to `runner.config.admit` of its
 /// source problems in `batch` (see the module docs). A change adding one of `guesses` (texts
 /// the propose stage wrote, as `distill::normalize` writes them), or rewriting a lesson into
 /// one word for word, must score *higher* there, not
 /// merely no lower: no answer stands behind a guess, and tried on problems every answer gets
-/// wrong (or right) either way, Δ = 0 shows nothing. `None` when a stop came before every
-/// group was drawn (what was drawn stays journaled).
+/// wrong (or right) either way, Δ = 0 shows nothing. Under `--admit-better` every tried change
+/// must. `None` when a stop came before every group was drawn (what was drawn stays
+/// journaled).
 pub(super) async fn admit(
     runner: &Runner,
     at: &mut Step<'_>,
@@ -188,9 +193,10 @@ pub(super) async fn admit(
             } => guesses.contains(&normalize(text)),
             _ => false,
         };
-        let reason = if guess && verdict.accepted && verdict.delta <= 0.0 {
+        let must_improve = guess || runner.config.admit_better;
+        let reason = if must_improve && verdict.accepted && verdict.delta <= 0.0 {
             verdict.accepted = false;
-            GUESS_NOT_BETTER
+            if guess { GUESS_NOT_BETTER } else { NOT_BETTER }
         } else {
             LEFT_OUT
         };

@@ -292,6 +292,32 @@ async fn a_guess_must_score_higher_on_its_problems_where_a_found_lesson_need_onl
 }
 
 #[tokio::test]
+async fn under_admit_better_every_lesson_must_score_higher_on_its_problems() {
+    let root = tempfile::tempdir().unwrap();
+    let (mut runner, state) = trying_two_problems(root.path());
+    runner.config.admit_better = true;
+    let neutral = "When a question is long, read it twice.";
+    let changes = vec![
+        learned_from(Change::add(HELPS), &["q1"]),
+        learned_from(Change::add(neutral), &["q2"]),
+    ];
+    let (admission, _) = trial_of(&runner, &state, changes, &BTreeSet::new()).await;
+    let admission = admission.expect("not stopped");
+    let [helps, same] = &admission.tried[..] else {
+        panic!("{:?}", admission.tried)
+    };
+    assert!(helps.kept && helps.validation.delta > 0.0, "{helps:?}");
+    assert!(!same.kept && same.validation.delta == 0.0, "{same:?}");
+    let mut report = StepReport::new(1, 1, 6);
+    report.lessons.added = 2;
+    assert_eq!(admission.account(&mut report).len(), 1);
+    assert_eq!(
+        report.lessons.dropped["no better on its problems"], 1,
+        "{NOT_BETTER}: {report:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_guess_written_over_a_lesson_word_for_word_must_score_higher_too() {
     let root = tempfile::tempdir().unwrap();
     let (runner, state) = trying_two_problems(root.path());

@@ -224,6 +224,7 @@ pub(in crate::run) fn runner(
             validate_each: false,
             admit: 0,
             admit_answers: None,
+            admit_better: false,
             credit_queries: 6,
             credit_pairs: 0,
         },

@@ -147,6 +147,7 @@ fn drop_kind(reason: &str) -> &'static str {
         ("does not change", "repeats a lesson"),
         ("validation gate", "scored worse at the gate"),
         ("on its own problem", "scored lower on its own problem"),
+        ("(--admit-better)", "no better on its problems"),
         (
             "did not score higher on its problems",
             "a guess no better on its problems",

@@ -127,6 +127,10 @@ pub struct RunConfig {
     /// Answers per problem and condition of that trial (`None`: `group_size`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admit_answers: Option<usize>,
+    /// Every lesson the trial tries must score higher on its problems, not merely no lower
+    /// (the propose stage's guesses always must).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub admit_better: bool,
     /// Training queries of the credit pass after each epoch (0: none), see [`credit`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub credit_queries: usize,

@@ -362,9 +362,10 @@ pub fn plan(shape: &Shape, pilot: &Pilot, prices: Prices) -> Result<Plan, PlanEr
             );
         }
     }
-    // `--propose`: one call a step, on the step's failed problems.
-    if let Some((p, c, _)) = per_call(Stage::Propose) {
-        stage(Stage::Propose, s * active, p, c);
+    // `--propose`: the pilot step's calls (`--propose-calls`, fewer when nothing failed)
+    // each step.
+    if let Some((p, c, calls)) = per_call(Stage::Propose) {
+        stage(Stage::Propose, s * active * calls, p, c);
     }
     let consolidate = per_call(Stage::Consolidate);
     if let Some((p, c, _)) = consolidate {

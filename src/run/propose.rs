@@ -1,6 +1,7 @@
-//! Stage 2b of a step (`--propose N`): one call on the step's failed problems, told the
-//! patterns a rule saw over the step's answers (`distill::step_patterns`), whose lessons join
-//! extract's with those problems' evidence (`distill::propose` says why the stage exists).
+//! Stage 2b of a step (`--propose N`, `--propose-calls C`): C calls, each on its share of the
+//! step's failed problems, told the patterns a rule saw over the step's answers
+//! (`distill::step_patterns`), whose lessons join extract's with the evidence of the problems
+//! their call was shown (`distill::propose` says why the stage exists).
 
 use super::journal::Stage;
 use super::stage::Calls;
@@ -13,8 +14,8 @@ use crate::rollout::RolloutGroup;
 
 /// The lessons `--propose` writes for the failed problems among the step's `answered` ones
 /// (see [`distill::failed_problems`]), told the patterns of all of them, each with the
-/// evidence of every failed group; empty when the stage is off or nothing failed. `None` when
-/// a stop came first.
+/// evidence of the groups its call was shown; empty when the stage is off or nothing failed.
+/// `None` when a stop came first.
 pub(super) async fn propose(
     runner: &Runner,
     at: &mut Step<'_>,
@@ -24,8 +25,8 @@ pub(super) async fn propose(
     if cfg.propose == 0 {
         return Ok(Some(Vec::new()));
     }
-    let failed = distill::failed_problems(answered.iter().copied());
-    if failed.is_empty() {
+    let calls = distill::failed_problems(answered.iter().copied(), cfg.propose_calls.max(1));
+    if calls.is_empty() {
         return Ok(Some(Vec::new()));
     }
     let patterns = distill::step_patterns(answered.iter().copied());
@@ -33,38 +34,66 @@ pub(super) async fn propose(
         stage: Stage::Propose,
         proposed: Clone::clone,
     };
-    let problems: Vec<&Sample> = failed.iter().map(|&(sample, _)| sample).collect();
-    // Journaled under the problems it was shown, so a resumed step reuses the call.
-    let key = problems
+    // Journaled under the problems each call was shown (and its number after the first), so
+    // a resumed step reuses the calls.
+    let items = calls
         .iter()
-        .map(|s| s.id.as_str())
-        .collect::<Vec<_>>()
-        .join("+");
-    let (backend, problems, patterns) = (&runner.distill_backend, &problems, &patterns);
-    let proposed = at
-        .stage(&stage, vec![(key, ())], 1, |()| async move {
-            Ok::<_, RunError>(
-                distill::propose(backend.as_ref(), problems, patterns, cfg.propose, cfg).await,
-            )
+        .enumerate()
+        .map(|(call, shown)| {
+            let ids: Vec<&str> = shown.iter().map(|(s, _)| s.id.as_str()).collect();
+            let key = match call {
+                0 => ids.join("+"),
+                call => format!("{}#{call}", ids.join("+")),
+            };
+            (key, call)
         })
+        .collect();
+    let (backend, calls_ref, patterns) = (&runner.distill_backend, &calls, &patterns);
+    let proposed = at
+        .stage(
+            &stage,
+            items,
+            runner.config.stage_parallel,
+            |call| async move {
+                let problems: Vec<&Sample> = calls_ref[call].iter().map(|&(s, _)| s).collect();
+                Ok::<_, RunError>(
+                    distill::propose(
+                        backend.as_ref(),
+                        &problems,
+                        patterns,
+                        cfg.propose,
+                        call,
+                        cfg,
+                    )
+                    .await,
+                )
+            },
+        )
         .await?;
     if runner.control.stop_requested() {
         return Ok(None);
     }
-    let mut evidence = Evidence::default();
-    for &(_, group) in &failed {
-        distill::union_evidence(&mut evidence, &distill::group_evidence(group));
-    }
     for (_, outcome) in proposed.all() {
         at.report.lessons.count_extract(outcome);
     }
+    let mut written: Vec<(usize, Vec<ProposedOp>)> = proposed
+        .into_all()
+        .map(|(call, outcome)| (call, outcome.value.unwrap_or_default()))
+        .collect();
+    // In the calls' order, not the order they finished in.
+    written.sort_by_key(|(call, _)| *call);
     Ok(Some(
-        proposed
-            .into_all()
-            .flat_map(|((), outcome)| outcome.value.unwrap_or_default())
-            .map(|op| Proposal {
-                op,
-                evidence: evidence.clone(),
+        written
+            .into_iter()
+            .flat_map(|(call, ops)| {
+                let mut evidence = Evidence::default();
+                for &(_, group) in &calls[call] {
+                    distill::union_evidence(&mut evidence, &distill::group_evidence(group));
+                }
+                ops.into_iter().map(move |op| Proposal {
+                    op,
+                    evidence: evidence.clone(),
+                })
             })
             .collect(),
     ))

@@ -652,6 +652,37 @@ fn propose_writes_for_problems_every_answer_got_wrong_where_extract_has_no_group
 }
 
 #[test]
+fn several_propose_calls_draw_apart_and_a_lesson_that_scores_higher_passes_admit_better() {
+    let (stdout, entries, scratch) = gated(
+        FakeOpenAi::never_right_without_lesson(),
+        &[
+            "--propose",
+            "2",
+            "--propose-calls",
+            "3",
+            "--admit",
+            "2",
+            "--admit-answers",
+            "2",
+            "--admit-better",
+        ],
+    );
+    // Step 1 failed 4 problems: three calls, each shown all four, the later ones numbered.
+    let keys: Vec<&str> = entries
+        .iter()
+        .filter(|e| e["kind"] == "stage" && e["stage"] == "propose" && e["step"] == 1)
+        .map(|e| e["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys.len(), 3, "{stdout}");
+    let first = keys.iter().find(|k| !k.contains('#')).expect("call 0");
+    for call in 1..3 {
+        assert!(keys.contains(&format!("{first}#{call}").as_str()), "{keys:?}");
+    }
+    // Every call wrote the same lesson: it is tried once, scores higher, and commits.
+    the_lesson_committed(&scratch, &stdout);
+}
+
+#[test]
 fn flags_that_would_ask_for_unbounded_work_are_refused_by_name() {
     let scratch = Scratch::new();
     for (flags, message) in [

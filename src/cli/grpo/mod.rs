@@ -100,6 +100,12 @@ pub struct GrpoArgs {
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=8))]
     propose: u32,
 
+    /// Propose calls per step, each shown its own four of the step's failed problems (the
+    /// same ones again, on another seed, when there are fewer): what one call writes is a
+    /// draw, and more calls write more procedures to try (docs/grpo.md).
+    #[arg(long, value_name = "CALLS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8))]
+    propose_calls: u32,
+
     /// Distinct queries whose groups must propose deleting an experience before it is
     /// deleted (1: any one group may delete, as in the reference method).
     #[arg(long, default_value_t = gym::distill::DEFAULT_DELETE_QUORUM)]
@@ -178,6 +184,12 @@ pub struct GrpoArgs {
     /// --group-size). At 4 it does not tell sound lessons from wrong ones (docs/grpo.md).
     #[arg(long, value_name = "K")]
     admit_answers: Option<usize>,
+
+    /// Every lesson the --admit trial tries must score higher on its problems, not merely no
+    /// lower, as the propose stage's guesses always must: for a task where right and wrong
+    /// answers differ by luck and extract's lessons say nothing the policy uses.
+    #[arg(long)]
+    admit_better: bool,
 
     /// Credit pass: after each epoch, measure each active experience's own effect on this many
     /// training queries, --group-size answers each (see --credit-pairs for how), record it in
@@ -587,6 +599,15 @@ impl GrpoArgs {
                 .is_none_or(|k| (1..=MAX_ADMIT_ANSWERS).contains(&k)),
             "--admit-answers takes 1 to {MAX_ADMIT_ANSWERS} answers"
         );
+        anyhow::ensure!(
+            !self.admit_better || self.admit > 0,
+            "--admit-better sets what the --admit trial asks of a lesson: give --admit N too"
+        );
+        anyhow::ensure!(
+            self.propose_calls == 1 || self.propose > 0,
+            "--propose-calls {} needs the propose stage on: give --propose N too",
+            self.propose_calls
+        );
         self.check_default_distill_model()
     }
 
@@ -606,6 +627,7 @@ impl GrpoArgs {
             extract_max_tokens: self.extract_max_tokens,
             verbatim_chars: self.verbatim_chars,
             propose: self.propose as usize,
+            propose_calls: self.propose_calls as usize,
             ..DistillConfig::default()
         };
         distill.sampling.temperature = self.distill_temperature;
@@ -631,6 +653,7 @@ impl GrpoArgs {
             validate_each: self.validate_each,
             admit: self.admit,
             admit_answers: self.admit_answers,
+            admit_better: self.admit_better,
             credit_queries: self.credit_queries,
             credit_pairs: self.credit_pairs,
         }

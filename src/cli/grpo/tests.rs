@@ -192,3 +192,30 @@ fn the_propose_stage_is_off_by_default_and_bounded() {
         "{error}"
     );
 }
+
+#[test]
+fn propose_calls_and_admit_better_need_the_stage_they_shape() {
+    let args = grpo(&[
+        "--propose",
+        "2",
+        "--propose-calls",
+        "4",
+        "--admit",
+        "4",
+        "--admit-better",
+    ]);
+    assert_eq!((args.propose_calls, args.admit_better), (4, true));
+    assert_eq!(grpo(&[]).propose_calls, 1);
+    let error = grpo(&["--propose-calls", "4"])
+        .check()
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("give --propose N too"), "{error}");
+    let error = grpo(&["--admit-better"]).check().unwrap_err().to_string();
+    assert!(error.contains("give --admit N too"), "{error}");
+    let argv = ["gym", "grpo", "--propose", "2", "--propose-calls", "9"];
+    let error = crate::cli::Cli::try_parse_from(argv)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("1..=8"), "{error}");
+}
