@@ -13,14 +13,16 @@ use crate::library::Evidence;
 use crate::rollout::RolloutGroup;
 
 /// The lessons `--propose` writes for the failed problems among the step's `answered` ones
-/// (see [`distill::failed_problems`]), told the patterns of all of them, each with the
-/// evidence of the groups its call was shown; empty when the stage is off or nothing failed.
-/// `None` when a stop came first.
+/// (see [`distill::failed_problems`]), told the patterns of all of them, one list per call in
+/// the calls' order, each lesson with the evidence of the groups its call was shown (so
+/// consolidation lists every call's first lesson before any call's second, as it does with
+/// extract's groups); empty when the stage is off or nothing failed. `None` when a stop came
+/// first.
 pub(super) async fn propose(
     runner: &Runner,
     at: &mut Step<'_>,
     answered: &[(&Sample, &RolloutGroup)],
-) -> Result<Option<Vec<Proposal>>, RunError> {
+) -> Result<Option<Vec<Vec<Proposal>>>, RunError> {
     let cfg = &runner.config.distill;
     if cfg.propose == 0 {
         return Ok(Some(Vec::new()));
@@ -85,15 +87,17 @@ pub(super) async fn propose(
     Ok(Some(
         written
             .into_iter()
-            .flat_map(|(call, ops)| {
+            .map(|(call, ops)| {
                 let mut evidence = Evidence::default();
                 for &(_, group) in &calls[call] {
                     distill::union_evidence(&mut evidence, &distill::group_evidence(group));
                 }
-                ops.into_iter().map(move |op| Proposal {
-                    op,
-                    evidence: evidence.clone(),
-                })
+                ops.into_iter()
+                    .map(|op| Proposal {
+                        op,
+                        evidence: evidence.clone(),
+                    })
+                    .collect()
             })
             .collect(),
     ))

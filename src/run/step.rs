@@ -300,17 +300,16 @@ pub(super) async fn run_step(
         .collect();
     // What it wrote must do better where it was tried (see `admit`).
     let mut guesses = BTreeSet::new();
-    match propose::propose(runner, &mut at, &answered).await? {
-        Some(proposals) if !proposals.is_empty() => {
-            guesses.extend(
-                proposals
-                    .iter()
-                    .filter_map(|p| p.op.text().map(distill::normalize)),
-            );
-            by_group.push(proposals);
-        }
-        Some(_) => {}
-        None => return Ok(StepOutcome::Stopped),
+    let Some(by_call) = propose::propose(runner, &mut at, &answered).await? else {
+        return Ok(StepOutcome::Stopped);
+    };
+    for proposals in by_call.into_iter().filter(|p| !p.is_empty()) {
+        guesses.extend(
+            proposals
+                .iter()
+                .filter_map(|p| p.op.text().map(distill::normalize)),
+        );
+        by_group.push(proposals);
     }
     let proposed: usize = by_group.iter().map(Vec::len).sum();
     let (proposals, twins) = integrate::by_support(

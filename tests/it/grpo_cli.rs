@@ -676,7 +676,10 @@ fn several_propose_calls_draw_apart_and_a_lesson_that_scores_higher_passes_admit
     assert_eq!(keys.len(), 3, "{stdout}");
     let first = keys.iter().find(|k| !k.contains('#')).expect("call 0");
     for call in 1..3 {
-        assert!(keys.contains(&format!("{first}#{call}").as_str()), "{keys:?}");
+        assert!(
+            keys.contains(&format!("{first}#{call}").as_str()),
+            "{keys:?}"
+        );
     }
     // Every call wrote the same lesson: it is tried once, scores higher, and commits.
     the_lesson_committed(&scratch, &stdout);
