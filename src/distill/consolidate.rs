@@ -61,6 +61,7 @@ pub async fn consolidate(
         max_words: cfg.max_words,
         template: CONSOLIDATE,
         problem: None,
+        first_sentence: true,
     };
     let most = cfg.max_kept;
     call.run(|output, dropped| {

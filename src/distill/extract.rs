@@ -66,6 +66,7 @@ pub async fn extract(
         max_words: cfg.max_words,
         template: EXTRACT,
         problem: Some(&sample.question),
+        first_sentence: true,
     };
     let max = cfg.max_experiences;
     call.run(|output, dropped| {

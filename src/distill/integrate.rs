@@ -156,6 +156,7 @@ pub async fn integrate(
         max_words: cfg.max_words,
         template: INTEGRATE,
         problem: None,
+        first_sentence: true,
     };
     call.run(|output, dropped| read_decision(output, neighbours, &rules, dropped))
         .await

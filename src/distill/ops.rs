@@ -29,6 +29,10 @@ pub(crate) struct Rules<'a> {
     /// The problem the lesson was drawn from, when there is one: a lesson quoting it (a long
     /// run of its words, one of its names or numbers) is dropped.
     pub problem: Option<&'a str>,
+    /// Whether a text that fails the checks whole may keep its first sentence when that
+    /// passes (see `check_text`). Not for a procedure: cut to its first step it says
+    /// something else.
+    pub first_sentence: bool,
 }
 
 /// One usable op, with the proposal numbers it names (stage 3's `from`; empty otherwise).
@@ -500,7 +504,10 @@ fn check_text(name: &str, text: &str, rules: &Rules<'_>) -> Result<String, Strin
     // "This is equivalent to …" (over the word limit), "For example, 10% of $360 is …"
     // (quoting the problem), or itself (or its condition) again after a comma (a loop).
     check_whole(name, text, rules).or_else(|reason| {
-        let first = first_sentence(text).unwrap_or(text);
+        let first = match rules.first_sentence {
+            true => first_sentence(text).unwrap_or(text),
+            false => text,
+        };
         let (one, other) = glued_lessons(first).unzip();
         [Some(first.to_owned()), one, other]
             .into_iter()

@@ -23,6 +23,7 @@ fn read(output: &str) -> (Result<Vec<ProposedOp>, ParseError>, Vec<String>) {
         max_words: 12,
         template: TEMPLATE,
         problem: None,
+        first_sentence: true,
     };
     let mut dropped = Vec::new();
     let result = read_ops(output, &rules, true, &mut dropped)
@@ -103,6 +104,7 @@ fn none_and_keep_are_decisions_not_failures() {
         max_words: 12,
         template: TEMPLATE,
         problem: None,
+        first_sentence: true,
     };
     for output in [
         r#"{"ops": [{"op": "none"}]}"#,
@@ -196,6 +198,7 @@ fn proposal_numbers_are_read_in_any_spelling() {
         max_words: 12,
         template: TEMPLATE,
         problem: None,
+        first_sentence: true,
     };
     let output = r##"[{"from": [1, 3], "op": "add", "text": "When z, do b."}, {"sources": "2, 4", "op": "add", "text": "When c, do d."}, {"from": ["#5", "P6"], "op": "add", "text": "When e, do f."}, {"op": "add", "text": "When g, do h."}]"##;
     let read = read_ops(output, &rules, false, &mut Vec::new()).unwrap();
@@ -211,6 +214,7 @@ fn plain_text_needs_permission() {
         max_words: 12,
         template: TEMPLATE,
         problem: None,
+        first_sentence: true,
     };
     let output = "1. When z, do b.";
     assert!(read_ops(output, &rules, false, &mut Vec::new()).is_err());

@@ -120,6 +120,10 @@ pub async fn propose(
         max_words: cfg.max_words,
         template: PROPOSE,
         problem: Some(&questions),
+        // A procedure over the word limit is dropped whole: the twelfth letters run's "Start
+        // with the first letter and count up how many times it appears. Move to the second
+        // letter, …" cut to its first sentence counts the wrong letter.
+        first_sentence: false,
     };
     call.run(|output, dropped| {
         let read = read_ops(output, &rules, true, dropped)?;
@@ -281,6 +285,35 @@ mod tests {
         assert_eq!(schema["properties"]["lessons"]["maxItems"], 3);
         assert!(schema["properties"]["comparison"].is_null());
         json_schema_to_gbnf(&schema).expect("the schema compiles to a grammar");
+    }
+
+    #[tokio::test]
+    async fn a_procedure_over_the_word_limit_is_dropped_whole_not_cut_to_its_first_step() {
+        // The twelfth letters run's propose call, whose lesson extract's reading cut to
+        // "… start with the first letter and count up how many times it appears.": a count
+        // of the word's first letter, not of the letter asked about.
+        let reply = r#"{"procedure": "Go letter by letter.", "lessons": [
+            {"topic": "letter count", "when": "counting the occurrences of a specific letter in a word", "do": "Start with the first letter and count up how many times it appears. Move to the second letter, count up how many times it appears, then add this to the first count. Continue this process for all letters in the word."},
+            {"topic": "letter count", "when": "counting the occurrences of a letter in a word", "do": "Write the word one letter per line, mark each match, then count the marks."}
+        ]}"#;
+        let backend = Replay::new([Ok(reply)]);
+        let outcome = propose(&backend, &[&sample()], &[], 2, 0, &DistillConfig::default()).await;
+        let ops = outcome.value.clone().expect("a usable reply");
+        let texts: Vec<&str> = ops.iter().filter_map(ProposedOp::text).collect();
+        assert_eq!(
+            texts,
+            [
+                "When counting the occurrences of a letter in a word, write the word one letter per line, mark each match, then count the marks."
+            ],
+            "{outcome:?}"
+        );
+        assert!(
+            outcome
+                .dropped
+                .iter()
+                .any(|d| d.contains("over the limit of 40")),
+            "{outcome:?}"
+        );
     }
 
     #[tokio::test]
