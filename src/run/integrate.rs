@@ -6,6 +6,7 @@
 //! Similarity is MiniLM cosine when the run has an embedder, word overlap otherwise (with its
 //! own thresholds, since a Jaccard index of 0.35 is as telling as a cosine of 0.6).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::RunError;
@@ -227,10 +228,20 @@ pub(super) struct Integrated {
 
 /// Applies each proposal's decision (`None`: the stage failed; a near-duplicate is then
 /// confirmed, anything else added).
+///
+/// A guess (its text in `guesses`, the propose stage's lessons as `distill::normalize` writes
+/// them) is never rewritten or folded into another lesson: an update or "same" decision on it
+/// replaces that lesson with the guess word for word, which the trial judges as a guess. Why:
+/// asked to refine, the 1.5B distiller merged the twelfth letters run's procedures into the
+/// library's generic lessons ("…, write down the letters of the word from left to right, and
+/// count the occurrences of the letter you're looking for." became "When reading a word to
+/// count occurrences, read the word carefully and count each occurrence individually."), so
+/// the trial tried the merge and never the procedure.
 pub(super) fn apply(
     proposals: Vec<Proposal>,
     decisions: Vec<Option<Decision>>,
     neighbours: &[Vec<Neighbour>],
+    guesses: &BTreeSet<String>,
 ) -> Integrated {
     let mut out = Integrated::default();
     for ((proposal, decision), shown) in proposals.into_iter().zip(decisions).zip(neighbours) {
@@ -245,6 +256,17 @@ pub(super) fn apply(
                 None => Decision::Add,
             }
         });
+        let guess = proposal
+            .op
+            .text()
+            .filter(|text| guesses.contains(&distill::normalize(text)));
+        let decision = match (decision, guess) {
+            (Decision::Update { id, .. } | Decision::Same { id }, Some(text)) => Decision::Update {
+                id,
+                text: text.to_owned(),
+            },
+            (decision, _) => decision,
+        };
         match decision {
             Decision::Add => {
                 out.added += 1;
@@ -385,7 +407,12 @@ mod tests {
             Some(Decision::Add),
         ];
         let shown = vec![vec![twin(2)], vec![twin(2)], vec![twin(2)], Vec::new()];
-        let integrated = apply(proposals, decisions, &shown);
+        let integrated = apply(
+            proposals.clone(),
+            decisions.clone(),
+            &shown,
+            &BTreeSet::new(),
+        );
         assert_eq!(
             (integrated.added, integrated.updated, integrated.by_rule),
             (1, 1, 1)
@@ -404,6 +431,25 @@ mod tests {
             "two confirmations of E0002 merge"
         );
         assert_eq!(integrated.confirmed[0].1.query_ids, ["q2", "q3"]);
+
+        // Had the propose stage written the first three, each would replace E0002 word for
+        // word: a guess is never rewritten, nor folded into a lesson as a confirmation.
+        let guesses: BTreeSet<String> = proposals[..3]
+            .iter()
+            .map(|p| distill::normalize(p.op.text().unwrap()))
+            .collect();
+        let guessed = apply(proposals.clone(), decisions, &shown, &guesses);
+        assert_eq!((guessed.added, guessed.updated), (1, 3));
+        assert!(guessed.confirmed.is_empty());
+        for (proposal, written) in proposals[..3].iter().zip(&guessed.proposals) {
+            assert_eq!(
+                written.op,
+                ProposedOp::Update {
+                    id: id(2),
+                    text: proposal.op.text().unwrap().into()
+                }
+            );
+        }
 
         // The update already touches E0002: the confirmations' evidence joins it.
         let mut changes = vec![Change::update_text(id(2), "When counting, recount.")];

@@ -429,7 +429,7 @@ pub(super) async fn run_step(
     if runner.control.stop_requested() {
         return Ok(StepOutcome::Stopped);
     }
-    let integrated = integrate::apply(final_proposals, decisions, &shown);
+    let integrated = integrate::apply(final_proposals, decisions, &shown, &guesses);
     at.report.lessons.added += integrated.added;
     at.report.lessons.updated += integrated.updated;
     at.report.lessons.decided_by_rule += integrated.by_rule;
