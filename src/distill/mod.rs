@@ -56,7 +56,9 @@ pub use outcome::{Stage, StageOutcome, StageStats};
 pub use patterns::step_patterns;
 pub use prompt::prompts_hash;
 pub use proposal::{Proposal, ProposedOp, group_evidence, union_evidence};
-pub use propose::{PROBLEMS_SHOWN, failed_problems, propose, propose_prompt, propose_schema};
+pub use propose::{
+    PROBLEMS_SHOWN, failed_problems, propose, propose_key, propose_prompt, propose_schema,
+};
 pub use resolve::{DeleteRules, Resolution, normalize, resolve};
 pub use summarize::{
     parse_summary, summarize, summarize_prompt, summary_schema, worth_summarizing,

@@ -79,10 +79,21 @@ pub fn failed_problems<'a>(
         .collect()
 }
 
+/// What names a step's `call`-th propose call, shown `problems`: its journal key, and the salt
+/// of its seed (so calls shown the same problems draw apart). The first call keeps the name it
+/// had before there were several.
+pub fn propose_key(problems: &[&Sample], call: usize) -> String {
+    let ids: Vec<&str> = problems.iter().map(|s| s.id.as_str()).collect();
+    match call {
+        0 => ids.join("+"),
+        call => format!("{}#{call}", ids.join("+")),
+    }
+}
+
 /// Proposes at most `max` lessons stating procedures for `problems`' kind ("nothing", an empty
 /// list, is a valid answer), told the `patterns` a rule saw in the step's answers
-/// ([`super::step_patterns`]). `call` numbers the step's calls (see [`failed_problems`]):
-/// calls shown the same problems draw on different seeds.
+/// ([`super::step_patterns`]). `call` numbers the step's calls (see [`failed_problems`] and
+/// [`propose_key`]).
 pub async fn propose(
     backend: &dyn Backend,
     problems: &[&Sample],
@@ -91,11 +102,6 @@ pub async fn propose(
     call: usize,
     cfg: &DistillConfig,
 ) -> StageOutcome<Vec<ProposedOp>> {
-    let ids = problems
-        .iter()
-        .map(|s| s.id.as_str())
-        .collect::<Vec<_>>()
-        .join("+");
     let call = Call {
         backend,
         prompt: propose_prompt(problems, patterns, max, cfg),
@@ -105,11 +111,7 @@ pub async fn propose(
             ..cfg.extract_sampling()
         },
         attempts: cfg.attempts,
-        // The first call keeps the salt it had before there were several.
-        salt: match call {
-            0 => format!("propose/{ids}"),
-            call => format!("propose/{ids}#{call}"),
-        },
+        salt: format!("propose/{}", propose_key(problems, call)),
     };
     let library = State::new();
     // A lesson quoting any of the problems is dropped.

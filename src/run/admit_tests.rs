@@ -257,30 +257,47 @@ fn trying_two_problems(root: &std::path::Path) -> (Runner, State) {
     (runner, state)
 }
 
+/// A lesson that changes nothing: tried on its problem, the answers are the same either way.
+const NEUTRAL: &str = "When a question is long, read it twice.";
+
+/// [`HELPS`] learned from q1 and [`NEUTRAL`] from q2, tried with `guesses` (texts of the
+/// propose stage): the two judged changes, and the kept changes and report of a step that
+/// added both.
+async fn helps_and_neutral_tried(
+    runner: &Runner,
+    state: &State,
+    guesses: &BTreeSet<String>,
+) -> ([JudgedChange; 2], Vec<Change>, StepReport) {
+    let changes = vec![
+        learned_from(Change::add(HELPS), &["q1"]),
+        learned_from(Change::add(NEUTRAL), &["q2"]),
+    ];
+    let (admission, _) = trial_of(runner, state, changes, guesses).await;
+    let admission = admission.expect("not stopped");
+    let tried: [JudgedChange; 2] = admission
+        .tried
+        .clone()
+        .try_into()
+        .unwrap_or_else(|tried| panic!("{tried:?}"));
+    let mut report = StepReport::new(1, 1, 6);
+    report.lessons.added = 2;
+    let kept = admission.account(&mut report);
+    (tried, kept, report)
+}
+
 #[tokio::test]
 async fn a_guess_must_score_higher_on_its_problems_where_a_found_lesson_need_only_not_score_lower()
 {
     let root = tempfile::tempdir().unwrap();
     let (runner, state) = trying_two_problems(root.path());
     // The helpful lesson scores higher on its problem; the neutral one exactly the same.
-    let neutral = "When a question is long, read it twice.";
-    let changes = vec![
-        learned_from(Change::add(HELPS), &["q1"]),
-        learned_from(Change::add(neutral), &["q2"]),
-    ];
-    let guesses: BTreeSet<String> = [HELPS, neutral].iter().map(|t| normalize(t)).collect();
+    let guesses: BTreeSet<String> = [HELPS, NEUTRAL].iter().map(|t| normalize(t)).collect();
     for (guessed, neutral_kept) in [(BTreeSet::new(), true), (guesses, false)] {
-        let (admission, _) = trial_of(&runner, &state, changes.clone(), &guessed).await;
-        let admission = admission.expect("not stopped");
-        let [helps, same] = &admission.tried[..] else {
-            panic!("{:?}", admission.tried)
-        };
+        let ([helps, same], kept, report) =
+            helps_and_neutral_tried(&runner, &state, &guessed).await;
         assert!(helps.kept && helps.validation.delta > 0.0, "{helps:?}");
         assert_eq!(same.validation.delta, 0.0, "{same:?}");
         assert_eq!(same.kept, neutral_kept, "{same:?}");
-        let mut report = StepReport::new(1, 1, 6);
-        report.lessons.added = 2;
-        let kept = admission.account(&mut report);
         assert_eq!(kept.len(), if neutral_kept { 2 } else { 1 });
         if !neutral_kept {
             assert_eq!(
@@ -296,21 +313,11 @@ async fn under_admit_better_every_lesson_must_score_higher_on_its_problems() {
     let root = tempfile::tempdir().unwrap();
     let (mut runner, state) = trying_two_problems(root.path());
     runner.config.admit_better = true;
-    let neutral = "When a question is long, read it twice.";
-    let changes = vec![
-        learned_from(Change::add(HELPS), &["q1"]),
-        learned_from(Change::add(neutral), &["q2"]),
-    ];
-    let (admission, _) = trial_of(&runner, &state, changes, &BTreeSet::new()).await;
-    let admission = admission.expect("not stopped");
-    let [helps, same] = &admission.tried[..] else {
-        panic!("{:?}", admission.tried)
-    };
+    let ([helps, same], kept, report) =
+        helps_and_neutral_tried(&runner, &state, &BTreeSet::new()).await;
     assert!(helps.kept && helps.validation.delta > 0.0, "{helps:?}");
     assert!(!same.kept && same.validation.delta == 0.0, "{same:?}");
-    let mut report = StepReport::new(1, 1, 6);
-    report.lessons.added = 2;
-    assert_eq!(admission.account(&mut report).len(), 1);
+    assert_eq!(kept.len(), 1);
     assert_eq!(
         report.lessons.dropped["no better on its problems"], 1,
         "{NOT_BETTER}: {report:?}"
@@ -323,7 +330,7 @@ async fn a_guess_written_over_a_lesson_word_for_word_must_score_higher_too() {
     let (runner, state) = trying_two_problems(root.path());
     // Integrate made the neutral guess an update of E0003 (neutral too): the answers are the
     // same either way, so as a guess it is left out, and as a rewrite of the lesson kept.
-    let guess = "When a question is long, read it twice.";
+    let guess = NEUTRAL;
     let rewrite = learned_from(
         Change::Update {
             id: "E0003".parse().unwrap(),

@@ -36,32 +36,26 @@ pub(super) async fn propose(
         stage: Stage::Propose,
         proposed: Clone::clone,
     };
+    let problems: Vec<Vec<&Sample>> = calls
+        .iter()
+        .map(|shown| shown.iter().map(|&(sample, _)| sample).collect())
+        .collect();
     // Journaled under the problems each call was shown (and its number after the first), so
     // a resumed step reuses the calls.
-    let items = calls
-        .iter()
-        .enumerate()
-        .map(|(call, shown)| {
-            let ids: Vec<&str> = shown.iter().map(|(s, _)| s.id.as_str()).collect();
-            let key = match call {
-                0 => ids.join("+"),
-                call => format!("{}#{call}", ids.join("+")),
-            };
-            (key, call)
-        })
+    let items = (0..calls.len())
+        .map(|call| (distill::propose_key(&problems[call], call), call))
         .collect();
-    let (backend, calls_ref, patterns) = (&runner.distill_backend, &calls, &patterns);
+    let (backend, problems, patterns) = (&runner.distill_backend, &problems, &patterns);
     let proposed = at
         .stage(
             &stage,
             items,
             runner.config.stage_parallel,
             |call| async move {
-                let problems: Vec<&Sample> = calls_ref[call].iter().map(|&(s, _)| s).collect();
                 Ok::<_, RunError>(
                     distill::propose(
                         backend.as_ref(),
-                        &problems,
+                        &problems[call],
                         patterns,
                         cfg.propose,
                         call,
