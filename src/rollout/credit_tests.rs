@@ -39,7 +39,7 @@ impl Backend for LessonModel {
 }
 
 /// `share` of the request's answers right (none on a `hard` question), `Answer: yes` first.
-fn scripted_group(request: &GroupRequest, prompt: &str, share: f64) -> Group {
+pub(crate) fn scripted_group(request: &GroupRequest, prompt: &str, share: f64) -> Group {
     let share = if prompt.contains("hard") { 0.0 } else { share };
     let right = (share * request.n as f64).round() as usize;
     let completions = (0..request.n)

@@ -96,23 +96,9 @@ pub async fn try_lessons(
         .map(|(condition, sample)| (&conditions[condition], sample))
         .collect();
     let groups = draw_groups(backend, verifier, &jobs, settings, resume, progress).await?;
-    let by_key: HashMap<(&str, &str), &RolloutGroup> = groups
-        .iter()
-        .map(|r| ((r.condition.as_str(), r.id.as_str()), &r.group))
-        .collect();
     let verdicts = lessons
         .iter()
-        .map(|lesson| {
-            let pairs: Vec<(&RolloutGroup, &RolloutGroup)> = lesson
-                .problems
-                .iter()
-                .map(|problem| {
-                    let group = |label: &str| by_key[&(label, problem.id.as_str())];
-                    (group(&lesson.control.0), group(&lesson.label))
-                })
-                .collect();
-            judge(&pairs, settings.k)
-        })
+        .map(|lesson| judge(&[pairs(lesson, &groups)], settings.k))
         .collect();
     let mut usage = Usage::default();
     let mut cost_usd = 0.0;
@@ -128,24 +114,56 @@ pub async fn try_lessons(
     })
 }
 
-/// The verdict on a lesson from its `(control, with the lesson)` groups, one pair per problem:
-/// answers paired by their place in the group (the same seed), Δ = with − without.
-pub fn judge(pairs: &[(&RolloutGroup, &RolloutGroup)], group_size: usize) -> Validation {
+/// Each of `lesson`'s problems' `(control, with the lesson)` groups among `groups` (one
+/// trial's), in the lesson's order of problems. Panics when `groups` lacks one: they come
+/// from [`try_lessons`] of the same lesson.
+pub fn pairs<'g>(
+    lesson: &Lesson<'_>,
+    groups: &'g [QueryResult],
+) -> Vec<(&'g RolloutGroup, &'g RolloutGroup)> {
+    let by_key: HashMap<(&str, &str), &RolloutGroup> = groups
+        .iter()
+        .map(|r| ((r.condition.as_str(), r.id.as_str()), &r.group))
+        .collect();
+    lesson
+        .problems
+        .iter()
+        .map(|problem| {
+            let group = |label: &str| by_key[&(label, problem.id.as_str())];
+            (group(&lesson.control.0), group(&lesson.label))
+        })
+        .collect()
+}
+
+/// The verdict on a lesson from its `(control, with the lesson)` groups of each round it was
+/// tried in ([`pairs`] of each round's trial, the same problems in the same order): answers
+/// paired by their place in a round's groups (the same seed), a problem's rounds pooled as one
+/// larger group of `group_size` × rounds answers, Δ = with − without.
+pub fn judge(rounds: &[Vec<(&RolloutGroup, &RolloutGroup)>], group_size: usize) -> Validation {
+    let problems = rounds.first().map_or(0, Vec::len);
     let (mut without, mut with) = (Vec::new(), Vec::new());
     let (mut better, mut worse) = (0, 0);
-    for (control, changed) in pairs {
-        let n = control.answers.len().min(changed.answers.len());
-        without.extend(control.rewards().take(n));
-        with.extend(changed.rewards().take(n));
-        let (a, b) = (control.mean_reward(), changed.mean_reward());
-        better += usize::from(b > a);
-        worse += usize::from(b < a);
+    for problem in 0..problems {
+        let (mut control_sum, mut changed_sum, mut n_problem) = (0.0, 0.0, 0usize);
+        for round in rounds {
+            let (control, changed) = round[problem];
+            let n = control.answers.len().min(changed.answers.len());
+            without.extend(control.rewards().take(n));
+            with.extend(changed.rewards().take(n));
+            control_sum += control.rewards().take(n).sum::<f64>();
+            changed_sum += changed.rewards().take(n).sum::<f64>();
+            n_problem += n;
+        }
+        if n_problem > 0 {
+            better += usize::from(changed_sum > control_sum);
+            worse += usize::from(changed_sum < control_sum);
+        }
     }
     paired_validation(
         &without,
         &with,
-        pairs.len(),
-        group_size,
+        problems,
+        group_size * rounds.len(),
         0.0,
         (better, worse),
     )

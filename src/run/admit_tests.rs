@@ -352,3 +352,101 @@ async fn a_guess_written_over_a_lesson_word_for_word_must_score_higher_too() {
         assert_eq!(tried.kept, kept, "{tried:?}");
     }
 }
+
+/// A lesson that helps on the first group drawn with it and changes nothing after: a lucky
+/// first round.
+const FICKLE: &str = "When a question names a number, look at it twice.";
+
+/// The scripted model of the credit tests, but [`FICKLE`] raises the right answers by a
+/// quarter in its first group only; counts every group drawn.
+#[derive(Default)]
+struct Fickle {
+    groups: AtomicUsize,
+    fickle: AtomicUsize,
+}
+
+impl crate::backend::Backend for Fickle {
+    fn model(&self) -> &str {
+        "lessons"
+    }
+
+    fn generate<'a>(
+        &'a self,
+        request: &'a crate::backend::GroupRequest,
+    ) -> futures::future::BoxFuture<'a, Result<crate::backend::Group, crate::backend::BackendError>>
+    {
+        self.groups.fetch_add(1, Ordering::SeqCst);
+        let prompt: String = request.messages.iter().map(|m| &*m.content).collect();
+        if !prompt.contains(FICKLE) {
+            return crate::rollout::credit::tests::LessonModel.generate(request);
+        }
+        let share = if self.fickle.fetch_add(1, Ordering::SeqCst) == 0 {
+            0.75
+        } else {
+            0.5
+        };
+        let group = crate::rollout::credit::tests::scripted_group(request, &prompt, share);
+        Box::pin(async move { Ok(group) })
+    }
+}
+
+#[tokio::test]
+async fn under_two_rounds_a_lesson_must_pass_both_and_only_those_still_in_are_drawn_again() {
+    let root = tempfile::tempdir().unwrap();
+    let (mut runner, state) = trying_two_problems(root.path());
+    let backend = Arc::new(Fickle::default());
+    runner.rollout_backend = backend.clone();
+    runner.config.admit_better = true;
+    runner.config.admit_rounds = Some(2);
+    let changes = vec![
+        learned_from(Change::add(HELPS), &["q1"]),
+        learned_from(Change::add(FICKLE), &["q2"]),
+        learned_from(Change::add(HURTS), &["q3"]),
+    ];
+    let (admission, _) = trial_of(&runner, &state, changes.clone(), &BTreeSet::new()).await;
+    let admission = admission.expect("not stopped");
+    // Round 1: controls on q1, q2 and q3 and a group per lesson; round 2 only for the two
+    // lessons that passed, each with its control again.
+    assert_eq!(backend.groups.load(Ordering::SeqCst), 6 + 4);
+    let [helps, fickle, hurts] = &admission.tried[..] else {
+        panic!("{:?}", admission.tried)
+    };
+    // Kept after two rounds, its verdict pooling both: 4 answers a round.
+    assert!(helps.kept && helps.validation.delta == 0.25, "{helps:?}");
+    assert_eq!(
+        (helps.validation.queries, helps.validation.group_size),
+        (1, 8)
+    );
+    // Higher in round 1, the same in round 2: left out, though its pooled Δ is above zero.
+    assert!(
+        !fickle.kept && fickle.validation.delta == 0.125,
+        "{fickle:?}"
+    );
+    assert_eq!(fickle.validation.group_size, 8);
+    // Lower in round 1: left out, never drawn again.
+    assert!(!hurts.kept && hurts.validation.group_size == 4, "{hurts:?}");
+    let reasons: Vec<&str> = admission.left_out.iter().map(|(_, _, r)| *r).collect();
+    assert_eq!(reasons, [NOT_BETTER, LEFT_OUT]);
+    assert_eq!(admission.spent.tokens.completion_tokens, 10 * 4 * 2);
+
+    let (_, replay) = Journal::open(&runner.dir).unwrap();
+    assert_eq!(replay.measured["admit-step-1@v1"].len(), 6);
+    let second = &replay.measured["admit-step-1-round-2@v1"];
+    assert_eq!(second.len(), 4);
+    let seed = |groups: &crate::run::journal::MeasuredGroups| {
+        groups[&(CONTROL.to_string(), "q1".to_string())]
+            .group
+            .answers[0]
+            .seed
+    };
+    assert_ne!(
+        seed(&replay.measured["admit-step-1@v1"]),
+        seed(second),
+        "round 2 draws on a seed of its own"
+    );
+
+    // A resumed step reads both rounds back and draws nothing.
+    let (again, _) = trial_of(&runner, &state, changes, &BTreeSet::new()).await;
+    assert_eq!(backend.groups.load(Ordering::SeqCst), 10);
+    assert_eq!(again.unwrap().tried, admission.tried);
+}

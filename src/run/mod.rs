@@ -131,6 +131,10 @@ pub struct RunConfig {
     /// (the propose stage's guesses always must).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub admit_better: bool,
+    /// Rounds of that trial: a lesson must pass each, on fresh answers, and only the lessons
+    /// still in are drawn again (`None`: one round).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admit_rounds: Option<usize>,
     /// Training queries of the credit pass after each epoch (0: none), see [`credit`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub credit_queries: usize,
@@ -144,6 +148,11 @@ impl RunConfig {
     /// Answers per problem and condition of the source-problem trial.
     pub fn admit_answers(&self) -> usize {
         self.admit_answers.unwrap_or(self.group_size).max(1)
+    }
+
+    /// Rounds of the source-problem trial.
+    pub fn admit_rounds(&self) -> usize {
+        self.admit_rounds.unwrap_or(1).max(1)
     }
 }
 

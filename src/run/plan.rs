@@ -52,6 +52,9 @@ pub struct Shape {
     pub admit: usize,
     /// `--admit-answers` (or `--group-size`): answers per problem and condition of that trial.
     pub admit_answers: usize,
+    /// `--admit-rounds`: rounds of that trial (counted as if every lesson passed every round:
+    /// an upper bound).
+    pub admit_rounds: usize,
     /// `--credit-queries` (0: no credit pass).
     pub credit_queries: usize,
     /// `--credit-pairs`: the pass's conditions are at most 2 × this + 1 (0: leave-one-out).
@@ -406,9 +409,11 @@ pub fn plan(shape: &Shape, pilot: &Pilot, prices: Prices) -> Result<Plan, PlanEr
         ));
     }
     // The source-problem trial: each step's new lessons on up to N problems each, with a
-    // control group per problem (counted as if no two lessons shared one: an upper bound).
+    // control group per problem (counted as if no two lessons shared one, and every lesson
+    // were drawn in every round: an upper bound).
     if shape.admit > 0 && pilot.net_lessons > 0.0 {
-        let groups = 2.0 * pilot.net_lessons * shape.admit as f64;
+        let rounds = shape.admit_rounds.max(1) as f64;
+        let groups = 2.0 * pilot.net_lessons * shape.admit as f64 * rounds;
         let k = shape.admit_answers.max(1) as f64;
         let trial = answering(Part::Validation, s * active * groups, k, mean_lessons);
         validation = Some(match validation {

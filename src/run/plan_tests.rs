@@ -44,6 +44,7 @@ fn shape() -> Shape {
         validate_each: false,
         admit: 0,
         admit_answers: 4,
+        admit_rounds: 1,
         credit_queries: 0,
         credit_pairs: 6,
         eval_queries: 0,
@@ -139,6 +140,11 @@ fn the_source_problem_trial_counts_a_control_and_a_lesson_group_per_problem() {
     let trial = part(&plan, Part::Validation);
     assert_eq!(trial.calls, 3.0 * 2.0 * 2.0);
     assert_eq!(trial.answers, 3.0 * 2.0 * 2.0 * 8.0);
+    // Two rounds: at most twice the groups.
+    shape.admit_rounds = 2;
+    let twice = plan_of(&shape);
+    assert_eq!(part(&twice, Part::Validation).calls, 2.0 * trial.calls);
+    shape.admit_rounds = 1;
 
     // Beside the gate: one validation part holding both.
     shape.validate = 8;

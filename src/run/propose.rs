@@ -14,10 +14,10 @@ use crate::rollout::RolloutGroup;
 
 /// The lessons `--propose` writes for the failed problems among the step's `answered` ones
 /// (see [`distill::failed_problems`]), told the patterns of all of them, one list per call in
-/// the calls' order, each lesson with the evidence of the groups its call was shown (so
-/// consolidation lists every call's first lesson before any call's second, as it does with
-/// extract's groups); empty when the stage is off or nothing failed. `None` when a stop came
-/// first.
+/// the calls' order, each lesson with the evidence of the groups its call was shown (so the
+/// trial lists every call's first lesson before any call's second, as consolidation does
+/// with extract's groups); empty when the stage is off or nothing failed. `None` when a stop
+/// came first.
 pub(super) async fn propose(
     runner: &Runner,
     at: &mut Step<'_>,

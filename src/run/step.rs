@@ -287,7 +287,7 @@ pub(super) async fn run_step(
     for (_, outcome) in extracted.all() {
         at.report.lessons.count_extract(outcome);
     }
-    let mut by_group: Vec<Vec<Proposal>> = extracted
+    let by_group: Vec<Vec<Proposal>> = extracted
         .into_all()
         .map(|((sample, group), outcome)| {
             with_evidence(outcome.value.unwrap_or_default(), sample, group)
@@ -298,18 +298,21 @@ pub(super) async fn run_step(
         .iter()
         .filter_map(|s| groups.get(&s.id).map(|g| (s, g)))
         .collect();
-    // What it wrote must do better where it was tried (see `admit`).
+    // What it wrote must do better where it was tried (see `admit`), and it goes there
+    // without consolidation: consolidation picks what many groups found, and no group found
+    // a guess. Picking among guesses is the trial's work (docs/grpo.md).
     let mut guesses = BTreeSet::new();
     let Some(by_call) = propose::propose(runner, &mut at, &answered).await? else {
         return Ok(StepOutcome::Stopped);
     };
+    let mut guessed_by_call = Vec::new();
     for proposals in by_call.into_iter().filter(|p| !p.is_empty()) {
         guesses.extend(
             proposals
                 .iter()
                 .filter_map(|p| p.op.text().map(distill::normalize)),
         );
-        by_group.push(proposals);
+        guessed_by_call.push(proposals);
     }
     let proposed: usize = by_group.iter().map(Vec::len).sum();
     let (proposals, twins) = integrate::by_support(
@@ -319,6 +322,15 @@ pub(super) async fn run_step(
         runner.config.duplicate_threshold,
     )
     .await?;
+    // Twins among the guesses (two calls writing one procedure) are merged all the same.
+    let (guessed, guessed_twins) = integrate::by_support(
+        runner.embedder.clone(),
+        guessed_by_call,
+        runner.config.related_threshold,
+        runner.config.duplicate_threshold,
+    )
+    .await?;
+    at.report.lessons.merged += guessed_twins;
 
     // The step goes on with what propose wrote when extract failed everywhere.
     if !kept.is_empty() && extract_ok == 0 && guesses.is_empty() {
@@ -330,7 +342,7 @@ pub(super) async fn run_step(
         };
         return at.end(end);
     }
-    if proposals.is_empty() {
+    if proposals.is_empty() && guessed.is_empty() {
         let reason = if kept.is_empty() {
             format!("{no_contrast}, and the propose stage wrote nothing")
         } else {
@@ -341,38 +353,43 @@ pub(super) async fn run_step(
 
     // Stage 3: consolidate the batch's proposals in one call; fall back to the deterministic
     // merge (and say so) when the model's answer is unusable.
-    let consolidate = Calls::<Vec<Proposal>> {
-        stage: Stage::Consolidate,
-        proposed: |proposals| proposals.iter().map(|p| p.op.clone()).collect(),
-    };
-    let batch = vec![("batch".to_string(), ())];
-    let proposals_ref = &proposals;
-    let consolidated = at
-        .stage(&consolidate, batch, 1, |()| async move {
-            Ok::<_, RunError>(
-                distill::consolidate(backend.as_ref(), proposals_ref, state_ref, cfg).await,
-            )
-        })
-        .await?
-        .into_all()
-        .next();
-    // No outcome: a stop came before the call started.
-    let Some(((), consolidated)) = consolidated else {
-        return Ok(StepOutcome::Stopped);
-    };
-    let final_proposals = match consolidated.value {
-        // Twins merged before the stage are counted with what it merged: by the evidence
-        // the kept lessons carry.
-        Some(value) => {
-            at.report.lessons.count_consolidated(proposed, &value);
-            value
+    let mut final_proposals = if proposals.is_empty() {
+        Vec::new()
+    } else {
+        let consolidate = Calls::<Vec<Proposal>> {
+            stage: Stage::Consolidate,
+            proposed: |proposals| proposals.iter().map(|p| p.op.clone()).collect(),
+        };
+        let batch = vec![("batch".to_string(), ())];
+        let proposals_ref = &proposals;
+        let consolidated = at
+            .stage(&consolidate, batch, 1, |()| async move {
+                Ok::<_, RunError>(
+                    distill::consolidate(backend.as_ref(), proposals_ref, state_ref, cfg).await,
+                )
+            })
+            .await?
+            .into_all()
+            .next();
+        // No outcome: a stop came before the call started.
+        let Some(((), consolidated)) = consolidated else {
+            return Ok(StepOutcome::Stopped);
+        };
+        match consolidated.value {
+            // Twins merged before the stage are counted with what it merged: by the evidence
+            // the kept lessons carry.
+            Some(value) => {
+                at.report.lessons.count_consolidated(proposed, &value);
+                value
+            }
+            None => {
+                at.report.consolidate_fallback = true;
+                at.report.lessons.merged += twins;
+                proposals
+            }
         }
-        None => {
-            at.report.consolidate_fallback = true;
-            at.report.lessons.merged += twins;
-            proposals
-        }
     };
+    final_proposals.extend(guessed);
 
     // Stage 4: each kept lesson meets the library's related lessons.
     let candidates: Vec<String> = final_proposals

@@ -652,7 +652,7 @@ fn propose_writes_for_problems_every_answer_got_wrong_where_extract_has_no_group
 }
 
 #[test]
-fn several_propose_calls_draw_apart_and_a_lesson_that_scores_higher_passes_admit_better() {
+fn several_propose_calls_draw_apart_and_a_guess_that_scores_higher_in_two_rounds_commits() {
     let (stdout, entries, scratch) = gated(
         FakeOpenAi::never_right_without_lesson(),
         &[
@@ -665,6 +665,8 @@ fn several_propose_calls_draw_apart_and_a_lesson_that_scores_higher_passes_admit
             "--admit-answers",
             "2",
             "--admit-better",
+            "--admit-rounds",
+            "2",
         ],
     );
     // Step 1 failed 4 problems: three calls, each shown all four, the later ones numbered.
@@ -679,6 +681,23 @@ fn several_propose_calls_draw_apart_and_a_lesson_that_scores_higher_passes_admit
         assert!(
             keys.contains(&format!("{first}#{call}").as_str()),
             "{keys:?}"
+        );
+    }
+    // Guesses skip consolidation: with no lesson from extract (no answer was right), the
+    // step makes no consolidate call at all.
+    assert!(
+        !entries
+            .iter()
+            .any(|e| e["kind"] == "stage" && e["stage"] == "consolidate" && e["step"] == 1),
+        "{stdout}"
+    );
+    // It scored higher in both rounds of the trial, each journaled under a pass of its own.
+    for pass in ["admit-step-1@v0", "admit-step-1-round-2@v0"] {
+        assert!(
+            entries
+                .iter()
+                .any(|e| e["kind"] == "measured" && e["pass"] == pass),
+            "{pass}: {stdout}"
         );
     }
     // Every call wrote the same lesson: it is tried once, scores higher, and commits.

@@ -191,6 +191,13 @@ pub struct GrpoArgs {
     #[arg(long)]
     admit_better: bool,
 
+    /// Rounds of the --admit trial: a lesson must pass each, on fresh answers, and only the
+    /// lessons still in are drawn again. One round of 4 problems x 8 answers lets about half
+    /// of the lessons that change nothing through under --admit-better; two rounds about a
+    /// quarter (docs/grpo.md).
+    #[arg(long, value_name = "R", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4))]
+    admit_rounds: u32,
+
     /// Credit pass: after each epoch, measure each active experience's own effect on this many
     /// training queries, --group-size answers each (see --credit-pairs for how), record it in
     /// usage.json and propose deleting lessons that hurt beyond their interval at the next step
@@ -604,6 +611,11 @@ impl GrpoArgs {
             "--admit-better sets what the --admit trial asks of a lesson: give --admit N too"
         );
         anyhow::ensure!(
+            self.admit_rounds == 1 || self.admit > 0,
+            "--admit-rounds {} sets how often the --admit trial draws: give --admit N too",
+            self.admit_rounds
+        );
+        anyhow::ensure!(
             self.propose_calls == 1 || self.propose > 0,
             "--propose-calls {} needs the propose stage on: give --propose N too",
             self.propose_calls
@@ -654,6 +666,7 @@ impl GrpoArgs {
             admit: self.admit,
             admit_answers: self.admit_answers,
             admit_better: self.admit_better,
+            admit_rounds: (self.admit_rounds > 1).then_some(self.admit_rounds as usize),
             credit_queries: self.credit_queries,
             credit_pairs: self.credit_pairs,
         }

@@ -146,6 +146,7 @@ impl GrpoArgs {
             validate_each: self.validate_each,
             admit: self.admit,
             admit_answers: self.admit_answers.unwrap_or(self.group_size),
+            admit_rounds: self.admit_rounds as usize,
             credit_queries: self.credit_queries,
             credit_pairs: self.credit_pairs,
             eval_queries,

@@ -219,3 +219,21 @@ fn propose_calls_and_admit_better_need_the_stage_they_shape() {
         .to_string();
     assert!(error.contains("1..=8"), "{error}");
 }
+
+#[test]
+fn admit_rounds_need_the_trial_and_are_bounded() {
+    let args = grpo(&["--admit", "4", "--admit-rounds", "2"]);
+    args.check().unwrap();
+    assert_eq!(args.admit_rounds, 2);
+    assert_eq!(grpo(&["--admit", "4"]).admit_rounds, 1);
+    let error = grpo(&["--admit-rounds", "2"])
+        .check()
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("give --admit N too"), "{error}");
+    let argv = ["gym", "grpo", "--admit", "4", "--admit-rounds", "5"];
+    let error = crate::cli::Cli::try_parse_from(argv)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("1..=4"), "{error}");
+}
