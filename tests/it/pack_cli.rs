@@ -518,3 +518,36 @@ fn a_self_signed_receipt_naming_u64_max_versions_is_refused_without_a_panic() {
     );
     assert!(!error.contains("panicked"), "{error}");
 }
+
+/// The maintainers' key that signs the packs under `examples/packs/`.
+const MAINTAINERS: &str = "0x3ad9A59d5EFC194a49e0ea58e0bA088A2C9B28a8";
+
+#[test]
+fn the_shipped_packs_verify_under_the_maintainers_key_and_import() {
+    let scratch = Scratch::new();
+    let pack = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/packs/letters-1.5b.pack"
+    );
+    let out = scratch.ok(&["pack", "verify", pack, "--signer", MAINTAINERS]);
+    assert!(out.contains("verified"), "{out}");
+    assert!(out.contains("letters@6 (5 experiences"), "{out}");
+    assert!(
+        out.contains("library − placebo      +0.165 [+0.078, +0.252]"),
+        "{out}"
+    );
+    let error = scratch.fails(&[
+        "pack",
+        "verify",
+        pack,
+        "--signer",
+        "0x0000000000000000000000000000000000000001",
+    ]);
+    assert!(error.contains("0x3ad9"), "names who signed it: {error}");
+    scratch.ok(&["pack", "import", pack, "--as", "learned"]);
+    let shown = scratch.ok(&["library", "show", "learned"]);
+    assert!(
+        shown.contains("write the word down and count the letter"),
+        "{shown}"
+    );
+}
