@@ -18,7 +18,7 @@ pub const DEFAULT_DATASET: &str = "builtin:arith";
 #[derive(Debug, Clone, Args)]
 pub struct DatasetArgs {
     /// A JSONL, JSON-array, CSV or Parquet file, a built-in suite (builtin:arith,
-    /// builtin:compare, builtin:gsm, builtin:letters), a traffic log (traffic:LOG) or a trace
+    /// builtin:compare, builtin:gsm, builtin:letters, builtin:phrases), a traffic log (traffic:LOG) or a trace
     /// file (traces:FILE).
     #[arg(long, env = "GYM_DATASET", default_value = DEFAULT_DATASET)]
     pub dataset: String,

@@ -23,7 +23,7 @@ pub struct HeldoutArgs {
     pub eval_heldout: Option<usize>,
 
     /// The dataset whose held-out split scores the contributors: a file or builtin:arith,
-    /// builtin:compare, builtin:gsm, builtin:letters.
+    /// builtin:compare, builtin:gsm, builtin:letters, builtin:phrases.
     #[arg(long, env = "GYM_DATASET", default_value = "builtin:arith")]
     pub dataset: String,
 

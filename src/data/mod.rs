@@ -230,6 +230,9 @@ mod tests {
 
     #[test]
     fn lists_the_builtin_suites() {
-        assert_eq!(builtin_suites(), ["arith", "compare", "gsm", "letters"]);
+        assert_eq!(
+            builtin_suites(),
+            ["arith", "compare", "gsm", "letters", "phrases"]
+        );
     }
 }

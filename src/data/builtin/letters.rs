@@ -11,9 +11,13 @@ use super::{Problem, Suite};
 pub(crate) const SUITE: Suite = Suite {
     name: "letters",
     reward: "numeric",
-    instruction: "Give the final answer on the last line as `Answer: <number>`.",
+    instruction: INSTRUCTION,
     generate,
 };
+
+/// How every letter-counting question asks for its answer.
+pub(crate) const INSTRUCTION: &str =
+    "Give the final answer on the last line as `Answer: <number>`.";
 
 /// Lowercase ASCII words, many with doubled or thrice-repeated letters.
 #[rustfmt::skip]
@@ -65,10 +69,19 @@ impl Count {
 
 pub(crate) fn draw(rng: &mut Rng) -> Count {
     let word = *rng.pick(WORDS);
-    let mut letters: Vec<char> = word.chars().collect();
+    Count {
+        word,
+        letter: pick_letter(rng, word),
+    }
+}
+
+/// A letter to ask about in `text`: most often one it repeats, else one it has once, else one
+/// it lacks, so "always say 2" does not pay. Spaces are not letters.
+pub(crate) fn pick_letter(rng: &mut Rng, text: &str) -> char {
+    let mut letters: Vec<char> = text.chars().filter(char::is_ascii_lowercase).collect();
     letters.sort_unstable();
     letters.dedup();
-    let count = |letter: char| word.chars().filter(|&c| c == letter).count();
+    let count = |letter: char| text.chars().filter(|&c| c == letter).count();
     let repeated: Vec<char> = letters.iter().copied().filter(|&l| count(l) > 1).collect();
     let once: Vec<char> = letters.iter().copied().filter(|&l| count(l) == 1).collect();
     let absent: Vec<char> = ('a'..='z').filter(|l| !letters.contains(l)).collect();
@@ -80,10 +93,7 @@ pub(crate) fn draw(rng: &mut Rng) -> Count {
     } else {
         &absent
     };
-    Count {
-        word,
-        letter: *rng.pick(pool),
-    }
+    *rng.pick(pool)
 }
 
 fn word(count: Count, template: u64) -> String {

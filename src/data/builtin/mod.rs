@@ -11,6 +11,8 @@
 //!   a division the wrong way, adding a per-item amount once, averaging speeds, answering in the
 //!   data's unit, adding successive percents, shifting one age but not the other.
 //! - `letters`: how often a letter appears in a word (it undercounts doubled letters).
+//! - `phrases`: the same in a two-word phrase (two questions in three) or a word, so that a
+//!   lesson learned on it must fit both.
 //!
 //! Train and held-out questions come from one stream with repeats removed, the first
 //! [`TRAIN_SIZE`] to train and the next [`HELDOUT_SIZE`] to held-out, so no problem is in both.
@@ -19,6 +21,7 @@ mod arith;
 mod compare;
 mod gsm;
 mod letters;
+mod phrases;
 mod rng;
 
 use std::collections::HashSet;
@@ -50,7 +53,13 @@ pub(crate) struct Suite {
     pub(crate) generate: fn(&mut Rng) -> Problem,
 }
 
-pub(crate) const SUITES: &[Suite] = &[arith::SUITE, compare::SUITE, gsm::SUITE, letters::SUITE];
+pub(crate) const SUITES: &[Suite] = &[
+    arith::SUITE,
+    compare::SUITE,
+    gsm::SUITE,
+    letters::SUITE,
+    phrases::SUITE,
+];
 
 /// The suite names, in the order of [`SUITES`].
 pub(crate) const NAMES: &[&str] = &[
@@ -58,6 +67,7 @@ pub(crate) const NAMES: &[&str] = &[
     compare::SUITE.name,
     gsm::SUITE.name,
     letters::SUITE.name,
+    phrases::SUITE.name,
 ];
 
 /// Generates one split of a suite; `limit` is applied by the caller.
@@ -180,7 +190,10 @@ mod tests {
             .iter()
             .map(|name| load(name, Split::Train, 0).unwrap().default_reward.unwrap())
             .collect();
-        assert_eq!(rewards, ["numeric", "exact", "numeric", "numeric"]);
+        assert_eq!(
+            rewards,
+            ["numeric", "exact", "numeric", "numeric", "numeric"]
+        );
         for name in NAMES {
             let instruction = load(name, Split::Train, 0).unwrap().instruction.unwrap();
             assert!(instruction.contains("Answer:"), "{instruction}");
@@ -193,7 +206,7 @@ mod tests {
         assert_eq!(
             error.to_string(),
             "unknown built-in suite \"spelling\"; the built-in suites are builtin:arith, \
-             builtin:compare, builtin:gsm, builtin:letters"
+             builtin:compare, builtin:gsm, builtin:letters, builtin:phrases"
         );
     }
 
@@ -216,6 +229,8 @@ mod tests {
             The ages of Tara, Aisha and Pablo add up to 98 years. What will their ages add up to in 10 years? => 128
             How many times does the letter 'l' appear in 'threshold'? => 1
             How many times does the letter 'y' appear in 'occasionally'? => 1
+            How many 'o's are in the phrase 'gloomy skyscraper'? => 2
+            How many times does the letter 'i' appear in the phrase 'tiny sassafras'? => 1
         ");
     }
 }
