@@ -157,15 +157,14 @@ pub(super) async fn admit(
         return Ok(None);
     }
 
-    // Whether each change, if tried, must score higher (see the function docs).
-    let must_improve: Vec<bool> = indices
+    // Whether each tried change is a guess, which must score higher (see the function docs).
+    let guess: Vec<bool> = indices
         .iter()
-        .map(|&index| is_guess(&changes[index], guesses) || runner.config.admit_better)
+        .map(|&index| is_guess(&changes[index], guesses))
         .collect();
-    // Round by round, the lessons still in: each round's groups, and for each lesson the
-    // rounds it was drawn in and why it failed the last, if it did.
+    // Round by round, the lessons still in: each round's groups, and for each lesson its Δ in
+    // each round it was drawn in and why it failed the last, if it did.
     let mut groups_of_round: Vec<Vec<QueryResult>> = Vec::new();
-    let mut drawn_in: Vec<usize> = vec![0; lessons.len()];
     let mut failed: Vec<Option<&'static str>> = vec![None; lessons.len()];
     let mut round_deltas: Vec<Vec<f64>> = vec![Vec::new(); lessons.len()];
     for round in 0..rounds {
@@ -182,12 +181,11 @@ pub(super) async fn admit(
         admission.spent.tokens += tried.usage;
         admission.spent.cost_usd += tried.cost_usd;
         for (&i, verdict) in still.iter().zip(&tried.verdicts) {
-            drawn_in[i] += 1;
             round_deltas[i].push(verdict.delta);
             failed[i] = if !verdict.accepted {
                 Some(LEFT_OUT)
-            } else if must_improve[i] && verdict.delta <= 0.0 {
-                Some(if is_guess(&changes[indices[i]], guesses) {
+            } else if (guess[i] || runner.config.admit_better) && verdict.delta <= 0.0 {
+                Some(if guess[i] {
                     GUESS_NOT_BETTER
                 } else {
                     NOT_BETTER
@@ -201,7 +199,7 @@ pub(super) async fn admit(
 
     let mut verdicts: Vec<Option<(Validation, &'static str, usize)>> = vec![None; changes.len()];
     for (i, lesson) in lessons.iter().enumerate() {
-        let pairs: Vec<_> = groups_of_round[..drawn_in[i]]
+        let pairs: Vec<_> = groups_of_round[..round_deltas[i].len()]
             .iter()
             .map(|groups| pairs(lesson, groups))
             .collect();
