@@ -17,7 +17,7 @@ endif
 
 .DEFAULT_GOAL := build
 
-.PHONY: setup build release test contracts deny deny-advisories features fmt clippy bench demo demo-math clean-cache
+.PHONY: setup build release test contracts deny deny-advisories features fmt clippy bench demo demo-math demo-letters clean-cache
 
 setup:
 	bash scripts/setup
@@ -103,10 +103,13 @@ bench: setup
 demo: setup
 	bash scripts/demo
 
-# The paper's setting: the 1.5B model answers and distils, on builtin:gsm. Hours on 2 cores;
-# run it again to resume.
+# The paper's setting: the 1.5B model answers and distils, on builtin:gsm (demo-math) or
+# builtin:letters (demo-letters). Hours on 2 cores; run it again to resume.
 demo-math: setup
-	bash scripts/demo-math
+	bash scripts/demo-paper math
+
+demo-letters: setup
+	bash scripts/demo-paper letters
 
 # Removes the downloaded wheels, the extracted-model cache and the cargo target
 # dir. Files already in models/ stay valid (they are hardlinks or copies).
