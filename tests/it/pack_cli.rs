@@ -524,30 +524,39 @@ const MAINTAINERS: &str = "0x3ad9A59d5EFC194a49e0ea58e0bA088A2C9B28a8";
 
 #[test]
 fn the_shipped_packs_verify_under_the_maintainers_key_and_import() {
+    // (file, version and size, library − placebo Mean@4, a phrase of one of its lessons)
+    let shipped = [
+        (
+            "letters-1.5b.pack",
+            "letters@6 (5 experiences",
+            "library − placebo      +0.165 [+0.078, +0.252]",
+            "write the word down and count the letter",
+        ),
+        (
+            "phrases-1.5b.pack",
+            "phrases@6 (4 experiences",
+            "library − placebo      +0.135 [+0.045, +0.225]",
+            "ignore spaces and punctuation",
+        ),
+    ];
     let scratch = Scratch::new();
-    let pack = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/packs/letters-1.5b.pack"
-    );
-    let out = scratch.ok(&["pack", "verify", pack, "--signer", MAINTAINERS]);
-    assert!(out.contains("verified"), "{out}");
-    assert!(out.contains("letters@6 (5 experiences"), "{out}");
-    assert!(
-        out.contains("library − placebo      +0.165 [+0.078, +0.252]"),
-        "{out}"
-    );
-    let error = scratch.fails(&[
-        "pack",
-        "verify",
-        pack,
-        "--signer",
-        "0x0000000000000000000000000000000000000001",
-    ]);
-    assert!(error.contains("0x3ad9"), "names who signed it: {error}");
-    scratch.ok(&["pack", "import", pack, "--as", "learned"]);
-    let shown = scratch.ok(&["library", "show", "learned"]);
-    assert!(
-        shown.contains("write the word down and count the letter"),
-        "{shown}"
-    );
+    for (file, version, gain, lesson) in shipped {
+        let pack = format!("{}/examples/packs/{file}", env!("CARGO_MANIFEST_DIR"));
+        let out = scratch.ok(&["pack", "verify", &pack, "--signer", MAINTAINERS]);
+        assert!(out.contains("verified"), "{file}: {out}");
+        assert!(out.contains(version), "{file}: {out}");
+        assert!(out.contains(gain), "{file}: {out}");
+        let error = scratch.fails(&[
+            "pack",
+            "verify",
+            &pack,
+            "--signer",
+            "0x0000000000000000000000000000000000000001",
+        ]);
+        assert!(error.contains("0x3ad9"), "names who signed {file}: {error}");
+        let name = file.trim_end_matches(".pack").replace('.', "-");
+        scratch.ok(&["pack", "import", &pack, "--as", &name]);
+        let shown = scratch.ok(&["library", "show", &name]);
+        assert!(shown.contains(lesson), "{file}: {shown}");
+    }
 }
