@@ -103,8 +103,9 @@ bench: setup
 demo: setup
 	bash scripts/demo
 
-# The paper's setting: the 1.5B model answers and distils, on builtin:gsm (demo-math) or
-# builtin:letters (demo-letters). Hours on 2 cores; run it again to resume.
+# The paper's setting: the 1.5B model answers and distils, on builtin:gsm (demo-math) or on
+# builtin:phrases, letters counted in phrases and words (demo-letters). Hours on 2 cores;
+# run it again to resume.
 demo-math: setup
 	bash scripts/demo-paper math
 
