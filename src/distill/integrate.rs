@@ -10,8 +10,9 @@
 //!
 //! Which lessons are related is decided here from similarities the caller measures (MiniLM
 //! cosine where an embedder is loaded, [`word_similarity`] otherwise): lessons of the same
-//! topic, and lessons of any topic that are close ([`neighbours`]). Near-duplicates are looked
-//! for within a topic: a lesson of another topic must be closer still to count as one.
+//! topic, and lessons of any topic that are close ([`neighbours`]). A near-duplicate is one
+//! within the duplicate threshold, whatever its topic. The rewrites this stage writes are
+//! checked the same way after it (`run/distinct.rs`).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

@@ -19,7 +19,8 @@ pub struct LessonCounts {
     /// Extract answers that proposed no lesson ("nothing to learn from this group").
     pub nothing_new: u64,
     /// Proposals consolidation (or the near-duplicate check within the batch) merged into
-    /// another kept proposal: their evidence joined it.
+    /// another kept proposal, and adds or rewrites found after stage 4 to repeat a lesson
+    /// (`run/distinct.rs`): their evidence joined it.
     pub merged: u64,
     /// Proposals consolidation left out.
     pub left_out: u64,
@@ -76,6 +77,18 @@ impl LessonCounts {
             Change::Update { text: Some(_), .. } => self.updated = self.updated.saturating_sub(1),
             _ => {}
         }
+    }
+
+    /// Counts what the last check before the trial ([`super::distinct`]) merged: adds and
+    /// rewrites that repeated a lesson count as merged instead of added or refined, and a guess
+    /// that replaces the lesson it repeats as refining it.
+    pub(super) fn count_distinct(&mut self, distinct: &super::distinct::Distinct) {
+        self.merged += distinct.merged_adds + distinct.merged_rewrites;
+        self.added = self
+            .added
+            .saturating_sub(distinct.merged_adds + distinct.adds_retargeted);
+        self.updated =
+            self.updated.saturating_sub(distinct.merged_rewrites) + distinct.adds_retargeted;
     }
 
     /// Adds a step's counts to these.

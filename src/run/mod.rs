@@ -18,6 +18,7 @@ mod commit;
 pub mod control;
 pub mod credit;
 pub mod dashboard;
+mod distinct;
 pub mod evaluation;
 pub mod events;
 pub mod fallback;

@@ -11,13 +11,13 @@ use super::commit::{
     commit_rebased, committed_end, count_usage, harmful_deletes, prompts_hash, refresh_library,
 };
 use super::events::{Events, RunEvent};
-use super::integrate;
 use super::journal::{Entry, Journal, Replay, Stage, StepEnd};
 use super::propose;
 use super::stage::{Calls, Rollouts};
 use super::summary::{JudgedChange, StepReport};
 use super::validate::{Gate, gate};
 use super::{RunControl, RunError, Runner};
+use super::{distinct, integrate};
 use crate::data::Sample;
 use crate::distill::{self, Proposal, ProposedOp, StageOutcome};
 use crate::library::{Evidence, ExperienceId, Op, Provenance, State, Validation};
@@ -463,6 +463,18 @@ pub(super) async fn run_step(
     let mut changes = resolution.changes;
     at.report.lessons.confirmed +=
         integrate::add_confirmations(&mut changes, integrated.confirmed, &state);
+    // No new text may repeat a lesson that stays, rewrites included.
+    let distinct = distinct::keep_distinct(
+        runner.embedder.clone(),
+        changes,
+        &state,
+        &guesses,
+        runner.config.related_threshold,
+        runner.config.duplicate_threshold,
+    )
+    .await?;
+    at.report.lessons.count_distinct(&distinct);
+    let changes = distinct.changes;
 
     // `--admit`: each new or rewritten lesson on the problems it was learned from.
     let Some(admission) = admit::admit(runner, &mut at, queries, &state, changes, &guesses).await?
