@@ -25,6 +25,7 @@ mod contrast;
 mod copying;
 mod error;
 mod extract;
+mod generalize;
 mod integrate;
 pub mod json;
 mod lint;

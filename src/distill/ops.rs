@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 use super::copying::{copied_from, is_content_word, quotes_problem, shares_a_run};
 use super::error::ParseError;
+use super::generalize::generalize;
 use super::json::extract_json;
 use super::lint::{first_sentence, glued_lessons, lesson_flaw};
 use super::proposal::ProposedOp;
@@ -503,15 +504,26 @@ fn check_text(name: &str, text: &str, rules: &Rules<'_>) -> Result<String, Strin
     // when it passes alone: the 1.5B distiller's commonest drops were a lesson with an added
     // "This is equivalent to …" (over the word limit), "For example, 10% of $360 is …"
     // (quoting the problem), or itself (or its condition) again after a comma (a loop).
+    // A lesson that quotes one problem's letter or word keeps its method with the quote named
+    // by its kind (`generalize`).
     check_whole(name, text, rules).or_else(|reason| {
         let first = match rules.first_sentence {
             true => first_sentence(text).unwrap_or(text),
             false => text,
         };
         let (one, other) = glued_lessons(first).unzip();
-        [Some(first.to_owned()), one, other]
+        let parts: Vec<String> = [Some(first.to_owned()), one, other]
             .into_iter()
             .flatten()
+            .collect();
+        // Then each of them with its quoted instances named by their kind.
+        let general: Vec<String> = std::iter::once(text)
+            .chain(parts.iter().map(String::as_str))
+            .filter_map(generalize)
+            .collect();
+        parts
+            .into_iter()
+            .chain(general)
             .filter(|lesson| lesson != text)
             .find_map(|lesson| check_whole(name, &lesson, rules).ok())
             .ok_or(reason)

@@ -450,3 +450,20 @@ fn a_lesson_over_the_limit_keeps_its_first_sentence_when_that_is_a_lesson() {
         assert!(dropped[0].contains("over the limit of 12"), "{dropped:?}");
     }
 }
+
+#[test]
+fn a_lesson_that_quotes_one_problems_letter_keeps_its_method() {
+    assert_eq!(
+        ops(
+            r#"{"ops": [{"op": "add", "text": "When counting, spell the word and count each 'r'."}]}"#
+        ),
+        vec![add(
+            "When counting, spell the word and count each occurrence of the letter."
+        )]
+    );
+    // A lesson that is about the instance is still dropped.
+    let (result, dropped) =
+        read(r#"{"ops": [{"op": "add", "text": "When the word 'kiwi' has 2 'i's, answer 2."}]}"#);
+    assert_eq!(result.unwrap(), Vec::new());
+    assert!(dropped[0].contains("quotes \"kiwi\""), "{dropped:?}");
+}

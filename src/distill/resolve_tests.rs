@@ -1,17 +1,10 @@
 //! Every rule of [`resolve`], and a table of messy batches whose result the library must accept.
 
 use super::*;
-use crate::distill::testing::{id, library};
+use crate::distill::testing::{evidence, id, library};
 use crate::library::Limits;
 
 const MAX_WORDS: usize = 8;
-
-fn evidence(query: &str) -> Evidence {
-    Evidence {
-        query_ids: vec![query.into()],
-        group_rewards: vec![1.0, 0.0],
-    }
-}
 
 fn add(text: &str, query: &str) -> Proposal {
     Proposal {

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::backend::openai::{OpenAiBackend, OpenAiConfig};
 use crate::backend::{Backend, BackendError, FinishReason, GroupRequest, Usage, check_request};
 use crate::data::Sample;
-use crate::library::{Change, ExperienceId, Limits, Provenance, State};
+use crate::library::{Change, Evidence, ExperienceId, Limits, Provenance, State};
 use crate::rollout::{RolloutGroup, ScoredAnswer};
 
 type Script = Mutex<VecDeque<Result<String, String>>>;
@@ -135,6 +135,14 @@ impl Backend for Replay {
                 .push(request.clone());
             self.backend.generate(request).await
         })
+    }
+}
+
+/// The evidence of one group, `query`'s, with one right and one wrong answer.
+pub(crate) fn evidence(query: &str) -> Evidence {
+    Evidence {
+        query_ids: vec![query.into()],
+        group_rewards: vec![1.0, 0.0],
     }
 }
 

@@ -185,14 +185,7 @@ fn merge_repeats(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::distill::testing::{id, library};
-
-    fn evidence(query: &str) -> Evidence {
-        Evidence {
-            query_ids: vec![query.into()],
-            group_rewards: vec![1.0, 0.0],
-        }
-    }
+    use crate::distill::testing::{evidence, id, library};
 
     fn with_evidence(mut change: Change, query: &str) -> Change {
         *evidence_mut(&mut change).unwrap() = evidence(query);

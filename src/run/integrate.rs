@@ -334,14 +334,7 @@ pub(super) fn changes_prompts(changes: &[Change]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::distill::testing::{id, library};
-
-    fn evidence(query: &str) -> Evidence {
-        Evidence {
-            query_ids: vec![query.into()],
-            group_rewards: vec![1.0, 0.0],
-        }
-    }
+    use crate::distill::testing::{evidence, id, library};
 
     fn add(text: &str, query: &str) -> Proposal {
         Proposal {
