@@ -52,6 +52,13 @@ fn new_text(change: &Change) -> Option<&str> {
     }
 }
 
+fn into_evidence(change: Change) -> Evidence {
+    match change {
+        Change::Add { evidence, .. } | Change::Update { evidence, .. } => evidence,
+        Change::Delete { .. } => Evidence::default(),
+    }
+}
+
 fn evidence_mut(change: &mut Change) -> Option<&mut Evidence> {
     match change {
         Change::Add { evidence, .. } | Change::Update { evidence, .. } => Some(evidence),
@@ -109,7 +116,7 @@ fn merge_repeats(
     let mut confirmed: Vec<(ExperienceId, Evidence)> = Vec::new();
     let mut out = Distinct::default();
     let mut index = 0;
-    for mut change in changes {
+    for change in changes {
         let Some(text) = new_text(&change).map(str::to_owned) else {
             out.changes.push(change);
             continue;
@@ -133,19 +140,16 @@ fn merge_repeats(
             .max_by(|a, b| a.1.total_cmp(&b.1))
             .map(|(twin, _)| twin);
         let guess = guesses.contains(&distill::normalize(&text));
-        let evidence = evidence_mut(&mut change)
-            .map(std::mem::take)
-            .unwrap_or_default();
         match twin {
             None => {
                 if let Some(id) = own {
                     rewritten.insert(id);
                 }
-                *evidence_mut(&mut change).expect("a change with a text") = evidence;
                 kept_texts.push((me, out.changes.len()));
                 out.changes.push(change);
             }
             Some(Twin::Lesson(id)) if guess && !touched.contains(&id) => {
+                let evidence = into_evidence(change);
                 if own.is_none() {
                     out.adds_retargeted += 1;
                 }
@@ -160,6 +164,7 @@ fn merge_repeats(
                 });
             }
             Some(twin) => {
+                let evidence = into_evidence(change);
                 match own {
                     Some(_) => out.merged_rewrites += 1,
                     None => out.merged_adds += 1,
