@@ -21,9 +21,9 @@ const KINDS: &str =
     "letter|character|word|phrase|string|digit|number|symbol|vowel|consonant|name|term|unit";
 
 /// `text` with each quoted instance replaced by its kind, or `None` when it quotes nothing this
-/// knows how to name or counts a quoted thing ("has 2 't's"). A quote right after a kind noun is dropped (the noun stays); a quoted
-/// single letter elsewhere becomes "the letter" ("each 't'" → "each occurrence of the letter",
-/// "the 'o's" → "occurrences of the letter").
+/// knows how to name or counts a quoted thing ("has 2 't's"). A quote right after a kind noun
+/// is dropped (the noun stays); a quoted single letter elsewhere becomes "the letter" ("each
+/// 't'" → "each occurrence of the letter", "the 'o's" → "occurrences of the letter").
 pub(crate) fn generalize(text: &str) -> Option<String> {
     static AFTER_KIND: LazyLock<Regex> = LazyLock::new(|| {
         Regex::new(&format!(

@@ -516,9 +516,14 @@ fn check_text(name: &str, text: &str, rules: &Rules<'_>) -> Result<String, Strin
             .into_iter()
             .flatten()
             .collect();
-        // Then each of them with its quoted instances named by their kind.
+        // Then the whole and each part with its quoted instances named by their kind.
         let general: Vec<String> = std::iter::once(text)
-            .chain(parts.iter().map(String::as_str))
+            .chain(
+                parts
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|part| *part != text),
+            )
             .filter_map(generalize)
             .collect();
         parts
