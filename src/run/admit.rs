@@ -16,6 +16,14 @@
 //! out. The control answers are shared by every change learned from the same problem. Every
 //! group is journaled under the pass `admit-step-S@vV`, so a resumed step reuses it.
 //!
+//! Beyond the sources (`--admit-batch`): a lesson is most often learned from one or two
+//! problems, and there the trial has little to go on (the sixteenth phrases run tried 37
+//! changes on 1 or 2 problems × 8 answers; 7 scored Δ exactly 0 in round 1, the policy
+//! answering the same with the lesson and without it). With `--admit-batch` each lesson is
+//! tried on up to N problems: its sources first, then the step's other problems, in batch
+//! order, that the policy did not already get right in every answer. A lesson of the task's
+//! method should help there too; a lesson bound to its own problem shows it.
+//!
 //! Rounds (`--admit-rounds R`): one round of 4 problems × 8 answers has a standard error of
 //! about 0.1 on Δ, so a lesson that changes nothing passes "Δ > 0" one time in two or so (the
 //! thirteenth letters run admitted "count up the number of unique letters" at Δ +0.125
@@ -100,6 +108,7 @@ pub(super) async fn admit(
     state: &State,
     changes: Vec<Change>,
     guesses: &BTreeSet<String>,
+    solved: &BTreeSet<String>,
 ) -> Result<Option<Admission>, RunError> {
     let mut admission = Admission {
         kept: Vec::new(),
@@ -116,7 +125,10 @@ pub(super) async fn admit(
     // not tried: the gate and the commit say why.
     let (mut indices, mut lessons) = (Vec::new(), Vec::new());
     for (index, change) in changes.iter().enumerate() {
-        let problems = source_problems(change, batch, sources);
+        let mut problems = source_problems(change, batch, sources);
+        if runner.config.admit_batch && !problems.is_empty() {
+            fill_from_batch(&mut problems, batch, solved, sources);
+        }
         if problems.is_empty() {
             continue;
         }
@@ -141,10 +153,15 @@ pub(super) async fn admit(
     runner.events.emit(RunEvent::Log {
         level: "info".into(),
         text: format!(
-            "step {}: trying {} lesson(s) on the problems they were learned from ({problems} \
+            "step {}: trying {} lesson(s) on the problems they were learned from{} ({problems} \
              with and up to as many without, {} answers each{}) …",
             at.number,
             lessons.len(),
+            if runner.config.admit_batch {
+                " and others of the batch"
+            } else {
+                ""
+            },
             answers,
             if rounds > 1 {
                 format!(", up to {rounds} rounds")
@@ -226,10 +243,15 @@ pub(super) async fn admit(
         runner.events.emit(RunEvent::Log {
             level: if verdict.accepted { "info" } else { "warn" }.into(),
             text: format!(
-                "step {}: {} on the problem{} it came from ({}): {}{rounds_told}",
+                "step {}: {} on the problem{} {} ({}): {}{rounds_told}",
                 at.number,
                 describe(&change),
                 if lesson.problems.len() == 1 { "" } else { "s" },
+                if runner.config.admit_batch {
+                    "it came from and of the batch"
+                } else {
+                    "it came from"
+                },
                 lesson
                     .problems
                     .iter()
@@ -329,6 +351,27 @@ fn source_problems<'a>(change: &Change, batch: &'a [Sample], limit: usize) -> Ve
         .filter(|s| evidence.query_ids.contains(&s.id))
         .take(limit)
         .collect()
+}
+
+/// `--admit-batch`: fills `problems` (a change's source problems) up to `limit` with the other
+/// problems of `batch`, in its order, leaving out those every answer of the step's rollouts
+/// got right (`solved`: there a lesson can only do no better or worse, and under
+/// `--admit-better` a Δ of 0 there dilutes a real gain). The same problems fill every change,
+/// so their control answers are shared.
+fn fill_from_batch<'a>(
+    problems: &mut Vec<&'a Sample>,
+    batch: &'a [Sample],
+    solved: &BTreeSet<String>,
+    limit: usize,
+) {
+    for sample in batch {
+        if problems.len() >= limit {
+            break;
+        }
+        if !solved.contains(&sample.id) && !problems.iter().any(|p| p.id == sample.id) {
+            problems.push(sample);
+        }
+    }
 }
 
 /// The journal's condition label of a change's groups: its kind and a digest of what it says,

@@ -103,7 +103,7 @@ async fn trial(
 }
 
 /// The trial of `changes` (`guesses` among them) as step 1 of `runner`'s run over `state`, on
-/// the first 4 queries.
+/// the first 4 queries, q2 of which every rollout answer got right.
 async fn trial_of(
     runner: &Runner,
     state: &State,
@@ -112,7 +112,9 @@ async fn trial_of(
 ) -> (Option<Admission>, StepReport) {
     let (mut journal, replay) = Journal::open(&runner.dir).unwrap();
     let mut step = step_one(&mut journal, &replay, RunControl::default());
-    let admission = admit(runner, &mut step, &queries()[..4], state, changes, guesses)
+    let solved = BTreeSet::from(["q2".to_string()]);
+    let batch = &queries()[..4];
+    let admission = admit(runner, &mut step, batch, state, changes, guesses, &solved)
         .await
         .unwrap();
     (admission, step.report)
@@ -194,6 +196,48 @@ async fn the_trial_draws_fresh_seeds_and_stays_within_its_source_limit() {
 }
 
 #[tokio::test]
+async fn under_admit_batch_a_lesson_is_tried_on_its_sources_then_the_batch_s_unsolved_problems() {
+    let root = tempfile::tempdir().unwrap();
+    drop(library(root.path()));
+    let backend = Arc::new(Counting(AtomicUsize::new(0)));
+    let mut runner = runner(root.path(), backend.clone(), Arc::new(Recorded::default()));
+    runner.config.admit = 3;
+    runner.config.admit_batch = true;
+    std::fs::create_dir_all(&runner.dir).unwrap();
+    let state = neutral_only(&runner);
+    let (admission, _) = trial_of(&runner, &state, changes(), &BTreeSet::new()).await;
+    let admission = admission.unwrap();
+    // The helpful lesson (from q1) on q1, q3, q4: q2 was solved by every answer. The harmful
+    // one (from q2 and q3) on its sources, solved or not, then q1. Controls on q1 to q4 once.
+    assert_eq!(backend.0.load(Ordering::SeqCst), 4 + 3 + 3);
+    let (_, replay) = Journal::open(&runner.dir).unwrap();
+    let groups = &replay.measured["admit-step-1@v1"];
+    let tried_on = |kind: &str| -> Vec<String> {
+        let mut ids: Vec<String> = groups
+            .keys()
+            .filter(|(label, _)| label.starts_with(kind))
+            .map(|(_, id)| id.clone())
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(tried_on(CONTROL), ["q1", "q2", "q3", "q4"]);
+    let [helps, hurts] = &admission.tried[..] else {
+        panic!("{:?}", admission.tried)
+    };
+    assert_eq!(helps.validation.queries, 3);
+    assert!(helps.kept && (helps.validation.delta - 0.25).abs() < 1e-9);
+    assert_eq!((hurts.validation.queries, hurts.kept), (3, false));
+    // The lesson learned outside the batch is still not tried: nothing ties it to the step.
+    assert!(
+        admission
+            .kept
+            .iter()
+            .any(|c| describe(c).contains("read it twice"))
+    );
+}
+
+#[tokio::test]
 async fn off_draws_nothing_and_keeps_every_change() {
     let root = tempfile::tempdir().unwrap();
     drop(library(root.path()));
@@ -224,6 +268,7 @@ async fn a_stop_before_the_trial_starts_nothing() {
         &batch,
         &state,
         changes(),
+        &BTreeSet::new(),
         &BTreeSet::new(),
     )
     .await

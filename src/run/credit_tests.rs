@@ -225,6 +225,7 @@ pub(in crate::run) fn runner(
             admit: 0,
             admit_answers: None,
             admit_better: false,
+            admit_batch: false,
             admit_rounds: None,
             credit_queries: 6,
             credit_pairs: 0,

@@ -132,6 +132,10 @@ pub struct RunConfig {
     /// (the propose stage's guesses always must).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub admit_better: bool,
+    /// The trial fills each lesson's problems up to `admit` with the batch's other problems
+    /// the policy did not get right in every answer, see `run/admit.rs`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub admit_batch: bool,
     /// Rounds of that trial: a lesson must pass each, on fresh answers, and only the lessons
     /// still in are drawn again (`None`: one round).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -476,9 +476,16 @@ pub(super) async fn run_step(
     at.report.lessons.count_distinct(&distinct);
     let changes = distinct.changes;
 
-    // `--admit`: each new or rewritten lesson on the problems it was learned from.
-    let Some(admission) = admit::admit(runner, &mut at, queries, &state, changes, &guesses).await?
-    else {
+    // `--admit`: each new or rewritten lesson on the problems it was learned from (and under
+    // `--admit-batch` on more of the batch's).
+    // The problems every rollout answer got right: `--admit-batch` tries no lesson there.
+    let solved: BTreeSet<String> = groups
+        .values()
+        .filter(|g| !g.answers.is_empty() && g.rewards().all(|r| r >= 1.0))
+        .map(|g| g.sample_id.clone())
+        .collect();
+    let trial = admit::admit(runner, &mut at, queries, &state, changes, &guesses, &solved);
+    let Some(admission) = trial.await? else {
         return Ok(StepOutcome::Stopped);
     };
     let mut changes = admission.account(&mut at.report);

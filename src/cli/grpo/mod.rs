@@ -191,6 +191,13 @@ pub struct GrpoArgs {
     #[arg(long)]
     admit_better: bool,
 
+    /// The --admit trial tries each lesson on N problems, not only those it was learned from:
+    /// its own first, then the step's other problems that not every answer got right. A
+    /// lesson of the task's method should help there too, and 1 or 2 problems rarely tell
+    /// a lesson that helps from one that changes nothing (docs/grpo.md).
+    #[arg(long)]
+    admit_batch: bool,
+
     /// Rounds of the --admit trial: a lesson must pass each, on fresh answers, and only the
     /// lessons still in are drawn again. One round of 4 problems x 8 answers lets about half
     /// of the lessons that change nothing through under --admit-better; two rounds about a
@@ -611,6 +618,10 @@ impl GrpoArgs {
             "--admit-better sets what the --admit trial asks of a lesson: give --admit N too"
         );
         anyhow::ensure!(
+            !self.admit_batch || self.admit > 0,
+            "--admit-batch sets which problems the --admit trial uses: give --admit N too"
+        );
+        anyhow::ensure!(
             self.admit_rounds == 1 || self.admit > 0,
             "--admit-rounds {} sets how often the --admit trial draws: give --admit N too",
             self.admit_rounds
@@ -666,6 +677,7 @@ impl GrpoArgs {
             admit: self.admit,
             admit_answers: self.admit_answers,
             admit_better: self.admit_better,
+            admit_batch: self.admit_batch,
             admit_rounds: (self.admit_rounds > 1).then_some(self.admit_rounds as usize),
             credit_queries: self.credit_queries,
             credit_pairs: self.credit_pairs,

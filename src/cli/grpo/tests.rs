@@ -221,6 +221,15 @@ fn propose_calls_and_admit_better_need_the_stage_they_shape() {
 }
 
 #[test]
+fn admit_batch_needs_the_trial() {
+    let args = grpo(&["--admit", "4", "--admit-batch"]);
+    args.check().unwrap();
+    assert!(args.admit_batch);
+    let error = grpo(&["--admit-batch"]).check().unwrap_err().to_string();
+    assert!(error.contains("give --admit N too"), "{error}");
+}
+
+#[test]
 fn admit_rounds_need_the_trial_and_are_bounded() {
     let args = grpo(&["--admit", "4", "--admit-rounds", "2"]);
     args.check().unwrap();
