@@ -370,6 +370,35 @@ async fn under_admit_better_every_lesson_must_score_higher_on_its_problems() {
 }
 
 #[tokio::test]
+async fn under_admit_clear_a_lesson_s_pooled_interval_must_lie_above_zero() {
+    for (answers, helps_kept) in [(4, false), (32, true)] {
+        let root = tempfile::tempdir().unwrap();
+        let (mut runner, state) = trying_two_problems(root.path());
+        runner.config.admit_clear = true;
+        runner.config.admit_answers = Some(answers);
+        let ([helps, same], kept, report) =
+            helps_and_neutral_tried(&runner, &state, &BTreeSet::new()).await;
+        // A quarter more answers right either way; at 4 answers its interval reaches below
+        // zero, at 32 it lies above.
+        assert_eq!(helps.validation.delta, 0.25, "{helps:?}");
+        assert_eq!(helps.validation.delta_low > 0.0, helps_kept, "{helps:?}");
+        assert_eq!(helps.kept, helps_kept, "{answers} answers: {helps:?}");
+        // --admit-clear asks for a higher score too: the same answers are no better.
+        assert!(!same.kept && same.validation.delta == 0.0, "{same:?}");
+        assert_eq!(kept.len(), usize::from(helps_kept));
+        assert_eq!(report.lessons.dropped["no better on its problems"], 1);
+        assert_eq!(
+            report
+                .lessons
+                .dropped
+                .get("not clear of zero on its problems"),
+            (!helps_kept).then_some(&1),
+            "{NOT_CLEAR}: {report:?}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_guess_written_over_a_lesson_word_for_word_must_score_higher_too() {
     let root = tempfile::tempdir().unwrap();
     let (runner, state) = trying_two_problems(root.path());

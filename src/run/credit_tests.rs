@@ -227,6 +227,7 @@ pub(in crate::run) fn runner(
             admit_better: false,
             admit_batch: false,
             admit_rounds: None,
+            admit_clear: false,
             credit_queries: 6,
             credit_pairs: 0,
         },

@@ -161,6 +161,7 @@ fn drop_kind(reason: &str) -> &'static str {
         ("validation gate", "scored worse at the gate"),
         ("on its own problem", "scored lower on its own problem"),
         ("(--admit-better)", "no better on its problems"),
+        ("(--admit-clear)", "not clear of zero on its problems"),
         (
             "did not score higher on its problems",
             "a guess no better on its problems",

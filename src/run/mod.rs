@@ -140,6 +140,10 @@ pub struct RunConfig {
     /// still in are drawn again (`None`: one round).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admit_rounds: Option<usize>,
+    /// Every lesson the trial tries must score higher on its problems with its pooled interval
+    /// clear of zero, see `run/admit.rs` (implies `admit_better`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub admit_clear: bool,
     /// Training queries of the credit pass after each epoch (0: none), see [`credit`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub credit_queries: usize,
@@ -158,6 +162,11 @@ impl RunConfig {
     /// Rounds of the source-problem trial.
     pub fn admit_rounds(&self) -> usize {
         self.admit_rounds.unwrap_or(1).max(1)
+    }
+
+    /// Whether every lesson the trial tries must score higher in each round.
+    pub fn admit_better(&self) -> bool {
+        self.admit_better || self.admit_clear
     }
 }
 

@@ -205,6 +205,13 @@ pub struct GrpoArgs {
     #[arg(long, value_name = "R", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4))]
     admit_rounds: u32,
 
+    /// Every lesson the --admit trial tries must score higher on its problems in each round
+    /// and, all rounds pooled, with its interval above zero (implies --admit-better). Δ > 0
+    /// alone lets through lessons worth no more than any text; use with --admit-rounds 3
+    /// (docs/grpo.md).
+    #[arg(long)]
+    admit_clear: bool,
+
     /// Credit pass: after each epoch, measure each active experience's own effect on this many
     /// training queries, --group-size answers each (see --credit-pairs for how), record it in
     /// usage.json and propose deleting lessons that hurt beyond their interval at the next step
@@ -622,6 +629,10 @@ impl GrpoArgs {
             "--admit-batch sets which problems the --admit trial uses: give --admit N too"
         );
         anyhow::ensure!(
+            !self.admit_clear || self.admit > 0,
+            "--admit-clear sets what the --admit trial asks of a lesson: give --admit N too"
+        );
+        anyhow::ensure!(
             self.admit_rounds == 1 || self.admit > 0,
             "--admit-rounds {} sets how often the --admit trial draws: give --admit N too",
             self.admit_rounds
@@ -679,6 +690,7 @@ impl GrpoArgs {
             admit_better: self.admit_better,
             admit_batch: self.admit_batch,
             admit_rounds: (self.admit_rounds > 1).then_some(self.admit_rounds as usize),
+            admit_clear: self.admit_clear,
             credit_queries: self.credit_queries,
             credit_pairs: self.credit_pairs,
         }

@@ -221,12 +221,15 @@ fn propose_calls_and_admit_better_need_the_stage_they_shape() {
 }
 
 #[test]
-fn admit_batch_needs_the_trial() {
-    let args = grpo(&["--admit", "4", "--admit-batch"]);
+fn admit_batch_and_admit_clear_need_the_trial() {
+    let args = grpo(&["--admit", "4", "--admit-batch", "--admit-clear"]);
     args.check().unwrap();
-    assert!(args.admit_batch);
-    let error = grpo(&["--admit-batch"]).check().unwrap_err().to_string();
-    assert!(error.contains("give --admit N too"), "{error}");
+    assert!(args.admit_batch && args.admit_clear);
+    for flag in ["--admit-batch", "--admit-clear"] {
+        let error = grpo(&[flag]).check().unwrap_err().to_string();
+        assert!(error.contains(&format!("{flag} sets")), "{error}");
+        assert!(error.contains("give --admit N too"), "{error}");
+    }
 }
 
 #[test]
