@@ -183,7 +183,17 @@ pub enum Entry {
         spent: Spent,
     },
     /// A step is over.
-    StepEnded { epoch: u32, step: u32, end: StepEnd },
+    StepEnded {
+        epoch: u32,
+        step: u32,
+        end: StepEnd,
+        /// The step's report as it ended: a resume shows what the step did from it (the
+        /// trial's table and answers, the lesson counts), which the rollouts and stage outputs
+        /// alone do not hold (absent in journals from before it was kept, and when a crash
+        /// lost the line and a resume wrote it from the library's provenance).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        report: Option<Box<super::summary::StepReport>>,
+    },
     /// The credit pass after an epoch (`--credit-queries`).
     Credited {
         epoch: u32,
@@ -258,6 +268,8 @@ pub struct Replay {
     pub rollouts: HashMap<(u32, String), RolloutGroup>,
     pub stages: HashMap<(u32, Stage, String), serde_json::Value>,
     pub ended: BTreeMap<u32, StepEnd>,
+    /// The reports of the steps that ended, by step, where the journal kept them.
+    pub reports: HashMap<u32, super::summary::StepReport>,
     /// The validation gate's verdicts, by step.
     pub validations: HashMap<u32, crate::library::Validation>,
     /// `--validate-each`: the verdict on each change, by step.
@@ -430,8 +442,13 @@ fn parse(bytes: &[u8], path: &Path) -> Result<Replay, JournalError> {
                 replay.validations_each.insert(step, verdicts);
                 replay.validation_spent.insert(step, spent);
             }
-            Entry::StepEnded { step, end, .. } => {
+            Entry::StepEnded {
+                step, end, report, ..
+            } => {
                 replay.ended.insert(step, end);
+                if let Some(report) = report {
+                    replay.reports.insert(step, *report);
+                }
             }
             Entry::Credited { epoch, pass } => {
                 replay.credits.insert(epoch, pass);
@@ -499,6 +516,7 @@ mod tests {
                 epoch: 1,
                 step: 1,
                 end: StepEnd::Skipped { reason: "x".into() },
+                report: None,
             })
             .unwrap();
         drop(journal);

@@ -49,22 +49,35 @@ pub(super) struct Step<'a> {
 impl Step<'_> {
     /// Journals how the step ended and returns its report.
     fn end(mut self, end: StepEnd) -> Result<StepOutcome, RunError> {
+        self.report.end = end.clone();
         self.journal.append(&Entry::StepEnded {
             epoch: self.epoch,
             step: self.number,
-            end: end.clone(),
+            end,
+            report: Some(Box::new(self.report.clone())),
         })?;
-        self.report.end = end;
         Ok(StepOutcome::Done(self.report))
     }
 
-    /// The report of a step that ended in an earlier process, rebuilt from the journal.
+    /// The report of a step that ended in an earlier process: as that process journaled it,
+    /// or rebuilt from the journal's rollouts and stage outputs where it did not. Either way
+    /// counted as read back, with no stage time of this process's.
     fn replayed(mut self, queries: &[Sample], end: StepEnd) -> StepReport {
         let step = self.number;
         let groups: Vec<&RolloutGroup> = queries
             .iter()
             .filter_map(|s| self.replay.rollouts.get(&(step, s.id.clone())))
             .collect();
+        if let Some(kept) = self.replay.reports.get(&step) {
+            let stages = self.replay.stages.keys().filter(|(s, ..)| *s == step);
+            return StepReport {
+                reused: (groups.len() + stages.count()) as u64,
+                stage_seconds: 0.0,
+                stage_tokens: 0,
+                end,
+                ..kept.clone()
+            };
+        }
         self.report.reused += groups.len() as u64;
         account_rollouts(&mut self.report, groups.iter().copied());
         self.report.kept_groups = groups.iter().filter(|g| g.has_signal()).count();
@@ -123,6 +136,7 @@ pub(super) async fn run_step(
             epoch,
             step,
             end: end.clone(),
+            report: None,
         })?;
         return Ok(StepOutcome::Done(at.replayed(queries, end)));
     }

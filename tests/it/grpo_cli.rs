@@ -565,6 +565,39 @@ fn a_lesson_that_fails_on_its_own_problem_is_left_out_before_the_gate() {
             && report.contains("| left out |"),
         "{report}"
     );
+
+    // Resumed once finished, the run reads every step back (the server is gone: nothing is
+    // drawn) and its report and summary still hold the trial and what its answers spent.
+    let summary_path = scratch.dir.path().join("runs/gated/summary.json");
+    let summary =
+        || -> Value { serde_json::from_slice(&std::fs::read(&summary_path).unwrap()).unwrap() };
+    let before = summary();
+    assert!(
+        before["validation_usage"]["completion_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    let output = scratch
+        .model_command(&["grpo", "--resume", "gated"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let after = summary();
+    assert_eq!(after["validation_usage"], before["validation_usage"]);
+    assert_eq!(after["steps"][0]["tried"], before["steps"][0]["tried"]);
+    assert_eq!(after["steps"][0]["lessons"], before["steps"][0]["lessons"]);
+    let resumed = std::fs::read_to_string(scratch.dir.path().join("runs/gated/report.md")).unwrap();
+    assert!(
+        resumed.contains("Lessons tried on the problems they were learned from")
+            && resumed.contains("| -0.500 |"),
+        "{resumed}"
+    );
 }
 
 /// The gated run committed one version after the first, opening with [`LESSON`].
