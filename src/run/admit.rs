@@ -216,7 +216,8 @@ pub(super) async fn admit(
             round_deltas[i].push(verdict.delta);
             failed[i] = if !verdict.accepted {
                 Some(LEFT_OUT)
-            } else if (guess[i] || runner.config.admit_better()) && verdict.delta <= 0.0 {
+            } else if (guess[i] || runner.config.admit_must_score_higher()) && verdict.delta <= 0.0
+            {
                 Some(if guess[i] {
                     GUESS_NOT_BETTER
                 } else {

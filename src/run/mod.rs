@@ -164,8 +164,9 @@ impl RunConfig {
         self.admit_rounds.unwrap_or(1).max(1)
     }
 
-    /// Whether every lesson the trial tries must score higher in each round.
-    pub fn admit_better(&self) -> bool {
+    /// Whether every lesson the trial tries must score higher in each round (`admit_better`,
+    /// or implied by `admit_clear`).
+    pub fn admit_must_score_higher(&self) -> bool {
         self.admit_better || self.admit_clear
     }
 }
