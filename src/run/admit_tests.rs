@@ -399,6 +399,45 @@ async fn under_admit_clear_a_lesson_s_pooled_interval_must_lie_above_zero() {
 }
 
 #[tokio::test]
+async fn under_admit_clear_rewrites_only_a_rewrite_must_lie_clear_of_zero() {
+    let root = tempfile::tempdir().unwrap();
+    let (mut runner, state) = trying_two_problems(root.path());
+    runner.config.admit_clear_rewrites = true;
+    runner.config.admit_answers = Some(4);
+    // The same +0.25 on q1 at 4 answers (an interval reaching below zero, as above): as a new
+    // lesson it is kept, as the rewrite of E0003 it is not.
+    let rewrite = learned_from(
+        Change::Update {
+            id: "E0003".parse().unwrap(),
+            text: Some(HELPS.into()),
+            domain: None,
+            confidence: None,
+            evidence: Evidence::default(),
+        },
+        &["q1"],
+    );
+    let changes = vec![learned_from(Change::add(HELPS), &["q1"]), rewrite];
+    let (admission, _) = trial_of(&runner, &state, changes, &BTreeSet::new()).await;
+    let admission = admission.expect("not stopped");
+    let [added, rewritten] = &admission.tried[..] else {
+        panic!("{:?}", admission.tried)
+    };
+    for tried in [added, rewritten] {
+        assert_eq!(tried.validation.delta, 0.25, "{tried:?}");
+        assert!(tried.validation.delta_low <= 0.0, "{tried:?}");
+    }
+    assert!(added.kept && !rewritten.kept, "{:?}", admission.tried);
+    assert_eq!(admission.left_out.len(), 1);
+    assert_eq!(admission.left_out[0].2, NOT_CLEAR);
+    // A new lesson must still score higher: the neutral one is left out as no better.
+    runner.config.admit_answers = Some(32);
+    let ([helps, same], _, report) =
+        helps_and_neutral_tried(&runner, &state, &BTreeSet::new()).await;
+    assert!(helps.kept && !same.kept, "{helps:?} {same:?}");
+    assert_eq!(report.lessons.dropped["no better on its problems"], 1);
+}
+
+#[tokio::test]
 async fn a_guess_written_over_a_lesson_word_for_word_must_score_higher_too() {
     let root = tempfile::tempdir().unwrap();
     let (runner, state) = trying_two_problems(root.path());

@@ -228,6 +228,7 @@ pub(in crate::run) fn runner(
             admit_batch: false,
             admit_rounds: None,
             admit_clear: false,
+            admit_clear_rewrites: false,
             credit_queries: 6,
             credit_pairs: 0,
         },

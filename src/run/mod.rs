@@ -144,6 +144,10 @@ pub struct RunConfig {
     /// clear of zero, see `run/admit.rs` (implies `admit_better`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub admit_clear: bool,
+    /// Only a rewrite of a lesson must have its pooled interval clear of zero; a new lesson
+    /// need only score higher in each round, see `run/admit.rs` (implies `admit_better`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub admit_clear_rewrites: bool,
     /// Training queries of the credit pass after each epoch (0: none), see [`credit`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub credit_queries: usize,
@@ -165,9 +169,17 @@ impl RunConfig {
     }
 
     /// Whether every lesson the trial tries must score higher in each round (`admit_better`,
-    /// or implied by `admit_clear`).
+    /// or implied by `admit_clear` or `admit_clear_rewrites`).
     pub fn admit_must_score_higher(&self) -> bool {
-        self.admit_better || self.admit_clear
+        self.admit_better || self.admit_clear || self.admit_clear_rewrites
+    }
+
+    /// Whether `change`, once it scored higher in each round, must also have its pooled
+    /// interval clear of zero: every tried change under `admit_clear`, a rewrite of a lesson's
+    /// text under `admit_clear_rewrites`.
+    pub fn admit_must_clear_zero(&self, change: &crate::library::Change) -> bool {
+        let rewrite = matches!(change, crate::library::Change::Update { text: Some(_), .. });
+        self.admit_clear || (self.admit_clear_rewrites && rewrite)
     }
 }
 

@@ -212,6 +212,12 @@ pub struct GrpoArgs {
     #[arg(long)]
     admit_clear: bool,
 
+    /// Only a rewrite of a lesson the --admit trial tries must have its pooled interval above
+    /// zero: it replaces a lesson that earned its place. A new lesson need only score higher in
+    /// each round (implies --admit-better; docs/grpo.md).
+    #[arg(long, conflicts_with = "admit_clear")]
+    admit_clear_rewrites: bool,
+
     /// Credit pass: after each epoch, measure each active experience's own effect on this many
     /// training queries, --group-size answers each (see --credit-pairs for how), record it in
     /// usage.json and propose deleting lessons that hurt beyond their interval at the next step
@@ -633,6 +639,11 @@ impl GrpoArgs {
             "--admit-clear sets what the --admit trial asks of a lesson: give --admit N too"
         );
         anyhow::ensure!(
+            !self.admit_clear_rewrites || self.admit > 0,
+            "--admit-clear-rewrites sets what the --admit trial asks of a rewrite: give --admit N \
+             too"
+        );
+        anyhow::ensure!(
             self.admit_rounds == 1 || self.admit > 0,
             "--admit-rounds {} sets how often the --admit trial draws: give --admit N too",
             self.admit_rounds
@@ -691,6 +702,7 @@ impl GrpoArgs {
             admit_batch: self.admit_batch,
             admit_rounds: (self.admit_rounds > 1).then_some(self.admit_rounds as usize),
             admit_clear: self.admit_clear,
+            admit_clear_rewrites: self.admit_clear_rewrites,
             credit_queries: self.credit_queries,
             credit_pairs: self.credit_pairs,
         }

@@ -225,11 +225,26 @@ fn admit_batch_and_admit_clear_need_the_trial() {
     let args = grpo(&["--admit", "4", "--admit-batch", "--admit-clear"]);
     args.check().unwrap();
     assert!(args.admit_batch && args.admit_clear);
-    for flag in ["--admit-batch", "--admit-clear"] {
+    for flag in ["--admit-batch", "--admit-clear", "--admit-clear-rewrites"] {
         let error = grpo(&[flag]).check().unwrap_err().to_string();
         assert!(error.contains(&format!("{flag} sets")), "{error}");
         assert!(error.contains("give --admit N too"), "{error}");
     }
+    let args = grpo(&["--admit", "2", "--admit-clear-rewrites"]);
+    args.check().unwrap();
+    assert!(args.admit_clear_rewrites && !args.admit_clear);
+    let argv = [
+        "gym",
+        "grpo",
+        "--admit",
+        "2",
+        "--admit-clear",
+        "--admit-clear-rewrites",
+    ];
+    let error = crate::cli::Cli::try_parse_from(argv)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("cannot be used with"), "{error}");
 }
 
 #[test]
