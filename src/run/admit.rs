@@ -113,7 +113,8 @@ pub(super) const GUESS_NOT_BETTER: &str = "a guess that did not score higher on 
 pub(super) const NOT_BETTER: &str = "did not score higher on its problems (--admit-better)";
 
 /// The drop reason of a lesson that scored higher in every round but whose pooled interval
-/// reaches zero under `--admit-clear`.
+/// reaches zero under `--admit-clear` (or, of a rewrite, `--admit-clear-rewrites`; the reason
+/// names the flag family, as [`NOT_BETTER`] names `--admit-better` when it is implied).
 pub(super) const NOT_CLEAR: &str = "not clear of zero on its problems (--admit-clear)";
 
 /// Tries each prompt-changing change of `changes` on up to `runner.config.admit` of its

@@ -398,6 +398,20 @@ async fn under_admit_clear_a_lesson_s_pooled_interval_must_lie_above_zero() {
     }
 }
 
+/// A rewrite of E0003 (neutral) into `text`, learned from `source`.
+fn rewrite_of_e0003(text: &str, source: &str) -> Change {
+    learned_from(
+        Change::Update {
+            id: "E0003".parse().unwrap(),
+            text: Some(text.into()),
+            domain: None,
+            confidence: None,
+            evidence: Evidence::default(),
+        },
+        &[source],
+    )
+}
+
 #[tokio::test]
 async fn under_admit_clear_rewrites_only_a_rewrite_must_lie_clear_of_zero() {
     let root = tempfile::tempdir().unwrap();
@@ -406,17 +420,10 @@ async fn under_admit_clear_rewrites_only_a_rewrite_must_lie_clear_of_zero() {
     runner.config.admit_answers = Some(4);
     // The same +0.25 on q1 at 4 answers (an interval reaching below zero, as above): as a new
     // lesson it is kept, as the rewrite of E0003 it is not.
-    let rewrite = learned_from(
-        Change::Update {
-            id: "E0003".parse().unwrap(),
-            text: Some(HELPS.into()),
-            domain: None,
-            confidence: None,
-            evidence: Evidence::default(),
-        },
-        &["q1"],
-    );
-    let changes = vec![learned_from(Change::add(HELPS), &["q1"]), rewrite];
+    let changes = vec![
+        learned_from(Change::add(HELPS), &["q1"]),
+        rewrite_of_e0003(HELPS, "q1"),
+    ];
     let (admission, _) = trial_of(&runner, &state, changes, &BTreeSet::new()).await;
     let admission = admission.expect("not stopped");
     let [added, rewritten] = &admission.tried[..] else {
@@ -444,16 +451,7 @@ async fn a_guess_written_over_a_lesson_word_for_word_must_score_higher_too() {
     // Integrate made the neutral guess an update of E0003 (neutral too): the answers are the
     // same either way, so as a guess it is left out, and as a rewrite of the lesson kept.
     let guess = NEUTRAL;
-    let rewrite = learned_from(
-        Change::Update {
-            id: "E0003".parse().unwrap(),
-            text: Some(guess.into()),
-            domain: None,
-            confidence: None,
-            evidence: Evidence::default(),
-        },
-        &["q2"],
-    );
+    let rewrite = rewrite_of_e0003(guess, "q2");
     let guesses: BTreeSet<String> = [normalize(guess)].into();
     for (guessed, kept) in [(BTreeSet::new(), true), (guesses, false)] {
         let (admission, _) = trial_of(&runner, &state, vec![rewrite.clone()], &guessed).await;
