@@ -519,30 +519,34 @@ fn a_self_signed_receipt_naming_u64_max_versions_is_refused_without_a_panic() {
     assert!(!error.contains("panicked"), "{error}");
 }
 
-/// The maintainers' key that signs the packs under `examples/packs/`.
-const MAINTAINERS: &str = "0x3ad9A59d5EFC194a49e0ea58e0bA088A2C9B28a8";
+/// The maintainers' keys that sign the packs under `examples/packs/` (its README names them).
+const MAINTAINERS_2026_11_30: &str = "0x78A0B373F293b5fe49e4dAe3D6b7F92158514247";
+/// The letters pack's signer. Its private key is lost: the pack verifies, nothing new is signed.
+const MAINTAINERS_LOST: &str = "0x3ad9A59d5EFC194a49e0ea58e0bA088A2C9B28a8";
 
 #[test]
-fn the_shipped_packs_verify_under_the_maintainers_key_and_import() {
-    // (file, version and size, library − placebo Mean@4, a phrase of one of its lessons)
+fn the_shipped_packs_verify_under_the_maintainers_keys_and_import() {
+    // (file, signer, version and size, library − placebo Mean@4, a phrase of one of its lessons)
     let shipped = [
         (
             "letters-1.5b.pack",
+            MAINTAINERS_LOST,
             "letters@6 (5 experiences",
             "library − placebo      +0.165 [+0.078, +0.252]",
             "write the word down and count the letter",
         ),
         (
             "phrases-1.5b.pack",
-            "phrases@6 (4 experiences",
-            "library − placebo      +0.135 [+0.045, +0.225]",
-            "ignore spaces and punctuation",
+            MAINTAINERS_2026_11_30,
+            "phrases@4 (4 experiences",
+            "library − placebo      +0.115 [+0.018, +0.212]",
+            "identify the phrase and then look for the letter",
         ),
     ];
     let scratch = Scratch::new();
-    for (file, version, gain, lesson) in shipped {
+    for (file, signer, version, gain, lesson) in shipped {
         let pack = format!("{}/examples/packs/{file}", env!("CARGO_MANIFEST_DIR"));
-        let out = scratch.ok(&["pack", "verify", &pack, "--signer", MAINTAINERS]);
+        let out = scratch.ok(&["pack", "verify", &pack, "--signer", signer]);
         assert!(out.contains("verified"), "{file}: {out}");
         assert!(out.contains(version), "{file}: {out}");
         assert!(out.contains(gain), "{file}: {out}");
@@ -553,7 +557,7 @@ fn the_shipped_packs_verify_under_the_maintainers_key_and_import() {
             "--signer",
             "0x0000000000000000000000000000000000000001",
         ]);
-        assert!(error.contains("0x3ad9"), "names who signed {file}: {error}");
+        assert!(error.contains(&signer[..6]), "names who signed {file}: {error}");
         let name = file.trim_end_matches(".pack").replace('.', "-");
         scratch.ok(&["pack", "import", &pack, "--as", &name]);
         let shown = scratch.ok(&["library", "show", &name]);
