@@ -285,6 +285,9 @@ pub struct Replay {
     pub starts: usize,
     /// What the first start that recorded them learned from and into.
     pub inputs: Option<RunInputs>,
+    /// The library version the run's first rollout was drawn with: where the run began (a
+    /// resume opens the library at a later head).
+    pub start_version: Option<u64>,
     /// A torn last line left by a crash mid-write, ignored.
     pub torn_tail: bool,
 }
@@ -410,7 +413,13 @@ fn parse(bytes: &[u8], path: &Path) -> Result<Replay, JournalError> {
                     replay.inputs = inputs;
                 }
             }
-            Entry::Rollout { step, group, .. } => {
+            Entry::Rollout {
+                step,
+                group,
+                library_version,
+                ..
+            } => {
+                replay.start_version.get_or_insert(library_version);
                 replay
                     .rollouts
                     .insert((step, group.sample_id.clone()), group);
@@ -524,6 +533,27 @@ mod tests {
         assert!(!replay.torn_tail);
         assert_eq!(replay.ended.len(), 1);
         assert_eq!(replay.starts, 1);
+    }
+
+    #[test]
+    fn the_start_version_is_the_first_rollout_s_not_a_later_step_s() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut journal, replay) = Journal::open(dir.path()).unwrap();
+        assert_eq!(replay.start_version, None, "no rollout yet");
+        // The run began at v3 (another run's versions before it); its step 2 drew at v5.
+        for (step, version) in [(1, 3), (1, 3), (2, 5)] {
+            journal
+                .append(&Entry::Rollout {
+                    epoch: 1,
+                    step,
+                    library_version: version,
+                    group: group(&format!("q{step}")),
+                })
+                .unwrap();
+        }
+        drop(journal);
+        let (_, replay) = Journal::open(dir.path()).unwrap();
+        assert_eq!(replay.start_version, Some(3));
     }
 
     #[test]

@@ -302,12 +302,20 @@ impl Runner {
             experiences: self.library.head().active_count(),
         });
 
-        let mut summary = RunSummary::new(&self.config.run_id, self.library.head_version());
+        // A resumed run reports from the version it began at, not the head it reopened.
+        let start_version = replay
+            .start_version
+            .unwrap_or_else(|| self.library.head_version());
+        let mut summary = RunSummary::new(&self.config.run_id, start_version);
+        summary.resumed = resumed;
         let mut spent = Spent::default();
         let batch_size = self.config.batch_size.max(1);
         let batches = self.samples.len().div_ceil(batch_size);
         let mut step = 0u32;
-        let mut library_size = self.library.head_record().count;
+        let mut library_size = self
+            .library
+            .version(start_version)
+            .map_or(self.library.head_record().count, |v| v.count);
         'epochs: for epoch in 1..=self.config.epochs {
             for batch in 0..batches {
                 step += 1;

@@ -93,7 +93,7 @@ pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) 
     };
     let _ = writeln!(
         out,
-        "- status: {status}\n- library `{library}`: v{} → v{} (+{} ~{} -{})\n- steps: {}\n- tokens: {} in, {} out; cost ${:.4}\n- elapsed: {:.0} s\n",
+        "- status: {status}\n- library `{library}`: v{} → v{} (+{} ~{} -{})\n- steps: {}\n- tokens: {} in, {} out; cost ${:.4}\n- elapsed: {}\n",
         summary.library_version_start,
         summary.library_version_end,
         summary.added,
@@ -103,7 +103,7 @@ pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) 
         usage.prompt_tokens,
         usage.completion_tokens,
         summary.cost_usd,
-        summary.elapsed_s,
+        summary.wall_time(),
     );
     let _ = writeln!(
         out,

@@ -188,7 +188,11 @@ pub struct RunSummary {
     /// The step at which the user stopped the run (it resumes there), if they did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_at: Option<u32>,
+    /// Wall time of this process: a resumed run's earlier processes are not counted.
     pub elapsed_s: f64,
+    /// Whether this process resumed the run from its journal.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resumed: bool,
     /// For a run on a traffic log or trace file: what it was read into, and every record left
     /// out with its reason (unverifiable requests among them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -314,16 +318,28 @@ impl RunSummary {
         let sum = |u: &Usage| u.prompt_tokens + u.completion_tokens;
         let _ = writeln!(
             out,
-            "tokens {} (rollouts {}, stages {}, validation {}, credit {}), cost ${:.4}, wall time {:.0} s",
+            "tokens {} (rollouts {}, stages {}, validation {}, credit {}), cost ${:.4}, wall time {}",
             sum(&total),
             sum(&self.rollout_usage),
             sum(&self.distill_usage),
             sum(&self.validation_usage),
             sum(&self.credit_usage),
             self.cost_usd,
-            self.elapsed_s
+            self.wall_time()
         );
         out
+    }
+
+    /// The wall time as printed: a resumed run's is only this process's, and says so.
+    pub fn wall_time(&self) -> String {
+        if self.resumed {
+            format!(
+                "{:.0} s in this process (resumed: earlier processes not counted)",
+                self.elapsed_s
+            )
+        } else {
+            format!("{:.0} s", self.elapsed_s)
+        }
     }
 
     pub fn new(run: &str, library_version_start: u64) -> Self {
@@ -350,6 +366,7 @@ impl RunSummary {
             budget_exhausted: false,
             stopped_at: None,
             elapsed_s: 0.0,
+            resumed: false,
             source: None,
             eval_cancelled: None,
             credit: Vec::new(),

@@ -274,6 +274,16 @@ fn a_run_killed_at_any_point_resumes_without_redoing_or_double_committing() {
     }
     scratch.ok(&["library", "verify", "tiny"]);
     assert_journal_is_clean(&scratch.dir.path().join("runs/killed/journal.jsonl"));
+    // The last process resumed: its summary spans the run from the version it began at, and
+    // says that its wall time is only its own.
+    let run = scratch.dir.path().join("runs/killed");
+    let summary: Value =
+        serde_json::from_slice(&std::fs::read(run.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["library_version_start"], 0, "{summary}");
+    assert_eq!(summary["resumed"], true, "{summary}");
+    let report = std::fs::read_to_string(run.join("report.md")).unwrap();
+    assert!(report.contains("- library `tiny`: v0 → v"), "{report}");
+    assert!(report.contains("s in this process (resumed"), "{report}");
 }
 
 /// Every file Gym wrote under `dir` is whole: each JSON file parses, each JSONL file is complete

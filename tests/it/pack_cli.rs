@@ -557,7 +557,10 @@ fn the_shipped_packs_verify_under_the_maintainers_keys_and_import() {
             "--signer",
             "0x0000000000000000000000000000000000000001",
         ]);
-        assert!(error.contains(&signer[..6]), "names who signed {file}: {error}");
+        assert!(
+            error.contains(&signer[..6]),
+            "names who signed {file}: {error}"
+        );
         let name = file.trim_end_matches(".pack").replace('.', "-");
         scratch.ok(&["pack", "import", &pack, "--as", &name]);
         let shown = scratch.ok(&["library", "show", &name]);
