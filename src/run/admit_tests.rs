@@ -86,6 +86,7 @@ fn step_one<'a>(journal: &'a mut Journal, replay: &'a Replay, control: RunContro
         epoch: 1,
         number: 1,
         report: StepReport::new(1, 1, 6),
+        started: std::time::Instant::now(),
     }
 }
 

@@ -316,6 +316,7 @@ mod tests {
                 epoch: 1,
                 number: 1,
                 report: StepReport::new(1, 1, 2),
+                started: std::time::Instant::now(),
             };
             let done = step
                 .stage(&SUMMARIZE, vec![("a".into(), 1)], 4, work)
@@ -336,6 +337,7 @@ mod tests {
             epoch: 1,
             number: 1,
             report: StepReport::new(1, 1, 2),
+            started: std::time::Instant::now(),
         };
         let items = vec![("a".to_string(), 1), ("b".to_string(), 2)];
         let done = step.stage(&SUMMARIZE, items, 4, work).await.unwrap();

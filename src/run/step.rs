@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::admit;
 use super::commit::{
@@ -44,12 +45,16 @@ pub(super) struct Step<'a> {
     /// The step's number in the run, from 1.
     pub number: u32,
     pub report: StepReport,
+    /// When this process began (or resumed) the step.
+    pub started: Instant,
 }
 
 impl Step<'_> {
-    /// Journals how the step ended and returns its report.
+    /// Journals how the step ended, with its wall time in this process, and returns its report.
     fn end(mut self, end: StepEnd) -> Result<StepOutcome, RunError> {
         self.report.end = end.clone();
+        self.report.wall_seconds = self.started.elapsed().as_secs_f64();
+        self.report.resumed_midway = self.report.reused > 0;
         self.journal.append(&Entry::StepEnded {
             epoch: self.epoch,
             step: self.number,
@@ -59,9 +64,9 @@ impl Step<'_> {
         Ok(StepOutcome::Done(self.report))
     }
 
-    /// The report of a step that ended in an earlier process: as that process journaled it,
-    /// or rebuilt from the journal's rollouts and stage outputs where it did not. Either way
-    /// counted as read back, with no stage time of this process's.
+    /// The report of a step that ended in an earlier process: as that process journaled it
+    /// (its wall and stage times included), or rebuilt from the journal's rollouts and stage
+    /// outputs where it did not (no times then). Either way counted as read back.
     fn replayed(mut self, queries: &[Sample], end: StepEnd) -> StepReport {
         let step = self.number;
         let groups: Vec<&RolloutGroup> = queries
@@ -72,8 +77,6 @@ impl Step<'_> {
             let stages = self.replay.stages.keys().filter(|(s, ..)| *s == step);
             return StepReport {
                 reused: (groups.len() + stages.count()) as u64,
-                stage_seconds: 0.0,
-                stage_tokens: 0,
                 end,
                 ..kept.clone()
             };
@@ -115,6 +118,7 @@ pub(super) async fn run_step(
         epoch,
         number: step,
         report: StepReport::new(epoch, step, queries.len()),
+        started: Instant::now(),
     };
     let run_id = runner.config.run_id.clone();
 

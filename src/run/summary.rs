@@ -46,6 +46,16 @@ pub struct StepReport {
     /// Prompt and generated tokens of those calls.
     #[serde(default)]
     pub stage_tokens: u64,
+    /// Wall time of the step in the process that ended it, in seconds: from when that process
+    /// began (or resumed) the step to its end. Journaled with the step, so a resumed run's
+    /// report keeps it for the steps earlier processes ran (0 in journals from before it was
+    /// kept).
+    #[serde(default)]
+    pub wall_seconds: f64,
+    /// Whether the process that ended the step resumed it midway, reading part of its work
+    /// back from the journal: its wall and stage times then leave out the earlier share.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resumed_midway: bool,
     /// What became of the step's lessons.
     #[serde(default, skip_serializing_if = "LessonCounts::is_empty")]
     pub lessons: LessonCounts,
@@ -109,6 +119,8 @@ impl StepReport {
             validation: None,
             stage_seconds: 0.0,
             stage_tokens: 0,
+            wall_seconds: 0.0,
+            resumed_midway: false,
             lessons: LessonCounts::default(),
             judged: Vec::new(),
             tried: Vec::new(),
@@ -330,12 +342,20 @@ impl RunSummary {
         out
     }
 
-    /// The wall time as printed: a resumed run's is only this process's, and says so.
+    /// The steps' wall times as journaled, each in the process that ended it: a resumed run's
+    /// steps that earlier processes ran count too (a step resumed midway from its resume).
+    pub fn steps_wall_seconds(&self) -> f64 {
+        self.steps.iter().map(|step| step.wall_seconds).sum()
+    }
+
+    /// The wall time as printed: a resumed run's is only this process's, and says so, with the
+    /// steps' journaled time beside it.
     pub fn wall_time(&self) -> String {
         if self.resumed {
             format!(
-                "{:.0} s in this process (resumed: earlier processes not counted)",
-                self.elapsed_s
+                "{:.0} s in this process (resumed: earlier processes not counted); the steps {:.0} s as journaled",
+                self.elapsed_s,
+                self.steps_wall_seconds()
             )
         } else {
             format!("{:.0} s", self.elapsed_s)

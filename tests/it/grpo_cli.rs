@@ -284,6 +284,15 @@ fn a_run_killed_at_any_point_resumes_without_redoing_or_double_committing() {
     let report = std::fs::read_to_string(run.join("report.md")).unwrap();
     assert!(report.contains("- library `tiny`: v0 → v"), "{report}");
     assert!(report.contains("s in this process (resumed"), "{report}");
+    // Each step keeps the wall time the process that ended it journaled, however many
+    // processes later (a step whose end line a kill lost is rebuilt without one).
+    for step in summary["steps"].as_array().unwrap() {
+        let journaled = &ended[&step["step"].as_u64()];
+        if !journaled["report"].is_null() {
+            assert!(step["wall_seconds"].as_f64().unwrap() > 0.0, "{step}");
+        }
+    }
+    assert!(report.contains(" s as journaled"), "{report}");
 }
 
 /// Every file Gym wrote under `dir` is whole: each JSON file parses, each JSONL file is complete
