@@ -100,6 +100,16 @@ fn a_resumed_run_s_report_keeps_the_journaled_step_times_and_says_which_are_part
         ),
         "{text}"
     );
+    // A journal from before step times were kept has none to add up.
+    resumed
+        .steps
+        .iter_mut()
+        .for_each(|step| step.wall_seconds = 0.0);
+    let wall = resumed.wall_time();
+    assert!(
+        wall.ends_with("(resumed: earlier processes not counted)"),
+        "{wall}"
+    );
 }
 
 #[test]

@@ -342,23 +342,22 @@ impl RunSummary {
         out
     }
 
-    /// The steps' wall times as journaled, each in the process that ended it: a resumed run's
-    /// steps that earlier processes ran count too (a step resumed midway from its resume).
-    pub fn steps_wall_seconds(&self) -> f64 {
-        self.steps.iter().map(|step| step.wall_seconds).sum()
-    }
-
     /// The wall time as printed: a resumed run's is only this process's, and says so, with the
-    /// steps' journaled time beside it.
+    /// steps' journaled time beside it (each step's in the process that ended it; none from a
+    /// journal written before step times were kept).
     pub fn wall_time(&self) -> String {
-        if self.resumed {
-            format!(
-                "{:.0} s in this process (resumed: earlier processes not counted); the steps {:.0} s as journaled",
-                self.elapsed_s,
-                self.steps_wall_seconds()
-            )
+        if !self.resumed {
+            return format!("{:.0} s", self.elapsed_s);
+        }
+        let this_process = format!(
+            "{:.0} s in this process (resumed: earlier processes not counted)",
+            self.elapsed_s
+        );
+        let steps: f64 = self.steps.iter().map(|step| step.wall_seconds).sum();
+        if steps > 0.0 {
+            format!("{this_process}; the steps {steps:.0} s as journaled")
         } else {
-            format!("{:.0} s", self.elapsed_s)
+            this_process
         }
     }
 
