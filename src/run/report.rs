@@ -38,6 +38,18 @@ pub fn write_report(
 }
 
 /// Pipes and newlines would break a Markdown table cell.
+/// Reused prompt tokens, and their share of the prompt tokens.
+fn reused(usage: &crate::backend::Usage) -> String {
+    match usage.prompt_tokens {
+        0 => "0".to_owned(),
+        prompt => format!(
+            "{} ({:.1} %)",
+            usage.cached_prompt_tokens,
+            100.0 * usage.cached_prompt_tokens as f64 / prompt as f64
+        ),
+    }
+}
+
 pub(super) fn cell(text: &str) -> String {
     text.replace('|', "\\|").replace('\n', " ")
 }
@@ -159,24 +171,38 @@ pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) 
     if !summary.stages.is_empty() {
         let _ = writeln!(
             out,
-            "\n| stage | calls | attempts | parse failures | rejected | backend errors | failed calls |\n|---|---:|---:|---:|---:|---:|---:|"
+            "\n| stage | calls | attempts | parse failures | rejected | backend errors | failed calls | prompt tokens | reused | generated |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
+        let mut all = crate::backend::Usage::default();
         for (stage, stats) in &summary.stages {
+            all += stats.usage;
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 stage.as_str(),
                 stats.calls,
                 stats.attempts,
                 stats.parse_failures,
                 stats.rejections,
                 stats.backend_errors,
-                stats.failures
+                stats.failures,
+                stats.usage.prompt_tokens,
+                reused(&stats.usage),
+                stats.usage.completion_tokens
+            );
+        }
+        if summary.stages.len() > 1 {
+            let _ = writeln!(
+                out,
+                "| all | | | | | | | {} | {} | {} |",
+                all.prompt_tokens,
+                reused(&all),
+                all.completion_tokens
             );
         }
         let _ = writeln!(
             out,
-            "\nParse failures are outputs that could not be read; rejected ones were read, but every lesson in them failed the checks (bound to one problem, copied from the prompt, too long)."
+            "\nParse failures are outputs that could not be read; rejected ones were read, but every lesson in them failed the checks (bound to one problem, copied from the prompt, too long). Tokens count every attempt; reused prompt tokens were not evaluated again but borrowed from a prompt with the same beginning (a stage's instructions, a retried call's whole prompt)."
         );
         let _ = writeln!(
             out,

@@ -86,6 +86,43 @@ fn the_report_tables_every_step_and_links_the_plot() {
 }
 
 #[test]
+fn the_stage_table_counts_prompt_tokens_and_the_share_reused() {
+    use crate::backend::Usage;
+    use crate::distill::{Stage, StageStats};
+    let mut summary = summary();
+    let stats = |calls, attempts, prompt, cached, completion| StageStats {
+        calls,
+        attempts,
+        rejections: attempts - calls,
+        usage: Usage {
+            prompt_tokens: prompt,
+            cached_prompt_tokens: cached,
+            completion_tokens: completion,
+        },
+        ..StageStats::default()
+    };
+    summary
+        .stages
+        .insert(Stage::Extract, stats(4, 6, 6000, 2400, 500));
+    summary
+        .stages
+        .insert(Stage::Integrate, stats(2, 2, 1000, 0, 80));
+    let text = markdown(&summary, "letters", None);
+    assert!(
+        text.contains("| extract | 4 | 6 | 0 | 2 | 0 | 0 | 6000 | 2400 (40.0 %) | 500 |"),
+        "{text}"
+    );
+    assert!(
+        text.contains("| integrate | 2 | 2 | 0 | 0 | 0 | 0 | 1000 | 0 (0.0 %) | 80 |"),
+        "{text}"
+    );
+    assert!(
+        text.contains("| all | | | | | | | 7000 | 2400 (34.3 %) | 580 |"),
+        "{text}"
+    );
+}
+
+#[test]
 fn a_resumed_run_s_report_keeps_the_journaled_step_times_and_says_which_are_partial() {
     let mut resumed = summary();
     resumed.resumed = true;

@@ -332,6 +332,80 @@ async fn a_prefix_kept_from_an_earlier_round_samples_what_a_fresh_prompt_does() 
 }
 
 #[tokio::test]
+async fn retries_in_the_next_round_borrow_their_whole_prompts_not_only_the_instructions() {
+    // A batched stage round: three calls of one kind answered together, then all three asked
+    // again in the next round, as refused calls are. The end of the first round keeps one
+    // prompt for the kind (the last one), so without more two retries would borrow only the
+    // instructions and evaluate their own problem and attempts again.
+    let backend = own_backend();
+    let instructions = "You are reviewing short answers to arithmetic problems. Read the \
+        problem and the attempts below, then say in one sentence which attempts are right \
+        and, for each wrong one, which step went wrong and what the right result of it is.";
+    let call = |problem: &str| {
+        let lines: Vec<String> = (1..=6)
+            .map(|i| {
+                format!(
+                    "Attempt {i}: for {problem} the student wrote {} after {i} steps.",
+                    i * 7
+                )
+            })
+            .collect();
+        ask(
+            &format!(
+                "{instructions}\n\n{}\n\nProblem: {problem}\nWrite the problem again, exactly:",
+                lines.join("\n")
+            ),
+            1,
+            greedy(8),
+        )
+    };
+    let calls = [call("12 + 30"), call("45 - 9"), call("7 * 6")];
+    let backend = &backend;
+    let round = || async {
+        let (a, b, c) = tokio::join!(
+            backend.generate(&calls[0]),
+            backend.generate(&calls[1]),
+            backend.generate(&calls[2])
+        );
+        [a.unwrap(), b.unwrap(), c.unwrap()]
+    };
+    let first = round().await;
+    // One round: two of them borrowed the instructions from the one evaluated first.
+    let borrowed: Vec<u64> = first.iter().map(|g| g.usage.cached_prompt_tokens).collect();
+    assert_eq!(
+        borrowed.iter().filter(|&&n| n == 0).count(),
+        1,
+        "{borrowed:?}"
+    );
+    let instructions_only = *borrowed.iter().max().unwrap();
+    let retries = round().await;
+    for (call, retry) in calls.iter().zip(&retries) {
+        let prompt = retry.usage.prompt_tokens;
+        let cached = retry.usage.cached_prompt_tokens;
+        // Everything but the last block (it holds the last token, always evaluated).
+        assert!(
+            cached > instructions_only && cached + 32 >= prompt,
+            "a retry borrowed {cached} of {prompt} prompt tokens; the instructions are {instructions_only}"
+        );
+        let fresh = backend
+            .generate_with(call, PromptMode::Independent)
+            .await
+            .unwrap();
+        // Each call ends by asking for its own problem again, an answer no near tie decides:
+        // a retry reading another call's cells would write that call's problem.
+        assert_eq!(completions(retry), completions(&fresh));
+    }
+    let problems = ["12 + 30", "45 - 9", "7 * 6"];
+    for (problem, retry) in problems.iter().zip(&retries) {
+        assert!(
+            completions(retry)[0].starts_with(problem),
+            "{:?}",
+            completions(retry)
+        );
+    }
+}
+
+#[tokio::test]
 async fn each_kind_of_prompt_keeps_a_slot_and_the_least_recently_used_goes() {
     let backend = own_backend();
     // Nine kinds of prompt, each with long instructions of its own.

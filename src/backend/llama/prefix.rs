@@ -12,7 +12,9 @@
 //! replacing the entry it has most in common with, so each *kind* of prompt (a stage's
 //! instructions, a policy's system prompt) holds one slot with its latest wording. At the next
 //! round's start only the round's own sequences are cleared, and a prompt borrows the longest
-//! prefix from either an earlier prompt of its round or a kept entry. The kept cells take room
+//! prefix from either an earlier prompt of its round or a kept entry. Before they are cleared,
+//! a coming prompt that shares more with a prompt of the round just ended than any kept entry
+//! offers (a refused stage call asking again) has that prefix kept as well (`keep_wanted`). The kept cells take room
 //! the round would otherwise have: the least recently used entries go first when a round needs
 //! it, and the whole cache goes with its context when a larger context must be made.
 
@@ -133,6 +135,71 @@ impl PrefixCache {
             if let Some(length) = usable(prompt.len(), prompt) {
                 self.keep(context, source, &prompt[..length], slots.clone())?;
             }
+        }
+        Ok(())
+    }
+
+    /// Keeps, for each of the coming round's `prompts`, the longest usable prefix it shares
+    /// with one of `previous` (the round just ended: each answered prompt's first sequence and
+    /// tokens, its cells still whole) when no kept entry offers as much, each in a slot of its
+    /// own among the slots above the round's sequences of a context of `sequences` sequences.
+    /// Called before those sequences are cleared.
+    ///
+    /// Why: a stage call whose output the checks refused asks again with the same prompt (see
+    /// `distill::attempt`), and a batched round's refused calls send their retries together in
+    /// the next round. The end of a round keeps one prefix per kind of prompt, the last one
+    /// answered, so every retry but one would borrow only its stage's instructions and evaluate
+    /// its own problem and answers again. Keeping what the next round asks for, and only that,
+    /// costs no guess about which prompts come back.
+    pub fn keep_wanted<'a, 'p>(
+        &mut self,
+        context: &mut LlamaContext<'_>,
+        previous: impl Iterator<Item = (i32, &'a [LlamaToken])> + Clone,
+        prompts: impl Iterator<Item = &'p [LlamaToken]>,
+        sequences: usize,
+    ) -> Result<(), BackendError> {
+        if self.slots == 0 {
+            return Ok(());
+        }
+        let slots = (sequences - self.slots) as i32..sequences as i32;
+        // Slots filled for this round: never given up to a later prompt of it.
+        let mut wanted: Vec<i32> = Vec::new();
+        for prompt in prompts {
+            let Some((source, length)) = longest(previous.clone(), prompt) else {
+                continue;
+            };
+            let offered = longest(self.candidates(), prompt).map_or(0, |(_, n)| n);
+            if length <= offered || length > MAX_CELLS {
+                continue;
+            }
+            let free = slots
+                .clone()
+                .find(|s| self.entries.iter().all(|e| e.seq != *s));
+            let slot = match free {
+                Some(free) => free,
+                None => {
+                    let oldest = (0..self.entries.len())
+                        .filter(|&i| !wanted.contains(&self.entries[i].seq))
+                        .min_by_key(|&i| self.entries[i].used);
+                    match oldest {
+                        Some(i) => self.entries.swap_remove(i).seq,
+                        // Every slot holds a prefix this round wants.
+                        None => break,
+                    }
+                }
+            };
+            clear(context, slot)?;
+            self.shrink_to(context, MAX_CELLS - length)?;
+            context
+                .kv_cache_seq_cp(source, slot, None, Some(length as u32))
+                .map_err(|e| BackendError::Llama(e.to_string()))?;
+            self.clock += 1;
+            self.entries.push(Entry {
+                seq: slot,
+                tokens: prompt[..length].to_vec(),
+                used: self.clock,
+            });
+            wanted.push(slot);
         }
         Ok(())
     }

@@ -4,7 +4,9 @@
 //!
 //! Prefix sharing: prompts are evaluated in admission order, and a `Shared` prompt first looks
 //! for the longest common token prefix among the earlier prompts of its round and the prefixes
-//! kept from earlier rounds (see `prefix`). When that prefix is long enough its cells are
+//! kept from earlier rounds (see `prefix`; those include what the coming round's prompts share
+//! with the round just ended, kept before its sequences are cleared: a refused stage call asks
+//! again with the same prompt). When that prefix is long enough its cells are
 //! copied into the new sequence with `seq_cp` over positions `[0, length)` and only the rest of
 //! the prompt is decoded; the last prompt token is always decoded, since its logits give the
 //! first draw. Borrowed lengths are cut to a multiple of `prefix::PREFIX_ALIGN` so a borrowed
@@ -21,6 +23,9 @@
 //! Between decode steps the thread also takes the jobs sent meanwhile off the channel, drops
 //! those whose caller stopped waiting, and stops the sequences of abandoned jobs in the round
 //! (freeing their KV cells), so a request nobody waits for costs at most one more step.
+//!
+//! Over 600 lines: admission, prompt evaluation and the decode loop all work on the round's
+//! `Admitted` jobs and the one context, and read best in one place.
 
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
@@ -109,6 +114,9 @@ pub(super) struct Worker<'m> {
     context: Option<(LlamaContext<'m>, usize, usize)>,
     /// Prompt prefixes kept in `context` between rounds.
     kept: PrefixCache,
+    /// The answered prompts of the round just ended, as (first sequence, tokens): their cells
+    /// stay in `context` until the next round starts, which may borrow them (a retry).
+    last_round: Vec<(i32, Vec<LlamaToken>)>,
     waiting: VecDeque<Job>,
     stats: Arc<Mutex<BackendStats>>,
 }
@@ -133,6 +141,7 @@ impl<'m> Worker<'m> {
             kv_bytes_per_cell: kv_bytes_per_cell(model),
             context: None,
             kept: PrefixCache::new(config.kept_prefixes),
+            last_round: Vec::new(),
             waiting: VecDeque::new(),
             stats,
         })
@@ -300,15 +309,23 @@ impl<'m> Worker<'m> {
     /// A context with room for `cells` KV cells and `sequences` sequences beside the kept
     /// prefixes, its earlier round's sequences cleared; the previous one is reused when it is
     /// big enough, dropping the least recently used kept prefixes if the round needs their room.
-    fn take_context(
+    /// Before the earlier round's sequences go, what the coming `prompts` want of them is kept
+    /// (see [`PrefixCache::keep_wanted`]).
+    fn take_context<'p>(
         &mut self,
         cells: usize,
         sequences: usize,
+        prompts: impl Iterator<Item = &'p [LlamaToken]>,
     ) -> Result<(LlamaContext<'m>, usize, usize), BackendError> {
+        let last_round = std::mem::take(&mut self.last_round);
         if let Some((mut context, c, s)) = self.context.take()
             && c >= cells
             && s >= sequences + self.kept.slots()
         {
+            let previous = last_round
+                .iter()
+                .map(|(seq, tokens)| (*seq, tokens.as_slice()));
+            self.kept.keep_wanted(&mut context, previous, prompts, s)?;
             if self.kept.cells() == 0 {
                 context.clear_kv_cache();
             } else {
@@ -349,30 +366,33 @@ impl<'m> Worker<'m> {
             .sum();
         let sequences: usize = round.iter().map(|a| a.sequences.len()).sum();
         let mut waiting = std::mem::take(&mut self.waiting);
-        let result = self
-            .take_context(cells, sequences)
-            .and_then(|(mut context, c, s)| {
-                let empty = PrefixCache::new(self.kept.slots());
-                let mut kept = std::mem::replace(&mut self.kept, empty);
-                let mut between_steps = || tidy(queue, &mut waiting, &self.stats);
-                let outcome = self
-                    .decode_round(&mut context, &mut kept, &mut round, &mut between_steps)
-                    .and_then(|()| {
-                        let answered = round
-                            .iter()
-                            .filter(|a| a.answered && a.mode == PromptMode::Shared)
-                            .map(|a| (a.first_seq as i32, a.prompt.as_slice()));
-                        kept.keep_prompts(&mut context, answered, s)
-                    });
-                if outcome.is_ok() {
-                    self.context = Some((context, c, s));
-                    self.kept = kept;
-                } else {
-                    // A context a failed round leaves behind is not reused, nor what it kept.
-                    self.hold_kv_cells(0);
-                }
-                outcome
-            });
+        let prompts = round
+            .iter()
+            .filter(|a| a.mode == PromptMode::Shared)
+            .map(|a| a.prompt.as_slice());
+        let result =
+            self.take_context(cells, sequences, prompts)
+                .and_then(|(mut context, c, s)| {
+                    let empty = PrefixCache::new(self.kept.slots());
+                    let mut kept = std::mem::replace(&mut self.kept, empty);
+                    let mut between_steps = || tidy(queue, &mut waiting, &self.stats);
+                    let outcome = self
+                        .decode_round(&mut context, &mut kept, &mut round, &mut between_steps)
+                        .and_then(|()| kept.keep_prompts(&mut context, answered(&round), s));
+                    if outcome.is_ok() {
+                        if kept.slots() > 0 {
+                            self.last_round = answered(&round)
+                                .map(|(seq, prompt)| (seq, prompt.to_vec()))
+                                .collect();
+                        }
+                        self.context = Some((context, c, s));
+                        self.kept = kept;
+                    } else {
+                        // A context a failed round leaves behind is not reused, nor what it kept.
+                        self.hold_kv_cells(0);
+                    }
+                    outcome
+                });
         waiting.append(&mut self.waiting);
         self.waiting = waiting;
         if let Err(error) = result {
@@ -615,6 +635,15 @@ impl<'m> Worker<'m> {
 /// The settings of every context Gym creates (the model thread's, and the ceiling's, which
 /// must measure the same llama.cpp configuration): `cells` KV cells, `sequences` sequences,
 /// prompts evaluated in 512-token chunks.
+/// The round's answered prompts evaluated once for all their sequences, as (first sequence,
+/// tokens): their cells are whole, to be kept or borrowed.
+fn answered(round: &[Admitted]) -> impl Iterator<Item = (i32, &[LlamaToken])> {
+    round
+        .iter()
+        .filter(|a| a.answered && a.mode == PromptMode::Shared)
+        .map(|a| (a.first_seq as i32, a.prompt.as_slice()))
+}
+
 pub(super) fn context_params(cells: usize, sequences: usize, threads: i32) -> LlamaContextParams {
     LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(cells as u32))
