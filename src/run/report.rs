@@ -37,7 +37,6 @@ pub fn write_report(
     Ok(path)
 }
 
-/// Pipes and newlines would break a Markdown table cell.
 /// Reused prompt tokens, and their share of the prompt tokens.
 fn reused(usage: &crate::backend::Usage) -> String {
     match usage.prompt_tokens {
@@ -50,6 +49,7 @@ fn reused(usage: &crate::backend::Usage) -> String {
     }
 }
 
+/// Pipes and newlines would break a Markdown table cell.
 pub(super) fn cell(text: &str) -> String {
     text.replace('|', "\\|").replace('\n', " ")
 }

@@ -14,9 +14,10 @@
 //! round's start only the round's own sequences are cleared, and a prompt borrows the longest
 //! prefix from either an earlier prompt of its round or a kept entry. Before they are cleared,
 //! a coming prompt that shares more with a prompt of the round just ended than any kept entry
-//! offers (a refused stage call asking again) has that prefix kept as well (`keep_wanted`). The kept cells take room
-//! the round would otherwise have: the least recently used entries go first when a round needs
-//! it, and the whole cache goes with its context when a larger context must be made.
+//! offers (a refused stage call asking again) has that prefix kept as well (`keep_wanted`).
+//! The kept cells take room the round would otherwise have: the least recently used entries go
+//! first when a round needs it, and the whole cache goes with its context when a larger
+//! context must be made.
 
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::token::LlamaToken;
@@ -172,33 +173,12 @@ impl PrefixCache {
             if length <= offered || length > MAX_CELLS {
                 continue;
             }
-            let free = slots
-                .clone()
-                .find(|s| self.entries.iter().all(|e| e.seq != *s));
-            let slot = match free {
-                Some(free) => free,
-                None => {
-                    let oldest = (0..self.entries.len())
-                        .filter(|&i| !wanted.contains(&self.entries[i].seq))
-                        .min_by_key(|&i| self.entries[i].used);
-                    match oldest {
-                        Some(i) => self.entries.swap_remove(i).seq,
-                        // Every slot holds a prefix this round wants.
-                        None => break,
-                    }
-                }
+            // Every slot holding a prefix this round wants: no room for more.
+            let Some(slot) = self.take_slot(slots.clone(), &wanted) else {
+                break;
             };
-            clear(context, slot)?;
-            self.shrink_to(context, MAX_CELLS - length)?;
-            context
-                .kv_cache_seq_cp(source, slot, None, Some(length as u32))
-                .map_err(|e| BackendError::Llama(e.to_string()))?;
             self.clock += 1;
-            self.entries.push(Entry {
-                seq: slot,
-                tokens: prompt[..length].to_vec(),
-                used: self.clock,
-            });
+            self.put(context, source, slot, &prompt[..length])?;
             wanted.push(slot);
         }
         Ok(())
@@ -237,21 +217,38 @@ impl PrefixCache {
         }
         let slot = match closest {
             Some(i) => self.entries.swap_remove(i).seq,
-            None => match slots
-                .clone()
-                .find(|s| self.entries.iter().all(|e| e.seq != *s))
-            {
-                Some(free) => free,
-                None => {
-                    let oldest = self
-                        .least_recently_used()
-                        .expect("no free slot means every slot holds an entry");
-                    self.entries.swap_remove(oldest).seq
-                }
-            },
+            None => self
+                .take_slot(slots, &[])
+                .expect("slots is not empty, and none is spared"),
         };
+        self.put(context, source, slot, prefix)
+    }
+
+    /// A slot among `slots` for a new entry: a free one, else the one of the least recently
+    /// used entry not in `spared`, taken out of the cache. `None` when every slot is spared.
+    fn take_slot(&mut self, slots: std::ops::Range<i32>, spared: &[i32]) -> Option<i32> {
+        if let Some(free) = slots
+            .clone()
+            .find(|s| self.entries.iter().all(|e| e.seq != *s))
+        {
+            return Some(free);
+        }
+        let oldest = (0..self.entries.len())
+            .filter(|&i| !spared.contains(&self.entries[i].seq))
+            .min_by_key(|&i| self.entries[i].used)?;
+        Some(self.entries.swap_remove(oldest).seq)
+    }
+
+    /// Copies `prefix`, the first positions of sequence `source`, into the emptied `slot` as a
+    /// new entry used now, dropping older entries first to stay under [`MAX_CELLS`].
+    fn put(
+        &mut self,
+        context: &mut LlamaContext<'_>,
+        source: i32,
+        slot: i32,
+        prefix: &[LlamaToken],
+    ) -> Result<(), BackendError> {
         clear(context, slot)?;
-        // Room for it under the cap: older entries go first.
         self.shrink_to(context, MAX_CELLS - prefix.len())?;
         context
             .kv_cache_seq_cp(source, slot, None, Some(prefix.len() as u32))

@@ -632,9 +632,6 @@ impl<'m> Worker<'m> {
     }
 }
 
-/// The settings of every context Gym creates (the model thread's, and the ceiling's, which
-/// must measure the same llama.cpp configuration): `cells` KV cells, `sequences` sequences,
-/// prompts evaluated in 512-token chunks.
 /// The round's answered prompts evaluated once for all their sequences, as (first sequence,
 /// tokens): their cells are whole, to be kept or borrowed.
 fn answered(round: &[Admitted]) -> impl Iterator<Item = (i32, &[LlamaToken])> {
@@ -644,6 +641,9 @@ fn answered(round: &[Admitted]) -> impl Iterator<Item = (i32, &[LlamaToken])> {
         .map(|a| (a.first_seq as i32, a.prompt.as_slice()))
 }
 
+/// The settings of every context Gym creates (the model thread's, and the ceiling's, which
+/// must measure the same llama.cpp configuration): `cells` KV cells, `sequences` sequences,
+/// prompts evaluated in 512-token chunks.
 pub(super) fn context_params(cells: usize, sequences: usize, threads: i32) -> LlamaContextParams {
     LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(cells as u32))
