@@ -406,6 +406,50 @@ async fn retries_in_the_next_round_borrow_their_whole_prompts_not_only_the_instr
 }
 
 #[tokio::test]
+async fn kept_prefixes_move_into_the_larger_context_a_round_needs() {
+    // A run's steps differ in size: a step with more extract calls than any before needs a
+    // larger context than the one held, and its consolidate call, alone in its round, would
+    // evaluate its instructions again if the kept prefixes went with the old context.
+    let backend = own_backend();
+    let instructions = "You are reviewing short answers to arithmetic problems. Read the \
+        problem and the attempt below, then say in one sentence whether the attempt is right \
+        and, when it is wrong, which step went wrong and what the right result of that step is.";
+    let review = |problem: &str| ask(&format!("{instructions}\n\n{problem}"), 1, greedy(10));
+    backend
+        .generate(&review("Problem: 6 + 1. Attempt: 7."))
+        .await
+        .unwrap();
+    let small = backend.stats().kv_cache_bytes;
+    // Another kind of prompt whose answers need more cells than the context holds.
+    let wide = Sampling {
+        stop: vec![".".into(), "\n".into()],
+        ..greedy(1200)
+    };
+    backend
+        .generate(&ask("Reply with the single word yes.", 4, wide))
+        .await
+        .unwrap();
+    assert!(
+        backend.stats().kv_cache_bytes > small,
+        "the second round was meant to need a larger context"
+    );
+    let second = review("Problem: 9 - 5. Attempt: 3.");
+    let borrowed = backend.generate(&second).await.unwrap();
+    let cached = borrowed.usage.cached_prompt_tokens;
+    assert!(
+        cached >= 32 && cached % 32 == 0 && cached < borrowed.usage.prompt_tokens,
+        "the instructions were not kept across the new context: {:?}",
+        borrowed.usage
+    );
+    // The moved cells hold what a fresh evaluation computes.
+    let fresh = backend
+        .generate_with(&second, PromptMode::Independent)
+        .await
+        .unwrap();
+    assert_eq!(completions(&borrowed), completions(&fresh));
+}
+
+#[tokio::test]
 async fn each_kind_of_prompt_keeps_a_slot_and_the_least_recently_used_goes() {
     let backend = own_backend();
     // Nine kinds of prompt, each with long instructions of its own.

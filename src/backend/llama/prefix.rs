@@ -16,10 +16,12 @@
 //! a coming prompt that shares more with a prompt of the round just ended than any kept entry
 //! offers (a refused stage call asking again) has that prefix kept as well (`keep_wanted`).
 //! The kept cells take room the round would otherwise have: the least recently used entries go
-//! first when a round needs it, and the whole cache goes with its context when a larger
-//! context must be made.
+//! first when a round needs it. When a round needs a larger context than the one held, the
+//! kept prefixes move into the new one: their cells are read out of the old context and
+//! written into the new one as they are (`save`, `restore`).
 
 use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::context::session::{LlamaStateSeqFlags, SeqState};
 use llama_cpp_2::token::LlamaToken;
 
 use crate::backend::BackendError;
@@ -41,6 +43,14 @@ pub const DEFAULT_SLOTS: usize = 8;
 
 /// The most KV cells the kept prefixes may hold together.
 pub(super) const MAX_CELLS: usize = 4096;
+
+/// A kept prefix read out of a context, to be written into another (see
+/// [`PrefixCache::save`]).
+pub(super) struct Saved {
+    tokens: Vec<LlamaToken>,
+    used: u64,
+    state: SeqState,
+}
 
 /// One kept prefix.
 #[derive(Debug)]
@@ -84,6 +94,52 @@ impl PrefixCache {
     /// Forgets every entry: its context is gone or was cleared.
     pub fn forget(&mut self) {
         self.entries.clear();
+    }
+
+    /// Reads every kept prefix's cells out of `context`, a context about to be dropped for a
+    /// larger one, for [`restore`](Self::restore) into the next: the instructions a stage's
+    /// calls share would otherwise be evaluated again whenever a round needs more room than
+    /// any before it (a step with more extract calls than the last). The copy holds only the
+    /// kept cells (at most [`MAX_CELLS`]), not the context.
+    pub fn save(&mut self, context: &LlamaContext<'_>) -> Vec<Saved> {
+        let mut saved = Vec::new();
+        for entry in self.entries.drain(..) {
+            // A prefix llama.cpp cannot read out is evaluated again when next asked for.
+            if let Ok(state) = context.state_seq_get(entry.seq, LlamaStateSeqFlags::empty()) {
+                saved.push(Saved {
+                    tokens: entry.tokens,
+                    used: entry.used,
+                    state,
+                });
+            }
+        }
+        saved
+    }
+
+    /// Writes prefixes read by [`save`](Self::save) into the slots above the round's
+    /// sequences of `context`, a fresh context of `sequences` sequences, cell for cell: a
+    /// prefix borrowed from them holds the bits it held before. The most recently used go
+    /// first; one the context has no room for is left out.
+    pub fn restore(
+        &mut self,
+        context: &mut LlamaContext<'_>,
+        mut saved: Vec<Saved>,
+        sequences: usize,
+    ) {
+        saved.sort_by_key(|s| std::cmp::Reverse(s.used));
+        let slots = (sequences - self.slots) as i32..sequences as i32;
+        for (slot, prefix) in slots.zip(saved) {
+            if context.state_seq_set(&prefix.state, slot).is_ok() {
+                self.entries.push(Entry {
+                    seq: slot,
+                    tokens: prefix.tokens,
+                    used: prefix.used,
+                });
+            } else {
+                // llama.cpp empties the sequence when it cannot fill it.
+                let _ = clear(context, slot);
+            }
+        }
     }
 
     /// The kept prefixes, as (sequence, tokens), to borrow from.

@@ -16,7 +16,8 @@
 //! suffix, or cells laid out differently (a kept prefix first, another prompt's cells between),
 //! can move the last bits of the logits, as batching requests together does. A cell is freed
 //! when no sequence holds it any more: the round's own sequences are cleared when the next
-//! round starts, the kept prefixes when they are dropped to make room. The context is sized
+//! round starts, the kept prefixes when they are dropped to make room (a round that needs a
+//! larger context gets one, and the kept prefixes move into it). The context is sized
 //! for every admitted job's full prompt and answers beside the kept prefixes, so borrowing
 //! never needs more cells than not borrowing.
 //!
@@ -308,7 +309,8 @@ impl<'m> Worker<'m> {
 
     /// A context with room for `cells` KV cells and `sequences` sequences beside the kept
     /// prefixes, its earlier round's sequences cleared; the previous one is reused when it is
-    /// big enough, dropping the least recently used kept prefixes if the round needs their room.
+    /// big enough, dropping the least recently used kept prefixes if the round needs their room,
+    /// and replaced by a larger one, into which the kept prefixes move, when it is not.
     /// Before the earlier round's sequences go, what the coming `prompts` want of them is kept
     /// (see [`PrefixCache::keep_wanted`]).
     fn take_context<'p>(
@@ -318,14 +320,17 @@ impl<'m> Worker<'m> {
         prompts: impl Iterator<Item = &'p [LlamaToken]>,
     ) -> Result<(LlamaContext<'m>, usize, usize), BackendError> {
         let last_round = std::mem::take(&mut self.last_round);
-        if let Some((mut context, c, s)) = self.context.take()
-            && c >= cells
-            && s >= sequences + self.kept.slots()
-        {
-            let previous = last_round
-                .iter()
-                .map(|(seq, tokens)| (*seq, tokens.as_slice()));
+        let previous = last_round
+            .iter()
+            .map(|(seq, tokens)| (*seq, tokens.as_slice()));
+        if let Some((mut context, c, s)) = self.context.take() {
             self.kept.keep_wanted(&mut context, previous, prompts, s)?;
+            if c < cells || s < sequences + self.kept.slots() {
+                // Too small: what it kept moves into the larger one made below.
+                let saved = self.kept.save(&context);
+                drop(context);
+                return self.new_context(cells, sequences, saved);
+            }
             if self.kept.cells() == 0 {
                 context.clear_kv_cache();
             } else {
@@ -336,9 +341,20 @@ impl<'m> Worker<'m> {
             self.kept.shrink_to(&mut context, c - cells)?;
             return Ok((context, c, s));
         }
-        // The old context, if any, was too small and is gone, with what it kept.
+        self.new_context(cells, sequences, Vec::new())
+    }
+
+    /// A fresh context with room for `cells` KV cells and `sequences` sequences beside the
+    /// kept prefixes, which are `saved` from the context it replaces.
+    fn new_context(
+        &mut self,
+        cells: usize,
+        sequences: usize,
+        saved: Vec<prefix::Saved>,
+    ) -> Result<(LlamaContext<'m>, usize, usize), BackendError> {
         self.kept.forget();
         self.hold_kv_cells(0);
+        let round_cells = cells;
         let room = match self.kept.slots() {
             0 => 0,
             _ => prefix::MAX_CELLS.min(self.max_context.saturating_sub(cells)),
@@ -346,10 +362,13 @@ impl<'m> Worker<'m> {
         let cells = (cells + room).max(2048).div_ceil(256) * 256;
         let sequences = sequences.max(8) + self.kept.slots();
         let params = context_params(cells, sequences, self.threads);
-        let context = self.model.new_context(self.runtime, params).map_err(|e| {
+        let mut context = self.model.new_context(self.runtime, params).map_err(|e| {
             BackendError::Llama(format!("cannot create a context of {cells} cells: {e}"))
         })?;
         self.hold_kv_cells(cells);
+        self.kept.restore(&mut context, saved, sequences);
+        // The room set aside may be less than they held, near the largest context.
+        self.kept.shrink_to(&mut context, cells - round_cells)?;
         Ok((context, cells, sequences))
     }
 
