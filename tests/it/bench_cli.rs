@@ -120,3 +120,84 @@ fn bench_stages_refuses_steps_and_kept_prefixes_out_of_range() {
         assert!(stderr.contains(flag) && stderr.contains(value), "{stderr}");
     }
 }
+
+#[test]
+fn bench_stages_holds_a_runs_own_stage_work_against_llama_cpp() {
+    let scratch = Scratch::new();
+    let run = scratch.dir.path().join("runs").join("r1");
+    std::fs::create_dir_all(&run).unwrap();
+    let usage = |prompt: u64, reused: u64, generated: u64| {
+        serde_json::json!({
+            "prompt_tokens": prompt,
+            "cached_prompt_tokens": reused,
+            "completion_tokens": generated
+        })
+    };
+    let stats = |calls: u64, attempts: u64, usage: serde_json::Value| {
+        serde_json::json!({
+            "calls": calls, "attempts": attempts, "parse_failures": 0, "failures": 0,
+            "dropped_items": 0, "usage": usage
+        })
+    };
+    let step = |step: u32, seconds: f64, resumed: bool| {
+        let report = serde_json::json!({
+            "epoch": 1, "step": step, "mean_reward": 0.5, "groups": 4, "kept_groups": 2,
+            "end": {"status": "skipped", "reason": "nothing proposed"},
+            "rollout_usage": usage(0, 0, 0), "distill_usage": usage(0, 0, 0), "cost_usd": 0.0,
+            "stages": {
+                "extract": stats(2, 3, usage(900, 300, 60)),
+                "consolidate": stats(1, 1, usage(200, 0, 20)),
+            },
+            "dropped_ops": 0, "near_duplicates": 0, "verifier_failures": 0,
+            "consolidate_fallback": false, "reused": 0, "stage_seconds": seconds,
+            "resumed_midway": resumed,
+        });
+        serde_json::json!({
+            "kind": "step_ended", "epoch": 1, "step": step,
+            "end": {"status": "skipped", "reason": "nothing proposed"}, "report": report
+        })
+        .to_string()
+    };
+    // Step 3 was resumed midway: its time covers part of its calls, so it is left out.
+    let journal = [
+        step(1, 12.5, false),
+        step(2, 7.5, false),
+        step(3, 0.5, true),
+    ]
+    .join("\n");
+    std::fs::write(run.join("journal.jsonl"), journal + "\n").unwrap();
+
+    let output = bench_stages(&scratch, &["--run", run.to_str().unwrap(), "--json"]);
+    let figures = json_stdout(&output);
+    let steps = figures["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{figures}");
+    assert_eq!(steps[0]["gym_seconds"], 12.5);
+    // What was evaluated: the prompt tokens not borrowed, of both stages.
+    assert_eq!(steps[0]["prompt_tokens_evaluated"], 800);
+    assert_eq!(steps[0]["generated_tokens"], 80);
+    // The extract shape: a mean attempt's prompt (300 tokens) at two calls a step.
+    let extract = &figures["stages"]["extract"];
+    assert_eq!(extract["shape"]["prompt_tokens"], 300);
+    assert_eq!(extract["shape"]["width"], 2);
+    assert_eq!(extract["shape"]["new_tokens"], 20);
+    let ceiling = figures["ceiling_seconds"].as_f64().unwrap();
+    let ratio = figures["ratio"].as_f64().unwrap();
+    assert!(ceiling > 0.0 && ceiling.is_finite(), "{figures}");
+    assert!((ratio - 20.0 / ceiling).abs() < 1e-9, "{figures}");
+
+    // A folder without a journal, and a journal with no step ended: errors naming the folder.
+    let empty = scratch.dir.path().join("runs").join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let output = bench_stages(&scratch, &["--run", empty.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("journal.jsonl"), "{stderr}");
+    std::fs::write(empty.join("journal.jsonl"), "").unwrap();
+    let output = bench_stages(&scratch, &["--run", empty.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("has ended in one go yet") && stderr.contains("empty"),
+        "{stderr}"
+    );
+}

@@ -6,6 +6,8 @@ use clap::{Args, Subcommand};
 
 use self::stages::StagesBench;
 
+#[cfg(feature = "llama")]
+mod run_ceiling;
 mod stages;
 
 #[derive(Debug, Args)]
@@ -21,7 +23,8 @@ enum BenchCommand {
     Rollout(RolloutBench),
     /// Tokens/s of one step's stage calls (summarize, then extract) on the distiller model:
     /// sent together, so llama.cpp decodes them in one batch with their common prompt prefix
-    /// evaluated once, versus one at a time.
+    /// evaluated once, versus one at a time; with `--run`, a run's own stage work. Each held
+    /// against llama.cpp's own ceiling for the same token counts.
     Stages(StagesBench),
     /// Latency percentiles and recall@k of top-k search over N stored vectors: exact search
     /// versus the IVF index `gym serve` uses for large libraries.

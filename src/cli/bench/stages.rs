@@ -41,6 +41,11 @@ pub(super) struct StagesBench {
     /// Layers to offload to an NVIDIA GPU (needs a build with `--features cuda`).
     #[arg(long, default_value_t = 0)]
     gpu_layers: u32,
+    /// Instead of a synthetic step, hold this run's own stage work (its folder: the journal's
+    /// step reports) against llama.cpp alone on this machine for the same token counts. Give
+    /// `--model` when its distiller was not the default one.
+    #[arg(long, value_name = "RUN_DIR")]
+    run: Option<std::path::PathBuf>,
     /// Print the figures as one JSON object.
     #[arg(long)]
     json: bool,
@@ -145,6 +150,9 @@ impl StagesBench {
         config.threads = self.threads;
         config.gpu_layers = self.gpu_layers;
         config.kept_prefixes = self.kept_prefixes;
+        if let Some(run) = &self.run {
+            return super::run_ceiling::run(run, &config, self.json);
+        }
         // A model of its own for each mode, so neither starts with the prompt prefixes the
         // other left in the KV cache.
         let load = || -> anyhow::Result<LlamaBackend> { Ok(LlamaBackend::load(config.clone())?) };

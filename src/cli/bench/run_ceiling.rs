@@ -1,0 +1,263 @@
+//! `gym bench stages --run DIR`: a run's own stage work held against llama.cpp's ceiling on
+//! this machine for the same token counts.
+//!
+//! The synthetic step of `gym bench stages` shows what the engine adds to llama.cpp; a real
+//! step adds what its scheduling costs as well: calls that write far more than others leave
+//! the round decoding one or two sequences at the end, and refused calls ask again in rounds
+//! of their own. The ceiling here is what llama.cpp alone takes for each step's stage work as
+//! its journal records it: the prompt tokens Gym evaluated (those borrowed cost nothing here
+//! either) at llama.cpp's prefill rate, and the tokens generated at its batched-decode rate
+//! for as many sequences as the stage's calls in a step, on average. Gym's time is the step's
+//! stage time from the same journal, so the run must have been timed on this machine, with
+//! nothing else running; a step resumed midway is left out (its time covers only part of its
+//! calls).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::ExitCode;
+
+use gym::backend::llama::LlamaConfig;
+use gym::backend::llama::ceiling::{self, Rates, Shape};
+use gym::run::{Stage, StepReport};
+
+/// Decode steps timed per stage: enough for a steady rate, bounded so that measuring a long
+/// run's stages takes minutes, not the run's own time.
+const DECODE_STEPS_TIMED: u64 = 128;
+
+/// The widest round timed: a run has at most `--stage-parallel` calls (16 by default) in
+/// flight at once.
+const MOST_SEQUENCES: u64 = 64;
+
+/// One stage's work over the run.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+struct StageTotals {
+    /// Steps that made calls of this stage.
+    steps: u64,
+    calls: u64,
+    attempts: u64,
+    prompt_tokens: u64,
+    prompt_tokens_reused: u64,
+    generated_tokens: u64,
+}
+
+impl StageTotals {
+    /// Its work as llama.cpp's ceiling times it: a prompt as long as the mean attempt's, as
+    /// many sequences as a step's calls on average, decoding up to `DECODE_STEPS_TIMED`.
+    fn shape(&self) -> Shape {
+        let attempts = self.attempts.max(1);
+        let width = self.calls.div_ceil(self.steps.max(1));
+        Shape {
+            prompt_tokens: (self.prompt_tokens / attempts).max(1) as usize,
+            width: width.clamp(1, MOST_SEQUENCES) as usize,
+            new_tokens: (self.generated_tokens / attempts).clamp(1, DECODE_STEPS_TIMED) as usize,
+        }
+    }
+}
+
+/// Seconds llama.cpp needs at `rates` for `evaluated` prompt tokens and `generated` tokens.
+fn ceiling_seconds(evaluated: u64, generated: u64, rates: &Rates) -> f64 {
+    evaluated as f64 / rates.prefill_tokens_per_second
+        + generated as f64 / rates.decode_tokens_per_second
+}
+
+/// One step: Gym's stage time and the ceiling's for its work.
+#[derive(Debug, serde::Serialize)]
+struct StepFigures {
+    step: u32,
+    calls: u64,
+    prompt_tokens_evaluated: u64,
+    generated_tokens: u64,
+    ceiling_seconds: f64,
+    gym_seconds: f64,
+    ratio: f64,
+}
+
+pub(super) fn run(dir: &Path, config: &LlamaConfig, json: bool) -> anyhow::Result<ExitCode> {
+    let replay = gym::run::journal::read_only(dir)?;
+    // A step resumed midway timed only the calls made after the resume, while its report
+    // counts the tokens of all of them.
+    let mut reports: Vec<&StepReport> = replay
+        .reports
+        .values()
+        .filter(|r| !r.resumed_midway)
+        .collect();
+    reports.sort_by_key(|r| (r.epoch, r.step));
+    anyhow::ensure!(
+        !reports.is_empty(),
+        "no step of the run in {} has ended in one go yet: nothing to compare",
+        dir.display()
+    );
+    let mut totals: BTreeMap<Stage, StageTotals> = BTreeMap::new();
+    for report in &reports {
+        for (stage, stats) in &report.stages {
+            if stats.attempts == 0 {
+                continue;
+            }
+            let total = totals.entry(*stage).or_default();
+            total.steps += 1;
+            total.calls += stats.calls;
+            total.attempts += stats.attempts;
+            total.prompt_tokens += stats.usage.prompt_tokens;
+            total.prompt_tokens_reused += stats.usage.cached_prompt_tokens;
+            total.generated_tokens += stats.usage.completion_tokens;
+        }
+    }
+    anyhow::ensure!(
+        !totals.is_empty(),
+        "the run in {} made no stage call on record",
+        dir.display()
+    );
+    let stages: Vec<Stage> = totals.keys().copied().collect();
+    let shapes: Vec<Shape> = stages.iter().map(|s| totals[s].shape()).collect();
+    eprintln!(
+        "timing llama.cpp alone on {} shape(s) of {} …",
+        shapes.len(),
+        config.model_path.display()
+    );
+    let rates: BTreeMap<Stage, Rates> = stages
+        .iter()
+        .copied()
+        .zip(ceiling::measure(config, &shapes)?)
+        .collect();
+
+    let steps: Vec<StepFigures> = reports
+        .iter()
+        .map(|report| {
+            let (mut calls, mut evaluated, mut generated, mut seconds) = (0, 0, 0, 0.0);
+            for (stage, stats) in &report.stages {
+                let Some(rates) = rates.get(stage) else {
+                    continue;
+                };
+                let usage = &stats.usage;
+                let prompt = usage
+                    .prompt_tokens
+                    .saturating_sub(usage.cached_prompt_tokens);
+                calls += stats.calls;
+                evaluated += prompt;
+                generated += usage.completion_tokens;
+                seconds += ceiling_seconds(prompt, usage.completion_tokens, rates);
+            }
+            StepFigures {
+                step: report.step,
+                calls,
+                prompt_tokens_evaluated: evaluated,
+                generated_tokens: generated,
+                ceiling_seconds: seconds,
+                gym_seconds: report.stage_seconds,
+                ratio: report.stage_seconds / seconds.max(f64::MIN_POSITIVE),
+            }
+        })
+        .collect();
+    let ceiling: f64 = steps.iter().map(|s| s.ceiling_seconds).sum();
+    let gym: f64 = steps.iter().map(|s| s.gym_seconds).sum();
+    let ratio = gym / ceiling.max(f64::MIN_POSITIVE);
+
+    if json {
+        let stages: BTreeMap<String, serde_json::Value> = stages
+            .iter()
+            .enumerate()
+            .map(|(i, stage)| {
+                let value = serde_json::json!({
+                    "work": totals[stage],
+                    "shape": {
+                        "prompt_tokens": shapes[i].prompt_tokens,
+                        "width": shapes[i].width,
+                        "new_tokens": shapes[i].new_tokens,
+                    },
+                    "rates": rates[stage],
+                });
+                (stage.as_str().to_owned(), value)
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({
+                "run": dir.display().to_string(),
+                "model": config.model_path.display().to_string(),
+                "stages": stages,
+                "steps": steps,
+                "ceiling_seconds": ceiling,
+                "gym_seconds": gym,
+                "ratio": ratio,
+            })
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "stage work of the run in {} against llama.cpp alone on this machine ({}):",
+        dir.display(),
+        config.model_path.display()
+    );
+    println!(
+        "stage        calls  attempts  prompt tok  reused  generated  width  prefill tok/s  decode tok/s"
+    );
+    for (i, stage) in stages.iter().enumerate() {
+        let t = &totals[stage];
+        let r = &rates[stage];
+        println!(
+            "{:<12} {:>5} {:>9} {:>11} {:>7} {:>10} {:>6} {:>14.1} {:>13.1}",
+            stage.as_str(),
+            t.calls,
+            t.attempts,
+            t.prompt_tokens,
+            t.prompt_tokens_reused,
+            t.generated_tokens,
+            shapes[i].width,
+            r.prefill_tokens_per_second,
+            r.decode_tokens_per_second
+        );
+    }
+    println!("step  calls  prompt tok evaluated  generated    ceiling        Gym    ratio");
+    for s in &steps {
+        println!(
+            "{:>4} {:>6} {:>21} {:>10} {:>8.1} s {:>8.1} s {:>7.2}x",
+            s.step,
+            s.calls,
+            s.prompt_tokens_evaluated,
+            s.generated_tokens,
+            s.ceiling_seconds,
+            s.gym_seconds,
+            s.ratio
+        );
+    }
+    println!(
+        "all  {:>6} {:>21} {:>10} {:>8.1} s {:>8.1} s {:>7.2}x",
+        steps.iter().map(|s| s.calls).sum::<u64>(),
+        steps.iter().map(|s| s.prompt_tokens_evaluated).sum::<u64>(),
+        steps.iter().map(|s| s.generated_tokens).sum::<u64>(),
+        ceiling,
+        gym,
+        ratio
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stage_is_timed_as_its_mean_attempt_at_its_mean_width() {
+        let totals = StageTotals {
+            steps: 2,
+            calls: 9,
+            attempts: 10,
+            prompt_tokens: 6_000,
+            prompt_tokens_reused: 3_000,
+            generated_tokens: 2_000,
+        };
+        assert_eq!(
+            totals.shape(),
+            Shape {
+                prompt_tokens: 600,
+                width: 5,
+                new_tokens: 128
+            }
+        );
+        let rates = Rates {
+            prefill_tokens_per_second: 100.0,
+            decode_tokens_per_second: 20.0,
+        };
+        assert!((ceiling_seconds(3_000, 2_000, &rates) - 130.0).abs() < 1e-9);
+    }
+}
