@@ -286,15 +286,41 @@ fn completions(group: &gym::backend::Group) -> Vec<String> {
     group.completions.iter().map(|c| c.text.clone()).collect()
 }
 
+/// Instructions long enough to be worth keeping, for the tests of kept prefixes.
+const REVIEW_INSTRUCTIONS: &str = "You are reviewing short answers to arithmetic problems. Read \
+    the problem and the attempt below, then say in one sentence whether the attempt is right \
+    and, when it is wrong, which step went wrong and what the right result of that step is.";
+
+/// Sends `request` alone: it must borrow whole blocks of its prompt from a kept prefix (not
+/// all of it) and write what a fresh, independent evaluation writes under greedy decoding.
+/// Returns the tokens borrowed and the fresh answer.
+async fn borrows_a_block_and_samples_fresh(
+    backend: &LlamaBackend,
+    request: &GroupRequest,
+) -> (u64, gym::backend::Group) {
+    let borrowed = backend.generate(request).await.unwrap();
+    let cached = borrowed.usage.cached_prompt_tokens;
+    assert!(
+        cached >= 32 && cached % 32 == 0 && cached < borrowed.usage.prompt_tokens,
+        "no kept prefix was borrowed as whole blocks: {:?}",
+        borrowed.usage
+    );
+    let fresh = backend
+        .generate_with(request, PromptMode::Independent)
+        .await
+        .unwrap();
+    assert_eq!(fresh.usage.cached_prompt_tokens, 0);
+    assert_eq!(completions(&borrowed), completions(&fresh));
+    (cached, fresh)
+}
+
 #[tokio::test]
 async fn a_prefix_kept_from_an_earlier_round_samples_what_a_fresh_prompt_does() {
     // Greedy and short: a kept prefix lays the cache out differently from an empty one, which
     // can move the last bits of the logits (see `LlamaConfig::kept_prefixes`), and this answer's
     // choices are not that close.
     let backend = own_backend();
-    let instructions = "You are reviewing short answers to arithmetic problems. Read the \
-        problem and the attempt below, then say in one sentence whether the attempt is right \
-        and, when it is wrong, which step went wrong and what the right result of that step is.";
+    let instructions = REVIEW_INSTRUCTIONS;
     let first = ask(
         &format!("{instructions}\n\nProblem: 6 + 1. Attempt: 7."),
         1,
@@ -308,19 +334,7 @@ async fn a_prefix_kept_from_an_earlier_round_samples_what_a_fresh_prompt_does() 
     let alone = backend.generate(&first).await.unwrap();
     assert_eq!(alone.usage.cached_prompt_tokens, 0, "nothing kept yet");
     // A round of its own, after the first was answered: it borrows the instructions' cells.
-    let borrowed = backend.generate(&second).await.unwrap();
-    let cached = borrowed.usage.cached_prompt_tokens;
-    assert!(
-        cached >= 32 && cached % 32 == 0 && cached < borrowed.usage.prompt_tokens,
-        "{:?}",
-        borrowed.usage
-    );
-    let fresh = backend
-        .generate_with(&second, PromptMode::Independent)
-        .await
-        .unwrap();
-    assert_eq!(fresh.usage.cached_prompt_tokens, 0);
-    assert_eq!(completions(&borrowed), completions(&fresh));
+    let (cached, fresh) = borrows_a_block_and_samples_fresh(&backend, &second).await;
     // Asked again, the whole prompt but its last block is kept.
     let again = backend.generate(&second).await.unwrap();
     assert!(
@@ -411,9 +425,7 @@ async fn kept_prefixes_move_into_the_larger_context_a_round_needs() {
     // larger context than the one held, and its consolidate call, alone in its round, would
     // evaluate its instructions again if the kept prefixes went with the old context.
     let backend = own_backend();
-    let instructions = "You are reviewing short answers to arithmetic problems. Read the \
-        problem and the attempt below, then say in one sentence whether the attempt is right \
-        and, when it is wrong, which step went wrong and what the right result of that step is.";
+    let instructions = REVIEW_INSTRUCTIONS;
     let review = |problem: &str| ask(&format!("{instructions}\n\n{problem}"), 1, greedy(10));
     backend
         .generate(&review("Problem: 6 + 1. Attempt: 7."))
@@ -433,20 +445,9 @@ async fn kept_prefixes_move_into_the_larger_context_a_round_needs() {
         backend.stats().kv_cache_bytes > small,
         "the second round was meant to need a larger context"
     );
-    let second = review("Problem: 9 - 5. Attempt: 3.");
-    let borrowed = backend.generate(&second).await.unwrap();
-    let cached = borrowed.usage.cached_prompt_tokens;
-    assert!(
-        cached >= 32 && cached % 32 == 0 && cached < borrowed.usage.prompt_tokens,
-        "the instructions were not kept across the new context: {:?}",
-        borrowed.usage
-    );
-    // The moved cells hold what a fresh evaluation computes.
-    let fresh = backend
-        .generate_with(&second, PromptMode::Independent)
-        .await
-        .unwrap();
-    assert_eq!(completions(&borrowed), completions(&fresh));
+    // The instructions were kept across the new context, and the moved cells hold what a
+    // fresh evaluation computes.
+    borrows_a_block_and_samples_fresh(&backend, &review("Problem: 9 - 5. Attempt: 3.")).await;
 }
 
 #[tokio::test]
