@@ -41,6 +41,16 @@ pub struct Rates {
     pub decode_tokens_per_second: f64,
 }
 
+impl Rates {
+    /// Seconds llama.cpp needs at these rates for `evaluated` prompt tokens (borrowed ones cost
+    /// nothing here either, so they are not counted) and `generated` tokens: the ceiling a
+    /// stage's time is held against.
+    pub fn seconds(&self, evaluated: u64, generated: u64) -> f64 {
+        evaluated as f64 / self.prefill_tokens_per_second
+            + generated as f64 / self.decode_tokens_per_second
+    }
+}
+
 /// Loads `config`'s model and times every shape in turn, on a context of its own (nothing
 /// else should run meanwhile: the figures are a machine's best).
 pub fn measure(config: &LlamaConfig, shapes: &[Shape]) -> Result<Vec<Rates>, BackendError> {

@@ -18,6 +18,7 @@ use std::process::ExitCode;
 
 use gym::backend::llama::LlamaConfig;
 use gym::backend::llama::ceiling::{self, Rates, Shape};
+use gym::distill::StageStats;
 use gym::run::{Stage, StepReport};
 
 /// Decode steps timed per stage: enough for a steady rate, bounded so that measuring a long
@@ -28,36 +29,40 @@ const DECODE_STEPS_TIMED: u64 = 128;
 /// flight at once.
 const MOST_SEQUENCES: u64 = 64;
 
-/// One stage's work over the run.
-#[derive(Debug, Default, Clone, serde::Serialize)]
+/// One stage's work over the run: the steps that made calls of it, and their counters
+/// together.
+#[derive(Debug, Default)]
 struct StageTotals {
-    /// Steps that made calls of this stage.
     steps: u64,
-    calls: u64,
-    attempts: u64,
-    prompt_tokens: u64,
-    prompt_tokens_reused: u64,
-    generated_tokens: u64,
+    stats: StageStats,
 }
 
 impl StageTotals {
     /// Its work as llama.cpp's ceiling times it: a prompt as long as the mean attempt's, as
     /// many sequences as a step's calls on average, decoding up to `DECODE_STEPS_TIMED`.
     fn shape(&self) -> Shape {
-        let attempts = self.attempts.max(1);
-        let width = self.calls.div_ceil(self.steps.max(1));
+        let stats = &self.stats;
+        let attempts = stats.attempts.max(1);
+        let width = stats.calls.div_ceil(self.steps.max(1));
         Shape {
-            prompt_tokens: (self.prompt_tokens / attempts).max(1) as usize,
+            prompt_tokens: (stats.usage.prompt_tokens / attempts).max(1) as usize,
             width: width.clamp(1, MOST_SEQUENCES) as usize,
-            new_tokens: (self.generated_tokens / attempts).clamp(1, DECODE_STEPS_TIMED) as usize,
+            new_tokens: (stats.usage.completion_tokens / attempts).clamp(1, DECODE_STEPS_TIMED)
+                as usize,
         }
     }
-}
 
-/// Seconds llama.cpp needs at `rates` for `evaluated` prompt tokens and `generated` tokens.
-fn ceiling_seconds(evaluated: u64, generated: u64, rates: &Rates) -> f64 {
-    evaluated as f64 / rates.prefill_tokens_per_second
-        + generated as f64 / rates.decode_tokens_per_second
+    fn to_json(&self) -> serde_json::Value {
+        let stats = &self.stats;
+        serde_json::json!({
+            "steps": self.steps,
+            "calls": stats.calls,
+            "attempts": stats.attempts,
+            "prompt_tokens": stats.usage.prompt_tokens,
+            "prompt_tokens_reused": stats.usage.cached_prompt_tokens,
+            "generated_tokens": stats.usage.completion_tokens,
+        })
+    }
 }
 
 /// One step: Gym's stage time and the ceiling's for its work.
@@ -95,11 +100,7 @@ pub(super) fn run(dir: &Path, config: &LlamaConfig, json: bool) -> anyhow::Resul
             }
             let total = totals.entry(*stage).or_default();
             total.steps += 1;
-            total.calls += stats.calls;
-            total.attempts += stats.attempts;
-            total.prompt_tokens += stats.usage.prompt_tokens;
-            total.prompt_tokens_reused += stats.usage.cached_prompt_tokens;
-            total.generated_tokens += stats.usage.completion_tokens;
+            total.stats.merge(stats);
         }
     }
     anyhow::ensure!(
@@ -135,7 +136,7 @@ pub(super) fn run(dir: &Path, config: &LlamaConfig, json: bool) -> anyhow::Resul
                 calls += stats.calls;
                 evaluated += prompt;
                 generated += usage.completion_tokens;
-                seconds += ceiling_seconds(prompt, usage.completion_tokens, rates);
+                seconds += rates.seconds(prompt, usage.completion_tokens);
             }
             StepFigures {
                 step: report.step,
@@ -158,7 +159,7 @@ pub(super) fn run(dir: &Path, config: &LlamaConfig, json: bool) -> anyhow::Resul
             .enumerate()
             .map(|(i, stage)| {
                 let value = serde_json::json!({
-                    "work": totals[stage],
+                    "work": totals[stage].to_json(),
                     "shape": {
                         "prompt_tokens": shapes[i].prompt_tokens,
                         "width": shapes[i].width,
@@ -192,16 +193,16 @@ pub(super) fn run(dir: &Path, config: &LlamaConfig, json: bool) -> anyhow::Resul
         "stage        calls  attempts  prompt tok  reused  generated  width  prefill tok/s  decode tok/s"
     );
     for (i, stage) in stages.iter().enumerate() {
-        let t = &totals[stage];
+        let t = &totals[stage].stats;
         let r = &rates[stage];
         println!(
             "{:<12} {:>5} {:>9} {:>11} {:>7} {:>10} {:>6} {:>14.1} {:>13.1}",
             stage.as_str(),
             t.calls,
             t.attempts,
-            t.prompt_tokens,
-            t.prompt_tokens_reused,
-            t.generated_tokens,
+            t.usage.prompt_tokens,
+            t.usage.cached_prompt_tokens,
+            t.usage.completion_tokens,
             shapes[i].width,
             r.prefill_tokens_per_second,
             r.decode_tokens_per_second
@@ -235,16 +236,22 @@ pub(super) fn run(dir: &Path, config: &LlamaConfig, json: bool) -> anyhow::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gym::backend::Usage;
 
     #[test]
     fn a_stage_is_timed_as_its_mean_attempt_at_its_mean_width() {
         let totals = StageTotals {
             steps: 2,
-            calls: 9,
-            attempts: 10,
-            prompt_tokens: 6_000,
-            prompt_tokens_reused: 3_000,
-            generated_tokens: 2_000,
+            stats: StageStats {
+                calls: 9,
+                attempts: 10,
+                usage: Usage {
+                    prompt_tokens: 6_000,
+                    cached_prompt_tokens: 3_000,
+                    completion_tokens: 2_000,
+                },
+                ..StageStats::default()
+            },
         };
         assert_eq!(
             totals.shape(),
@@ -258,6 +265,6 @@ mod tests {
             prefill_tokens_per_second: 100.0,
             decode_tokens_per_second: 20.0,
         };
-        assert!((ceiling_seconds(3_000, 2_000, &rates) - 130.0).abs() < 1e-9);
+        assert!((rates.seconds(3_000, 2_000) - 130.0).abs() < 1e-9);
     }
 }

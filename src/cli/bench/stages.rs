@@ -105,8 +105,7 @@ impl StageWork {
     /// borrowed cost nothing here either) and the tokens it generated.
     fn ceiling_seconds(&self, rates: &gym::backend::llama::ceiling::Rates) -> f64 {
         let evaluated = self.prompt_tokens.saturating_sub(self.prompt_tokens_reused);
-        evaluated as f64 / rates.prefill_tokens_per_second
-            + self.generated_tokens as f64 / rates.decode_tokens_per_second
+        rates.seconds(evaluated, self.generated_tokens)
     }
 }
 
