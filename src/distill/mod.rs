@@ -42,7 +42,7 @@ pub(crate) mod testing;
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::Sampling;
+use crate::backend::{Dry, Sampling};
 use crate::library::DEFAULT_MAX_WORDS;
 
 pub use consolidate::{by_turns, consolidate, consolidate_prompt, consolidate_schema};
@@ -129,7 +129,19 @@ fn is_default_propose_calls(calls: &usize) -> bool {
     *calls == default_propose_calls()
 }
 
-/// An extract reply's budget: a comparison of up to ~700 characters (~175 tokens), then K
+/// The stages' DRY multiplier by default ([`Dry`]): llama.cpp's recommended strength.
+pub const DEFAULT_DISTILL_DRY: f32 = 0.8;
+
+/// The stages' repetition penalty at `multiplier` (llama.cpp's DRY; the other parameters at
+/// their recommended values), or none at 0.
+pub fn stage_dry(multiplier: f32) -> Option<Dry> {
+    (multiplier > 0.0).then(|| Dry {
+        multiplier,
+        ..Dry::default()
+    })
+}
+
+/// An extract reply's budget: a comparison of up to 400 characters (~100 tokens), then K
 /// lessons of up to ~80 tokens each in JSON, with room to spare.
 pub const DEFAULT_EXTRACT_MAX_TOKENS: u32 = 512;
 
@@ -177,6 +189,7 @@ impl Default for DistillConfig {
             sampling: Sampling {
                 temperature: 0.3,
                 max_tokens: 256,
+                dry: stage_dry(DEFAULT_DISTILL_DRY),
                 ..Sampling::default()
             },
             extract_max_tokens: DEFAULT_EXTRACT_MAX_TOKENS,
@@ -206,5 +219,20 @@ mod tests {
         );
         let json = serde_json::to_string(&cfg).unwrap();
         assert_eq!(serde_json::from_str::<DistillConfig>(&json).unwrap(), cfg);
+    }
+
+    #[test]
+    fn stages_sample_with_the_dry_penalty_and_a_run_journaled_before_it_resumes_without() {
+        assert_eq!(DistillConfig::default().sampling.dry, Some(Dry::default()));
+        assert_eq!(stage_dry(0.0), None);
+        assert_eq!(stage_dry(1.5).map(|d| d.multiplier), Some(1.5));
+        // A run's settings as written before the penalty existed: no `dry` key.
+        let mut value = serde_json::to_value(DistillConfig::default()).unwrap();
+        value["sampling"].as_object_mut().unwrap().remove("dry");
+        let old: DistillConfig = serde_json::from_value(value).unwrap();
+        assert_eq!(old.sampling.dry, None);
+        // Off is not written at all, so a run without it journals what it did before.
+        let off = serde_json::to_value(&old).unwrap();
+        assert!(off["sampling"].get("dry").is_none(), "{off}");
     }
 }

@@ -772,6 +772,14 @@ fn flags_that_would_ask_for_unbounded_work_are_refused_by_name() {
             &["--credit-pairs", "5000"][..],
             "--credit-pairs takes at most 1024 pairs",
         ),
+        (
+            &["--distill-dry=-0.5"][..],
+            "--distill-dry is -0.5; it takes 0 (off) to 5",
+        ),
+        (
+            &["--distill-dry", "NaN"][..],
+            "--distill-dry is NaN; it takes 0 (off) to 5",
+        ),
     ] {
         let args = [&["grpo", "--samples", "2", "--batch-size", "2"][..], flags].concat();
         let output = scratch.model_command(&args).output().unwrap();

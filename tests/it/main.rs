@@ -46,6 +46,8 @@ mod library_props;
 mod library_tamper;
 #[cfg(feature = "llama")]
 mod llama_backend;
+#[cfg(feature = "llama")]
+mod llama_repetition;
 mod openai_backend;
 mod openai_tools;
 mod otlp;

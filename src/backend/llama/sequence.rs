@@ -14,13 +14,17 @@ use crate::backend::{
 };
 
 /// A sequence's samplers: the draw (top-k, top-p, temperature and a seeded pick; greedy at
-/// temperature 0) and, for constrained output, the grammar kept apart from it.
+/// temperature 0), the DRY penalty where asked for, and, for constrained output, the grammar
+/// kept apart from the draw.
 ///
 /// Checking a grammar against all ~50k vocabulary entries at every token is slow, so, as
 /// llama.cpp's own sampler does, the draw runs first and the grammar only checks the drawn
-/// token; only when it rejects it is the grammar applied to the whole vocabulary.
+/// token; only when it rejects it is the grammar applied to the whole vocabulary. The DRY
+/// penalty keeps the tokens it has seen, so it is told the token finally chosen, not a drawn
+/// one the grammar turned down.
 pub(super) struct Samplers {
     pub draw: LlamaSampler,
+    pub dry: Option<LlamaSampler>,
     pub grammar: Option<LlamaSampler>,
 }
 
@@ -34,34 +38,65 @@ impl Samplers {
         let grammar = grammar
             .map(|g| LlamaSampler::grammar(model, g, "root").map_err(|_| GrammarError::Rejected))
             .transpose()?;
+        let dry = sampling.dry.map(|dry| {
+            LlamaSampler::dry(
+                model,
+                dry.multiplier,
+                dry.base,
+                dry.allowed_length.min(i32::MAX as u32) as i32,
+                // Only the completion's own tokens are in its history: all of them count.
+                sampling.max_tokens.clamp(1, i32::MAX as u32) as i32,
+                DRY_BREAKERS,
+            )
+        });
         Ok(Self {
             draw: build_draw(sampling, seed),
+            dry,
             grammar,
         })
     }
 
     /// Draws the next token from the logits at batch index `at`.
     pub fn sample(&mut self, context: &LlamaContext<'_>, at: i32) -> LlamaToken {
-        let token = self.draw.sample(context, at);
-        let Some(grammar) = self.grammar.as_mut() else {
-            return token;
+        let token = match self.dry.as_mut() {
+            None => self.draw.sample(context, at),
+            Some(dry) => {
+                let mut all = context.token_data_array_ith(at);
+                all.apply_sampler(dry);
+                all.apply_sampler(&mut self.draw);
+                all.selected_token().unwrap_or(LlamaToken(0))
+            }
         };
-        let mut single =
-            LlamaTokenDataArray::new(vec![LlamaTokenData::new(token, 1.0, 0.0)], false);
-        single.apply_sampler(grammar);
-        let accepted = single.data[0].logit().is_finite();
-        let token = if accepted {
-            token
-        } else {
-            let mut all = context.token_data_array_ith(at);
-            all.apply_sampler(grammar);
-            all.apply_sampler(&mut self.draw);
-            all.selected_token().unwrap_or(token)
+        let token = match self.grammar.as_mut() {
+            None => token,
+            Some(grammar) => {
+                let mut single =
+                    LlamaTokenDataArray::new(vec![LlamaTokenData::new(token, 1.0, 0.0)], false);
+                single.apply_sampler(grammar);
+                let token = if single.data[0].logit().is_finite() {
+                    token
+                } else {
+                    let mut all = context.token_data_array_ith(at);
+                    all.apply_sampler(grammar);
+                    if let Some(dry) = self.dry.as_mut() {
+                        all.apply_sampler(dry);
+                    }
+                    all.apply_sampler(&mut self.draw);
+                    all.selected_token().unwrap_or(token)
+                };
+                grammar.accept(token);
+                token
+            }
         };
-        grammar.accept(token);
+        if let Some(dry) = self.dry.as_mut() {
+            dry.accept(token);
+        }
         token
     }
 }
+
+/// Where a repeated stretch ends for the DRY penalty: llama.cpp's default breakers.
+const DRY_BREAKERS: [&str; 4] = ["\n", ":", "\"", "*"];
 
 fn build_draw(sampling: &Sampling, seed: u64) -> LlamaSampler {
     let mut chain = Vec::new();
