@@ -201,8 +201,8 @@ pub struct Sampling {
     #[serde(default)]
     pub logprobs: bool,
     /// Penalize what would repeat a stretch the completion already wrote (llama.cpp's DRY
-    /// sampler); `None`, the default, leaves the distribution alone. OpenAI's API has no such
-    /// parameter, so the OpenAI-compatible backend does not send it.
+    /// sampler); `None`, the default, leaves the distribution alone. OpenAI's and Anthropic's
+    /// APIs have no such parameter, so those backends do not send it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dry: Option<Dry>,
 }
@@ -215,8 +215,8 @@ pub struct Sampling {
 ///
 /// Why: told to compare a group's attempts, the 1.5B distiller wrote one sentence over and
 /// over until the comparison's length cap in 7 of 16 extract calls of a `make demo` step
-/// ("The fourth attempt is incorrect because it incorrectly identifies …" four times), each
-/// loop about 100 tokens decoded for nothing.
+/// ("The fourth attempt is incorrect because it incorrectly identifies …" three times over,
+/// until the cap cut it), every token after the first time decoded for nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Dry {
     pub multiplier: f32,

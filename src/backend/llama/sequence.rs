@@ -58,40 +58,50 @@ impl Samplers {
 
     /// Draws the next token from the logits at batch index `at`.
     pub fn sample(&mut self, context: &LlamaContext<'_>, at: i32) -> LlamaToken {
-        let token = match self.dry.as_mut() {
+        let drawn = match self.dry {
             None => self.draw.sample(context, at),
-            Some(dry) => {
-                let mut all = context.token_data_array_ith(at);
-                all.apply_sampler(dry);
-                all.apply_sampler(&mut self.draw);
-                all.selected_token().unwrap_or(LlamaToken(0))
-            }
+            Some(_) => self
+                .draw_from_all(context, at, false)
+                .unwrap_or(LlamaToken(0)),
         };
         let token = match self.grammar.as_mut() {
-            None => token,
+            None => drawn,
             Some(grammar) => {
                 let mut single =
-                    LlamaTokenDataArray::new(vec![LlamaTokenData::new(token, 1.0, 0.0)], false);
+                    LlamaTokenDataArray::new(vec![LlamaTokenData::new(drawn, 1.0, 0.0)], false);
                 single.apply_sampler(grammar);
-                let token = if single.data[0].logit().is_finite() {
-                    token
+                if single.data[0].logit().is_finite() {
+                    drawn
                 } else {
-                    let mut all = context.token_data_array_ith(at);
-                    all.apply_sampler(grammar);
-                    if let Some(dry) = self.dry.as_mut() {
-                        all.apply_sampler(dry);
-                    }
-                    all.apply_sampler(&mut self.draw);
-                    all.selected_token().unwrap_or(token)
-                };
-                grammar.accept(token);
-                token
+                    self.draw_from_all(context, at, true).unwrap_or(drawn)
+                }
             }
         };
-        if let Some(dry) = self.dry.as_mut() {
-            dry.accept(token);
+        for sampler in [self.grammar.as_mut(), self.dry.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            sampler.accept(token);
         }
         token
+    }
+
+    /// Draws from the whole vocabulary at `at`: the grammar applied first where `constrained`,
+    /// then the DRY penalty where asked for, then the draw (whose seeded or greedy pick always
+    /// selects one).
+    fn draw_from_all(
+        &mut self,
+        context: &LlamaContext<'_>,
+        at: i32,
+        constrained: bool,
+    ) -> Option<LlamaToken> {
+        let mut all = context.token_data_array_ith(at);
+        let grammar = self.grammar.as_mut().filter(|_| constrained);
+        for sampler in [grammar, self.dry.as_mut()].into_iter().flatten() {
+            all.apply_sampler(sampler);
+        }
+        all.apply_sampler(&mut self.draw);
+        all.selected_token()
     }
 }
 
