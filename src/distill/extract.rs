@@ -8,6 +8,10 @@
 //! first, with room for it in the token budget, then the lessons; "nothing to learn here"
 //! (an empty list) is a valid answer, since a group whose answers differ by luck has none.
 
+use std::borrow::Cow;
+use std::sync::LazyLock;
+
+use regex::Regex;
 use serde_json::{Value, json};
 
 use super::DistillConfig;
@@ -16,7 +20,7 @@ use super::contrast::group_facts;
 use super::error::ParseError;
 use super::ops::{Rules, read_ops};
 use super::outcome::StageOutcome;
-use super::prompt::{EXTRACT, EXTRACT_TOOLS, clip, grade, grader_note, render};
+use super::prompt::{EXTRACT, EXTRACT_TOOLS, PARTLY, clip, grade, grader_note, render};
 use super::proposal::ProposedOp;
 use crate::backend::Backend;
 use crate::data::Sample;
@@ -26,8 +30,7 @@ use crate::rollout::RolloutGroup;
 const QUESTION_MAX_CHARS: usize = 600;
 const REFERENCE_MAX_CHARS: usize = 200;
 const SUMMARY_MAX_CHARS: usize = 300;
-/// Most characters of a grader's reason shown beside an answer ("read 45 from the answer,
-/// expected 81").
+/// Most characters of a grader's reason shown beside an answer ("read 45 from the answer").
 const REASON_MAX_CHARS: usize = 160;
 /// Room for the comparison the model writes before its lessons: three sentences naming the
 /// step where the attempts part. At 700 characters the 1.5B distiller filled the room in most
@@ -124,15 +127,22 @@ pub fn extract_prompt(
                 .collect();
             // The grader's reason says what each attempt concluded, which a long answer's
             // middle may hide, and whether the token limit stopped it first.
-            let reason = match grader_note(answer, REASON_MAX_CHARS) {
+            let shown = without_reference(&answer.reason);
+            let reason = match grader_note(&shown, answer, REASON_MAX_CHARS) {
                 note if note.is_empty() => note,
                 note => format!(": {note}"),
             };
+            // The grade word says a reward of 0 or 1; only a partial one is worth its number.
+            let grade = grade(answer.reward);
+            let reward = if grade == PARTLY {
+                format!(" (reward {:.1})", answer.reward)
+            } else {
+                String::new()
+            };
             format!(
-                "{}. {} (reward {:.1}{reason}){tools}\n   Answer: {}{summary}",
+                "{}. {}{reward}{reason}{tools}\n   Answer: {}{summary}",
                 index + 1,
-                grade(answer.reward).to_uppercase(),
-                answer.reward,
+                grade.to_uppercase(),
                 // Whole up to `verbatim_chars` (stage 1 skipped it); a longer one as its head
                 // and its longer tail, where the last steps and the final answer are.
                 clip(&answer.text.replace('\n', " "), cfg.verbatim_chars)
@@ -162,6 +172,35 @@ pub fn extract_prompt(
         return prompt;
     }
     format!("{prompt}\n\n{}", EXTRACT_TOOLS.trim_end())
+}
+
+/// A grader's reason without the reference answer it ends with, which the prompt states once
+/// above the attempts: the numeric and exact graders write "read 9 from the answer, expected 2
+/// (tolerance 0.000001)" and "no number found in the answer (expected 2)". Said again beside
+/// every attempt, the reference and the tolerance were about 15 tokens an attempt, a tenth of
+/// a `make demo` extract prompt, and told the model nothing it had not been told. Only a reason
+/// of exactly those shapes is shortened: a judge's own words are shown as it wrote them.
+fn without_reference(reason: &str) -> Cow<'_, str> {
+    static FRACTION: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"^(read .+ from the answer), expected \S+ \(as a fraction\)$")
+            .expect("a valid pattern")
+    });
+    static READ: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"^(read .+ from the answer), expected \S+(?: \(tolerance [^()]*\))?$")
+            .expect("a valid pattern")
+    });
+    static NOTHING: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"^(no number found in the answer) \(expected \S+\)$").expect("a valid pattern")
+    });
+    if let Some(found) = FRACTION.captures(reason) {
+        return Cow::Owned(format!("{} (as a fraction)", &found[1]));
+    }
+    for pattern in [&*READ, &*NOTHING] {
+        if let Some(found) = pattern.captures(reason) {
+            return Cow::Owned(found[1].to_owned());
+        }
+    }
+    Cow::Borrowed(reason)
 }
 
 /// `{"comparison": "…", "lessons": [0..=K {"topic", "when", "do"}]}`.
@@ -279,13 +318,11 @@ mod tests {
         let prompt = extract_prompt(&sample(), &group(), &summaries(), &DistillConfig::default());
         assert!(prompt.contains("write up to 2 lessons"), "{prompt}");
         assert!(
-            prompt.contains("1. CORRECT (reward 1.0: matches 12)\n   Answer: 3 bags times 4 apples is 12. Answer: 12\n   Summary: It multiplied 3 by 4."),
+            prompt.contains("1. CORRECT: matches 12\n   Answer: 3 bags times 4 apples is 12. Answer: 12\n   Summary: It multiplied 3 by 4."),
             "{prompt}"
         );
         assert!(
-            prompt.ends_with(
-                "2. WRONG (reward 0.0: expected 12)\n   Answer: 3 plus 4 is 7. Answer: 7"
-            ),
+            prompt.ends_with("2. WRONG: expected 12\n   Answer: 3 plus 4 is 7. Answer: 7"),
             "{prompt}"
         );
         assert!(prompt.contains("at most 40 words"), "{prompt}");
@@ -329,12 +366,10 @@ mod tests {
         group.answers[1].tokens = 320;
         let prompt = extract_prompt(&sample(), &group, &[], &DistillConfig::default());
         assert!(
-            prompt.contains(
-                "2. WRONG (reward 0.0: expected 12; cut off unfinished at the limit of 320 tokens)"
-            ),
+            prompt.contains("2. WRONG: expected 12; cut off unfinished at the limit of 320 tokens"),
             "{prompt}"
         );
-        assert!(prompt.contains("1. CORRECT (reward 1.0: matches 12)\n"));
+        assert!(prompt.contains("1. CORRECT: matches 12\n"));
         let summarize = crate::distill::summarize::summarize_prompt(&sample(), &group.answers[1]);
         assert!(
             summarize.contains(
@@ -345,9 +380,70 @@ mod tests {
         group.answers[1].reason.clear();
         let prompt = extract_prompt(&sample(), &group, &[], &DistillConfig::default());
         assert!(
-            prompt.contains("2. WRONG (reward 0.0: cut off unfinished at the limit of 320 tokens)"),
+            prompt.contains("2. WRONG: cut off unfinished at the limit of 320 tokens\n"),
             "{prompt}"
         );
+    }
+
+    #[test]
+    fn an_attempt_line_leaves_out_the_reference_the_prompt_states_once() {
+        use crate::reward::{NumericVerifier, Verifier};
+        let sample = Sample {
+            id: "q".into(),
+            question: "How many apples?".into(),
+            answer: "12".into(),
+        };
+        let verifier = NumericVerifier::default();
+        let reason = |answer: &str| {
+            futures::executor::block_on(verifier.verify(&sample, answer))
+                .unwrap()
+                .reason
+        };
+        // The numeric grader's own reasons, as a run journals them.
+        let (wrong, right, none) = (reason("7"), reason("12"), reason("many"));
+        assert_eq!(
+            wrong,
+            "read 7 from the answer, expected 12 (tolerance 0.000001)"
+        );
+        assert_eq!(without_reference(&wrong), "read 7 from the answer");
+        assert_eq!(without_reference(&right), "read 12 from the answer");
+        assert_eq!(without_reference(&none), "no number found in the answer");
+        assert_eq!(
+            without_reference(&reason("1200%")),
+            "read 1200% from the answer (as a fraction)"
+        );
+        assert_eq!(
+            without_reference("read 50% from the answer, expected 0.5 (as a fraction)"),
+            "read 50% from the answer (as a fraction)"
+        );
+        // The exact grader's, with quoted strings.
+        assert_eq!(
+            without_reference(r#"read "Paris" from the answer, expected "Lyon""#),
+            r#"read "Paris" from the answer"#
+        );
+        // Anything else, a judge's words, is shown as written.
+        for judged in [
+            "The answer is wrong, expected 5 but got 3",
+            "read it twice, expected more",
+            "",
+        ] {
+            assert_eq!(without_reference(judged), judged);
+        }
+        // A partial reward keeps its number; 0 and 1 are said by the grade.
+        use crate::distill::testing::answer;
+        let mut group = group();
+        group.answers = vec![answer("Answer: 12", 1.0), answer("Answer: 6", 0.5)];
+        group.answers[0].reason = right.clone();
+        let prompt = extract_prompt(&sample, &group, &[], &DistillConfig::default());
+        assert!(
+            prompt.contains("1. CORRECT: read 12 from the answer\n   Answer: Answer: 12"),
+            "{prompt}"
+        );
+        assert!(
+            prompt.contains("2. PARTLY CORRECT (reward 0.5)"),
+            "{prompt}"
+        );
+        assert!(!prompt.contains("tolerance"), "{prompt}");
     }
 
     #[test]

@@ -99,17 +99,21 @@ pub fn grade(reward: f64) -> &'static str {
     } else if reward <= 0.001 {
         "wrong"
     } else {
-        "partly correct"
+        PARTLY
     }
 }
 
-/// What the grader said of `answer`, at most `max_chars` of it, and, when the token limit
+/// The grade of a reward strictly between 0 and 1.
+pub const PARTLY: &str = "partly correct";
+
+/// What the grader said of `answer` (`reason`: its reason as the stage shows it), at most
+/// `max_chars` of it, and, when the token limit
 /// stopped the answer, that it was cut off: the grader then read whatever number the cut fell
 /// after, and a stage told only "read 81, expected 9" blames the arithmetic of an answer whose
 /// fault was its length. 28.5 % of the 1.5B policy's GSM-style answers at 320 tokens were cut
 /// off, and the wrong ones outnumbered the right three to one.
-pub fn grader_note(answer: &ScoredAnswer, max_chars: usize) -> String {
-    let reason = clip(&answer.reason, max_chars);
+pub fn grader_note(reason: &str, answer: &ScoredAnswer, max_chars: usize) -> String {
+    let reason = clip(reason, max_chars);
     if answer.finish != FinishReason::Length {
         return reason;
     }

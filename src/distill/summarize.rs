@@ -60,7 +60,7 @@ pub async fn summarize(
 
 /// The stage 1 prompt.
 pub fn summarize_prompt(sample: &Sample, answer: &ScoredAnswer) -> String {
-    let grade = match grader_note(answer, 160) {
+    let grade = match grader_note(&answer.reason, answer, 160) {
         note if note.is_empty() => grade(answer.reward).to_owned(),
         note => format!("{} ({note})", grade(answer.reward)),
     };
