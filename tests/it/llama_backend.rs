@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
+use std::time::Instant;
 
 use gym::backend::llama::{LlamaBackend, LlamaConfig, PromptMode};
 use gym::backend::{
@@ -417,6 +418,55 @@ async fn retries_in_the_next_round_borrow_their_whole_prompts_not_only_the_instr
             completions(retry)
         );
     }
+}
+
+#[tokio::test]
+async fn a_retry_sent_while_its_round_runs_joins_it_and_borrows_its_refused_prompt() {
+    // A batched stage round: one call writes long, another is answered early and its caller
+    // asks again with the same prompt, as a call whose output the checks refused does. The
+    // retry starts in the running round, beside the long call, instead of waiting for it to
+    // end and then decoding alone.
+    let backend = own_backend();
+    let long = ask(
+        "Write a long story about a lighthouse keeper.",
+        1,
+        Sampling {
+            ignore_eos: true,
+            ..greedy(400)
+        },
+    );
+    let short = ask(
+        &format!(
+            "{REVIEW_INSTRUCTIONS}\n\nProblem: 12 + 30. Attempt: 42.\nWrite the problem again, exactly:"
+        ),
+        1,
+        greedy(6),
+    );
+    let backend = &backend;
+    let long_call = async {
+        let group = backend.generate(&long).await.unwrap();
+        (group, Instant::now())
+    };
+    let short_calls = async {
+        let first = backend.generate(&short).await.unwrap();
+        let retry = backend.generate(&short).await.unwrap();
+        (first, retry, Instant::now())
+    };
+    let ((long, long_done), (first, retry, retry_done)) = tokio::join!(long_call, short_calls);
+    assert_eq!(long.completions[0].completion_tokens, 400);
+    assert!(
+        retry_done < long_done,
+        "the retry waited for the long call's round to end"
+    );
+    // It borrowed its whole prompt but the last block from the answered first call, whose
+    // cells stay while the round runs, and wrote what it wrote.
+    let (prompt, cached) = (retry.usage.prompt_tokens, retry.usage.cached_prompt_tokens);
+    assert!(
+        cached + 32 >= prompt && cached > first.usage.cached_prompt_tokens,
+        "the retry borrowed {cached} of {prompt} prompt tokens; the first call {:?}",
+        first.usage
+    );
+    assert_eq!(completions(&retry), completions(&first));
 }
 
 #[tokio::test]

@@ -23,7 +23,12 @@
 //!
 //! Between decode steps the thread also takes the jobs sent meanwhile off the channel, drops
 //! those whose caller stopped waiting, and stops the sequences of abandoned jobs in the round
-//! (freeing their KV cells), so a request nobody waits for costs at most one more step.
+//! (freeing their KV cells), so a request nobody waits for costs at most one more step. A job
+//! sent meanwhile that fits in what the round's context has left (its cells and sequences
+//! beyond the round's jobs; a context is made with as many sequences again as its first
+//! jobs need) joins the running round: its prompt is evaluated, borrowing as above (an
+//! answered prompt's cells stay until the round ends), and its sequences decode beside the
+//! others from the next step. A round thus ends when nothing fits or nothing is left.
 //!
 //! Over 600 lines: admission, prompt evaluation and the decode loop all work on the round's
 //! `Admitted` jobs and the one context, and read best in one place.
@@ -104,6 +109,14 @@ impl Admitted {
     }
 }
 
+/// What a round may still take: KV cells beyond those its jobs and the kept prefixes hold,
+/// and the sequence numbers below `sequences`.
+#[derive(Debug, Clone, Copy)]
+struct Room {
+    cells: usize,
+    sequences: usize,
+}
+
 pub(super) struct Worker<'m> {
     runtime: &'static LlamaRuntime,
     model: &'m LlamaModel,
@@ -164,7 +177,13 @@ impl<'m> Worker<'m> {
                     Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
                 }
             }
-            let round = self.admit();
+            let mut waiting = std::mem::take(&mut self.waiting);
+            let room = Room {
+                cells: self.max_context,
+                sequences: MAX_SEQUENCES - self.kept.slots(),
+            };
+            let round = self.admit(&mut waiting, room, 0, true);
+            self.waiting = waiting;
             if !round.is_empty() {
                 self.run(round, queue);
             }
@@ -211,11 +230,20 @@ impl<'m> Worker<'m> {
         prompts * prompt_len + request.n * request.sampling.max_tokens as usize
     }
 
-    /// Takes waiting jobs, in order, while they fit in one context.
-    fn admit(&mut self) -> Vec<Admitted> {
+    /// Takes `waiting` jobs, in order, while they fit in `room`, their sequences numbered from
+    /// `first_seq`: a round's first jobs (`first`: the first job is taken whatever its size,
+    /// since a context is made for it), or jobs joining a running round in the room its
+    /// context has left.
+    fn admit(
+        &self,
+        waiting: &mut VecDeque<Job>,
+        room: Room,
+        first_seq: usize,
+        first: bool,
+    ) -> Vec<Admitted> {
         let mut round: Vec<Admitted> = Vec::new();
-        let (mut cells, mut sequences) = (0, 0);
-        while let Some(job) = self.waiting.pop_front() {
+        let (mut cells, mut sequences) = (0, first_seq);
+        while let Some(job) = waiting.pop_front() {
             if job.abandoned() {
                 self.stats.lock().expect("stats lock").abandoned_requests += 1;
                 continue;
@@ -240,11 +268,10 @@ impl<'m> Worker<'m> {
                 self.finish(job.reply, Err(error));
                 continue;
             }
-            if !round.is_empty()
-                && (cells + needed > self.max_context
-                    || sequences + request.n > MAX_SEQUENCES - self.kept.slots())
+            if !(first && round.is_empty())
+                && (cells + needed > room.cells || sequences + request.n > room.sequences)
             {
-                self.waiting.push_front(job);
+                waiting.push_front(job);
                 break;
             }
             let samplers = match self.samplers(request) {
@@ -360,7 +387,11 @@ impl<'m> Worker<'m> {
             _ => prefix::MAX_CELLS.min(self.max_context.saturating_sub(cells)),
         };
         let cells = (cells + room).max(2048).div_ceil(256) * 256;
-        let sequences = sequences.max(8) + self.kept.slots();
+        // Room for jobs that join the round while it runs (`join`): as many sequences again.
+        let sequences = (2 * sequences)
+            .clamp(16, MAX_SEQUENCES - self.kept.slots())
+            .max(sequences)
+            + self.kept.slots();
         let params = context_params(cells, sequences, self.threads);
         let mut context = self.model.new_context(self.runtime, params).map_err(|e| {
             BackendError::Llama(format!("cannot create a context of {cells} cells: {e}"))
@@ -394,9 +425,19 @@ impl<'m> Worker<'m> {
                 .and_then(|(mut context, c, s)| {
                     let empty = PrefixCache::new(self.kept.slots());
                     let mut kept = std::mem::replace(&mut self.kept, empty);
-                    let mut between_steps = || tidy(queue, &mut waiting, &self.stats);
+                    let room = Room {
+                        cells: c,
+                        sequences: s,
+                    };
                     let outcome = self
-                        .decode_round(&mut context, &mut kept, &mut round, &mut between_steps)
+                        .decode_round(
+                            &mut context,
+                            room,
+                            &mut kept,
+                            &mut round,
+                            queue,
+                            &mut waiting,
+                        )
                         .and_then(|()| kept.keep_prompts(&mut context, answered(&round), s));
                     if outcome.is_ok() {
                         if kept.slots() > 0 {
@@ -423,111 +464,28 @@ impl<'m> Worker<'m> {
     }
 
     /// Decodes the round's prompts, then one token of every running sequence per step until
-    /// none runs; `between_steps` runs before each step.
+    /// none runs. Before each step it takes the jobs sent meanwhile off `queue` into
+    /// `waiting` and starts in the round those its context (`room`: its KV cells and
+    /// sequences in all) still has room for.
     fn decode_round(
         &self,
         context: &mut LlamaContext<'m>,
+        room: Room,
         kept: &mut PrefixCache,
-        round: &mut [Admitted],
-        between_steps: &mut dyn FnMut(),
+        round: &mut Vec<Admitted>,
+        queue: &Receiver<Job>,
+        waiting: &mut VecDeque<Job>,
     ) -> Result<(), BackendError> {
         let vocab = self.model.vocab();
-        let batch_size = context.n_batch() as usize;
-        let total: usize = round.iter().map(|a| a.sequences.len()).sum();
-        let mut batch = LlamaBatch::new(batch_size.max(total), 1);
-
-        // Prompts first; each prompt's logits are overwritten by the next decode, so its
-        // sequences draw their first token right away. A prompt that starts like one evaluated
-        // earlier in the round, or like one kept from an earlier round, borrows that prefix's
-        // KV cells and evaluates only the rest.
+        // A context's batch holds at least one token of each of its sequences.
+        let mut batch = LlamaBatch::new(context.n_batch() as usize, 1);
         for index in 0..round.len() {
-            let (earlier, rest) = round.split_at_mut(index);
-            let admitted = &mut rest[0];
-            let Admitted {
-                request,
-                mode,
-                reply,
-                prompt,
-                first_seq,
-                sequences,
-                stop,
-                reused,
-                ..
-            } = &mut *admitted;
-            // A caller that leaves during a long prompt stops it at the next chunk.
-            let left = || reply.as_ref().is_none_or(oneshot::Sender::is_closed);
-            let sampling = &request.sampling;
-            let first = *first_seq as i32;
-            let draw = |seq: &mut Sequence, context: &LlamaContext<'_>, at: i32| {
-                let token = seq.sampler.sample(context, at);
-                let logprob = sampling
-                    .logprobs
-                    .then(|| log_softmax_at(context.get_logits_ith(at), token));
-                seq.push(token, logprob, &vocab, sampling, stop);
-            };
-            match mode {
-                PromptMode::Shared => {
-                    let candidates = earlier
-                        .iter()
-                        // An abandoned prompt's cells are gone.
-                        .filter(|a| a.mode == PromptMode::Shared && a.reply.is_some())
-                        .map(|a| (a.first_seq as i32, a.prompt.as_slice()))
-                        .chain(kept.candidates());
-                    let start = match prefix::longest(candidates, prompt) {
-                        Some((source, length)) => {
-                            context
-                                .kv_cache_seq_cp(source, first, None, Some(length as u32))
-                                .map_err(|e| BackendError::Llama(e.to_string()))?;
-                            kept.touch(source);
-                            length
-                        }
-                        None => 0,
-                    };
-                    *reused = start;
-                    let Some(last) = decode_prompt(
-                        context, &mut batch, prompt, start, first, batch_size, &left,
-                    )?
-                    else {
-                        self.abandon_prompt(context, admitted)?;
-                        continue;
-                    };
-                    for offset in 1..sequences.len() as i32 {
-                        context
-                            .kv_cache_seq_cp(first, first + offset, None, None)
-                            .map_err(|e| BackendError::Llama(e.to_string()))?;
-                    }
-                    for seq in sequences.iter_mut() {
-                        draw(seq, context, last);
-                    }
-                }
-                PromptMode::Independent => {
-                    let mut finished = true;
-                    for (offset, seq) in sequences.iter_mut().enumerate() {
-                        let id = first + offset as i32;
-                        let Some(last) =
-                            decode_prompt(context, &mut batch, prompt, 0, id, batch_size, &left)?
-                        else {
-                            finished = false;
-                            break;
-                        };
-                        draw(seq, context, last);
-                    }
-                    if !finished {
-                        self.abandon_prompt(context, admitted)?;
-                    }
-                }
-            }
-        }
-        {
-            let mut stats = self.stats.lock().expect("stats lock");
-            for admitted in round.iter() {
-                stats.prompt_tokens_reused += admitted.reused as u64;
-                stats.generated_tokens += admitted.sequences.len() as u64;
-            }
+            self.start(context, kept, round, index, &mut batch)?;
         }
 
         loop {
-            between_steps();
+            tidy(queue, waiting, &self.stats);
+            self.join(context, room, kept, round, waiting, &mut batch)?;
             for admitted in round.iter_mut().filter(|a| a.abandoned()) {
                 self.abandon(context, admitted)?;
             }
@@ -570,6 +528,154 @@ impl<'m> Worker<'m> {
                 }
             }
         }
+    }
+
+    /// Evaluates the prompt of `round[index]` and draws the first token of each of its
+    /// sequences (a prompt's logits are overwritten by the next decode). A prompt that starts
+    /// like one evaluated earlier in the round (answered or not: a refused stage call asks
+    /// again with the same prompt while its round runs), or like one kept from an earlier
+    /// round, borrows that prefix's KV cells and evaluates only the rest.
+    fn start(
+        &self,
+        context: &mut LlamaContext<'m>,
+        kept: &mut PrefixCache,
+        round: &mut [Admitted],
+        index: usize,
+        batch: &mut LlamaBatch<'_>,
+    ) -> Result<(), BackendError> {
+        let vocab = self.model.vocab();
+        let batch_size = context.n_batch() as usize;
+        let (earlier, rest) = round.split_at_mut(index);
+        let admitted = &mut rest[0];
+        let Admitted {
+            request,
+            mode,
+            reply,
+            prompt,
+            first_seq,
+            sequences,
+            stop,
+            reused,
+            ..
+        } = &mut *admitted;
+        // A caller that leaves during a long prompt stops it at the next chunk.
+        let left = || reply.as_ref().is_none_or(oneshot::Sender::is_closed);
+        let sampling = &request.sampling;
+        let first = *first_seq as i32;
+        let draw = |seq: &mut Sequence, context: &LlamaContext<'_>, at: i32| {
+            let token = seq.sampler.sample(context, at);
+            let logprob = sampling
+                .logprobs
+                .then(|| log_softmax_at(context.get_logits_ith(at), token));
+            seq.push(token, logprob, &vocab, sampling, stop);
+        };
+        let finished = match mode {
+            PromptMode::Shared => {
+                let candidates = earlier
+                    .iter()
+                    // An abandoned prompt's cells are gone; an answered one's stay until the
+                    // round ends.
+                    .filter(|a| a.mode == PromptMode::Shared && (a.reply.is_some() || a.answered))
+                    .map(|a| (a.first_seq as i32, a.prompt.as_slice()))
+                    .chain(kept.candidates());
+                let start = match prefix::longest(candidates, prompt) {
+                    Some((source, length)) => {
+                        context
+                            .kv_cache_seq_cp(source, first, None, Some(length as u32))
+                            .map_err(|e| BackendError::Llama(e.to_string()))?;
+                        kept.touch(source);
+                        length
+                    }
+                    None => 0,
+                };
+                *reused = start;
+                match decode_prompt(context, batch, prompt, start, first, batch_size, &left)? {
+                    Some(last) => {
+                        for offset in 1..sequences.len() as i32 {
+                            context
+                                .kv_cache_seq_cp(first, first + offset, None, None)
+                                .map_err(|e| BackendError::Llama(e.to_string()))?;
+                        }
+                        for seq in sequences.iter_mut() {
+                            draw(seq, context, last);
+                        }
+                        true
+                    }
+                    None => false,
+                }
+            }
+            PromptMode::Independent => {
+                let mut finished = true;
+                for (offset, seq) in sequences.iter_mut().enumerate() {
+                    let id = first + offset as i32;
+                    let Some(last) =
+                        decode_prompt(context, batch, prompt, 0, id, batch_size, &left)?
+                    else {
+                        finished = false;
+                        break;
+                    };
+                    draw(seq, context, last);
+                }
+                finished
+            }
+        };
+        if !finished {
+            return self.abandon_prompt(context, admitted);
+        }
+        let mut stats = self.stats.lock().expect("stats lock");
+        stats.prompt_tokens_reused += admitted.reused as u64;
+        stats.generated_tokens += admitted.sequences.len() as u64;
+        Ok(())
+    }
+
+    /// Starts in the running `round` the `waiting` jobs, in order, that fit in the KV cells
+    /// and sequences of its context (`room`) that neither the round's jobs nor the kept
+    /// prefixes hold; the least recently used kept prefixes give up their cells to a job
+    /// that needs them.
+    ///
+    /// Why: a round used to run until its last sequence ended, and a job sent meanwhile
+    /// waited for it. A stage call whose output the checks refused asks again while the
+    /// round's longer calls still decode; waiting, its retry decoded alone in a round of its
+    /// own (a `make demo` step spent 17 s so, one sequence at a time), where joining it
+    /// decodes beside them at the batched rate, and borrows its refused prompt's cells.
+    fn join(
+        &self,
+        context: &mut LlamaContext<'m>,
+        room: Room,
+        kept: &mut PrefixCache,
+        round: &mut Vec<Admitted>,
+        waiting: &mut VecDeque<Job>,
+        batch: &mut LlamaBatch<'_>,
+    ) -> Result<(), BackendError> {
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        // An answered or abandoned job's cells are counted too: they stay until the round
+        // ends (or are freed, which leaves more room than counted).
+        let held: usize = round
+            .iter()
+            .map(|a| Self::cells(&a.request, a.mode, a.prompt.len()))
+            .sum();
+        let first_seq = round.last().map_or(0, |a| a.first_seq + a.request.n);
+        let free = Room {
+            cells: room.cells.saturating_sub(held),
+            sequences: room.sequences.saturating_sub(kept.slots()),
+        };
+        let joining = self.admit(waiting, free, first_seq, false);
+        if joining.is_empty() {
+            return Ok(());
+        }
+        let needed: usize = joining
+            .iter()
+            .map(|a| Self::cells(&a.request, a.mode, a.prompt.len()))
+            .sum();
+        kept.shrink_to(context, free.cells - needed)?;
+        let from = round.len();
+        round.extend(joining);
+        for index in from..round.len() {
+            self.start(context, kept, round, index, batch)?;
+        }
+        Ok(())
     }
 
     /// Stops the sequences of a job nobody waits for and frees their KV cells (cells a later
