@@ -81,6 +81,11 @@ struct Admitted {
 }
 
 impl Admitted {
+    /// KV cells it needs (see [`Worker::cells`]).
+    fn cells(&self) -> usize {
+        Worker::cells(&self.request, self.mode, self.prompt.len())
+    }
+
     /// Whether its caller stopped waiting for the answer.
     fn abandoned(&self) -> bool {
         self.reply.as_ref().is_some_and(oneshot::Sender::is_closed)
@@ -410,10 +415,7 @@ impl<'m> Worker<'m> {
     }
 
     fn run(&mut self, mut round: Vec<Admitted>, queue: &Receiver<Job>) {
-        let cells: usize = round
-            .iter()
-            .map(|a| Self::cells(&a.request, a.mode, a.prompt.len()))
-            .sum();
+        let cells: usize = round.iter().map(Admitted::cells).sum();
         let sequences: usize = round.iter().map(|a| a.sequences.len()).sum();
         let mut waiting = std::mem::take(&mut self.waiting);
         let prompts = round
@@ -652,10 +654,7 @@ impl<'m> Worker<'m> {
         }
         // An answered or abandoned job's cells are counted too: they stay until the round
         // ends (or are freed, which leaves more room than counted).
-        let held: usize = round
-            .iter()
-            .map(|a| Self::cells(&a.request, a.mode, a.prompt.len()))
-            .sum();
+        let held: usize = round.iter().map(Admitted::cells).sum();
         let first_seq = round.last().map_or(0, |a| a.first_seq + a.request.n);
         let free = Room {
             cells: room.cells.saturating_sub(held),
@@ -665,10 +664,7 @@ impl<'m> Worker<'m> {
         if joining.is_empty() {
             return Ok(());
         }
-        let needed: usize = joining
-            .iter()
-            .map(|a| Self::cells(&a.request, a.mode, a.prompt.len()))
-            .sum();
+        let needed: usize = joining.iter().map(Admitted::cells).sum();
         kept.shrink_to(context, free.cells - needed)?;
         let from = round.len();
         round.extend(joining);
