@@ -470,6 +470,52 @@ async fn a_retry_sent_while_its_round_runs_joins_it_and_borrows_its_refused_prom
 }
 
 #[tokio::test]
+async fn jobs_keep_joining_a_long_round_as_earlier_ones_end_and_give_back_their_room() {
+    // An evaluation's groups, or a trial's, sent as earlier ones are answered: each of these
+    // asks room for 300 tokens and writes a few, 24 of them one after the other while a long
+    // answer decodes. The round's context has 16 sequences and cells for about 14 such jobs
+    // beside the long one: they join only if an answered job gives back its sequence and the
+    // cells of its answer.
+    let backend = own_backend();
+    let long = ask(
+        "Write a long story about a lighthouse keeper.",
+        1,
+        Sampling {
+            ignore_eos: true,
+            ..greedy(500)
+        },
+    );
+    let short = |i: usize| {
+        ask(
+            &format!("Reply with the single word yes. Request {i}."),
+            1,
+            Sampling {
+                stop: vec![".".into(), "\n".into()],
+                ..greedy(300)
+            },
+        )
+    };
+    let backend = &backend;
+    let long_call = async {
+        let group = backend.generate(&long).await.unwrap();
+        (group, Instant::now())
+    };
+    let short_calls = async {
+        for i in 0..24 {
+            let group = backend.generate(&short(i)).await.unwrap();
+            assert!(group.completions[0].completion_tokens < 300, "{group:?}");
+        }
+        Instant::now()
+    };
+    let ((long, long_done), shorts_done) = tokio::join!(long_call, short_calls);
+    assert_eq!(long.completions[0].completion_tokens, 500);
+    assert!(
+        shorts_done < long_done,
+        "a short job waited for the long answer's round to end"
+    );
+}
+
+#[tokio::test]
 async fn kept_prefixes_move_into_the_larger_context_a_round_needs() {
     // A run's steps differ in size: a step with more extract calls than any before needs a
     // larger context than the one held, and its consolidate call, alone in its round, would

@@ -29,6 +29,7 @@ pub mod cpu;
 mod kv;
 mod prefix;
 mod queue;
+mod round;
 mod sequence;
 mod worker;
 

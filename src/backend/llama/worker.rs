@@ -15,9 +15,10 @@
 //! kernel for a batch of under 64 rows and splits a long cache across threads, so a short
 //! suffix, or cells laid out differently (a kept prefix first, another prompt's cells between),
 //! can move the last bits of the logits, as batching requests together does. A cell is freed
-//! when no sequence holds it any more: the round's own sequences are cleared when the next
-//! round starts, the kept prefixes when they are dropped to make room (a round that needs a
-//! larger context gets one, and the kept prefixes move into it). The context is sized
+//! when no sequence holds it any more: an answered job's answers when it is answered, the
+//! round's own sequences when the next round starts, the kept prefixes when they are dropped
+//! to make room (a round that needs a larger context gets one, and the kept prefixes move
+//! into it). The context is sized
 //! for every admitted job's full prompt and answers beside the kept prefixes, so borrowing
 //! never needs more cells than not borrowing.
 //!
@@ -27,8 +28,9 @@
 //! sent meanwhile that fits in what the round's context has left (its cells and sequences
 //! beyond the round's jobs; a context is made with as many sequences again as its first
 //! jobs need) joins the running round: its prompt is evaluated, borrowing as above (an
-//! answered prompt's cells stay until the round ends), and its sequences decode beside the
-//! others from the next step. A round thus ends when nothing fits or nothing is left.
+//! answered prompt's cells stay for that, until a joining job needs its sequence number),
+//! and its sequences decode beside the others from the next step. A round thus ends when
+//! nothing fits or nothing is left.
 //!
 //! Over 600 lines: admission, prompt evaluation and the decode loop all work on the round's
 //! `Admitted` jobs and the one context, and read best in one place.
@@ -51,76 +53,16 @@ use tokio::sync::oneshot;
 use super::kv::{decode_prompt, kv_bytes_per_cell};
 use super::prefix::{self, PrefixCache};
 use super::queue::{Job, tidy};
+use super::round::{Admitted, Room, answered, cells_needed, free_sequences, release_answers};
 use super::sequence::{Samplers, Sequence, log_softmax_at};
 use super::{LlamaConfig, MAX_SEQUENCES, PromptMode};
 use crate::backend::{
-    BackendError, BackendStats, ChatMessage, Constraint, Delta, DeltaSender, FinishReason, Group,
-    GroupRequest, StopMatcher, TextRelease, Usage, json_schema_to_gbnf,
+    BackendError, BackendStats, ChatMessage, Constraint, Delta, Group, GroupRequest, StopMatcher,
+    TextRelease, Usage, json_schema_to_gbnf,
 };
 
 /// How long the thread waits for more jobs after the first one of a round arrives.
 const GATHER: Duration = Duration::from_millis(5);
-
-/// A job admitted to a round.
-struct Admitted {
-    request: GroupRequest,
-    mode: PromptMode,
-    /// Taken when the job is answered.
-    reply: Option<oneshot::Sender<Result<Group, BackendError>>>,
-    prompt: Vec<LlamaToken>,
-    first_seq: usize,
-    sequences: Vec<Sequence>,
-    stop: StopMatcher,
-    deltas: Option<DeltaSender>,
-    /// Per sequence, how much of its text was streamed.
-    released: Vec<TextRelease>,
-    /// Prompt tokens whose KV cells were borrowed from an earlier prompt or a kept prefix.
-    reused: usize,
-    /// Whether it was answered: its prompt's cells are whole and may be kept.
-    answered: bool,
-}
-
-impl Admitted {
-    /// KV cells it needs (see [`Worker::cells`]).
-    fn cells(&self) -> usize {
-        Worker::cells(&self.request, self.mode, self.prompt.len())
-    }
-
-    /// Whether its caller stopped waiting for the answer.
-    fn abandoned(&self) -> bool {
-        self.reply.as_ref().is_some_and(oneshot::Sender::is_closed)
-    }
-
-    /// Streams the new text of every running sequence. When the listener has gone, its
-    /// sequences end now: nobody would read them.
-    fn stream(&mut self) {
-        let Some(deltas) = &self.deltas else { return };
-        if deltas.is_closed() {
-            for seq in self.sequences.iter_mut().filter(|s| s.is_active()) {
-                seq.finish = Some(FinishReason::Other);
-            }
-            return;
-        }
-        for (index, (seq, release)) in self.sequences.iter().zip(&mut self.released).enumerate() {
-            if seq.is_active()
-                && let Some(piece) = release.next(&seq.streamable_text())
-            {
-                let _ = deltas.send(Delta {
-                    index,
-                    text: piece.to_owned(),
-                });
-            }
-        }
-    }
-}
-
-/// What a round may still take: KV cells beyond those its jobs and the kept prefixes hold,
-/// and the sequence numbers below `sequences`.
-#[derive(Debug, Clone, Copy)]
-struct Room {
-    cells: usize,
-    sequences: usize,
-}
 
 pub(super) struct Worker<'m> {
     runtime: &'static LlamaRuntime,
@@ -226,15 +168,6 @@ impl<'m> Worker<'m> {
         Ok(self.model.vocab().tokenize(prompt.as_bytes(), true, true))
     }
 
-    /// KV cells a job needs: its prompt (once, or once per sequence) and every answer in full.
-    fn cells(request: &GroupRequest, mode: PromptMode, prompt_len: usize) -> usize {
-        let prompts = match mode {
-            PromptMode::Shared => 1,
-            PromptMode::Independent => request.n,
-        };
-        prompts * prompt_len + request.n * request.sampling.max_tokens as usize
-    }
-
     /// Takes `waiting` jobs, in order, while they fit in `room`, their sequences numbered from
     /// `first_seq`: a round's first jobs (`first`: the first job is taken whatever its size,
     /// since a context is made for it), or jobs joining a running round in the room its
@@ -261,7 +194,7 @@ impl<'m> Worker<'m> {
                 }
             };
             let request = &job.request;
-            let needed = Self::cells(request, job.mode, prompt.len());
+            let needed = cells_needed(request, job.mode, prompt.len());
             if needed > self.max_context {
                 let error = BackendError::ContextTooSmall {
                     tokens: prompt.len(),
@@ -494,7 +427,7 @@ impl<'m> Worker<'m> {
             for admitted in round.iter_mut().filter(|a| a.reply.is_some()) {
                 admitted.stream();
             }
-            self.reply_finished(round);
+            self.reply_finished(context, round)?;
             batch.clear();
             let mut index = 0;
             for admitted in round.iter_mut().filter(|a| a.reply.is_some()) {
@@ -633,13 +566,17 @@ impl<'m> Worker<'m> {
     /// Starts in the running `round` the `waiting` jobs, in order, that fit in the KV cells
     /// and sequences of its context (`room`) that neither the round's jobs nor the kept
     /// prefixes hold; the least recently used kept prefixes give up their cells to a job
-    /// that needs them.
+    /// that needs them. A job answered in the round holds only its prompt's cells (see
+    /// [`Self::reply_finished`]), an abandoned one none, and their sequence numbers are
+    /// given to the jobs that join.
     ///
     /// Why: a round used to run until its last sequence ended, and a job sent meanwhile
     /// waited for it. A stage call whose output the checks refused asks again while the
     /// round's longer calls still decode; waiting, its retry decoded alone in a round of its
     /// own (a `make demo` step spent 17 s so, one sequence at a time), where joining it
-    /// decodes beside them at the batched rate, and borrows its refused prompt's cells.
+    /// decodes beside them at the batched rate, and borrows its refused prompt's cells. And a
+    /// round of long answers (an evaluation's groups, a trial's) thinned out to its longest
+    /// answer while the next groups waited.
     fn join(
         &self,
         context: &mut LlamaContext<'m>,
@@ -649,26 +586,41 @@ impl<'m> Worker<'m> {
         waiting: &mut VecDeque<Job>,
         batch: &mut LlamaBatch<'_>,
     ) -> Result<(), BackendError> {
-        if waiting.is_empty() {
-            return Ok(());
-        }
-        // An answered or abandoned job's cells are counted too: they stay until the round
-        // ends (or are freed, which leaves more room than counted).
-        let held: usize = round.iter().map(Admitted::cells).sum();
-        let first_seq = round.last().map_or(0, |a| a.first_seq + a.request.n);
-        let free = Room {
-            cells: room.cells.saturating_sub(held),
-            sequences: room.sequences.saturating_sub(kept.slots()),
-        };
-        let joining = self.admit(waiting, free, first_seq, false);
-        if joining.is_empty() {
-            return Ok(());
-        }
-        let needed: usize = joining.iter().map(Admitted::cells).sum();
-        kept.shrink_to(context, free.cells - needed)?;
-        let from = round.len();
-        round.extend(joining);
-        for index in from..round.len() {
+        let sequences = room.sequences.saturating_sub(kept.slots());
+        let mut held: usize = round.iter().map(Admitted::held).sum();
+        while let Some(n) = waiting.front().map(|job| job.request.n) {
+            let first_seq = loop {
+                if let Some(first_seq) = free_sequences(round, n, sequences) {
+                    break Some(first_seq);
+                }
+                // Every number taken: the prompt answered longest ago gives its own back (a
+                // retry follows its refused call soon, so the recent ones are worth keeping).
+                let Some(oldest) = round
+                    .iter_mut()
+                    .find(|a| a.answered && a.mode == PromptMode::Shared)
+                else {
+                    break None;
+                };
+                oldest.answered = false;
+                prefix::clear(context, oldest.first_seq as i32)?;
+                held -= oldest.prompt.len();
+            };
+            let Some(first_seq) = first_seq else {
+                break;
+            };
+            let free = Room {
+                cells: room.cells.saturating_sub(held),
+                // One job: the next would need numbers of its own.
+                sequences: first_seq + n,
+            };
+            let Some(joining) = self.admit(waiting, free, first_seq, false).pop() else {
+                // It does not fit, or every job left was refused (answered with its error).
+                break;
+            };
+            held += joining.cells();
+            kept.shrink_to(context, room.cells.saturating_sub(held))?;
+            round.push(joining);
+            let index = round.len() - 1;
             self.start(context, kept, round, index, batch)?;
         }
         Ok(())
@@ -706,7 +658,11 @@ impl<'m> Worker<'m> {
     }
 
     /// Answers every job whose sequences have all finished.
-    fn reply_finished(&self, round: &mut [Admitted]) {
+    fn reply_finished(
+        &self,
+        context: &mut LlamaContext<'m>,
+        round: &mut [Admitted],
+    ) -> Result<(), BackendError> {
         for admitted in round.iter_mut() {
             if admitted.reply.is_none() || admitted.sequences.iter().any(Sequence::is_active) {
                 continue;
@@ -749,17 +705,10 @@ impl<'m> Worker<'m> {
                 admitted.answered = true;
                 self.finish(reply, Ok(group));
             }
+            release_answers(context, admitted)?;
         }
+        Ok(())
     }
-}
-
-/// The round's answered prompts evaluated once for all their sequences, as (first sequence,
-/// tokens): their cells are whole, to be kept or borrowed.
-fn answered(round: &[Admitted]) -> impl Iterator<Item = (i32, &[LlamaToken])> {
-    round
-        .iter()
-        .filter(|a| a.answered && a.mode == PromptMode::Shared)
-        .map(|a| (a.first_seq as i32, a.prompt.as_slice()))
 }
 
 /// The settings of every context Gym creates (the model thread's, and the ceiling's, which
