@@ -420,6 +420,18 @@ async fn retries_in_the_next_round_borrow_their_whole_prompts_not_only_the_instr
     }
 }
 
+/// One answer of exactly `tokens` tokens, greedy: a call that keeps its round running.
+fn long_story(tokens: u32) -> GroupRequest {
+    ask(
+        "Write a long story about a lighthouse keeper.",
+        1,
+        Sampling {
+            ignore_eos: true,
+            ..greedy(tokens)
+        },
+    )
+}
+
 #[tokio::test]
 async fn a_retry_sent_while_its_round_runs_joins_it_and_borrows_its_refused_prompt() {
     // A batched stage round: one call writes long, another is answered early and its caller
@@ -427,14 +439,7 @@ async fn a_retry_sent_while_its_round_runs_joins_it_and_borrows_its_refused_prom
     // retry starts in the running round, beside the long call, instead of waiting for it to
     // end and then decoding alone.
     let backend = own_backend();
-    let long = ask(
-        "Write a long story about a lighthouse keeper.",
-        1,
-        Sampling {
-            ignore_eos: true,
-            ..greedy(400)
-        },
-    );
+    let long = long_story(400);
     let short = ask(
         &format!(
             "{REVIEW_INSTRUCTIONS}\n\nProblem: 12 + 30. Attempt: 42.\nWrite the problem again, exactly:"
@@ -477,14 +482,7 @@ async fn jobs_keep_joining_a_long_round_as_earlier_ones_end_and_give_back_their_
     // beside the long one: they join only if an answered job gives back its sequence and the
     // cells of its answer.
     let backend = own_backend();
-    let long = ask(
-        "Write a long story about a lighthouse keeper.",
-        1,
-        Sampling {
-            ignore_eos: true,
-            ..greedy(500)
-        },
-    );
+    let long = long_story(500);
     let short = |i: usize| {
         ask(
             &format!("Reply with the single word yes. Request {i}."),
