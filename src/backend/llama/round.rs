@@ -7,6 +7,7 @@ use llama_cpp_2::token::LlamaToken;
 use tokio::sync::oneshot;
 
 use super::PromptMode;
+use super::prefix;
 use super::sequence::Sequence;
 use crate::backend::{
     BackendError, Delta, DeltaSender, FinishReason, Group, GroupRequest, StopMatcher, TextRelease,
@@ -41,30 +42,47 @@ pub(super) struct Admitted {
     pub answered: bool,
 }
 
+/// What an admitted job holds in the KV cache ([`Admitted::holding`]).
+enum Holding {
+    Everything,
+    Prompt,
+    Nothing,
+}
+
 impl Admitted {
     /// KV cells it needs ([`cells_needed`]).
     pub fn cells(&self) -> usize {
         cells_needed(&self.request, self.mode, self.prompt.len())
     }
 
-    /// KV cells it holds now: all it may need while it runs, its prompt's once answered
-    /// (shared prompts only: kept for the round's later prompts to borrow), none once
-    /// abandoned.
-    pub fn held(&self) -> usize {
+    /// What it holds in the KV cache now: all it may need while it runs, its prompt once
+    /// answered (shared prompts only: kept for the round's later prompts to borrow), nothing
+    /// once abandoned.
+    fn holding(&self) -> Holding {
         match (self.reply.is_some(), self.answered, self.mode) {
-            (true, _, _) => self.cells(),
-            (false, true, PromptMode::Shared) => self.prompt.len(),
-            (false, _, _) => 0,
+            (true, _, _) => Holding::Everything,
+            (false, true, PromptMode::Shared) => Holding::Prompt,
+            (false, _, _) => Holding::Nothing,
         }
     }
 
-    /// The sequence numbers it holds cells under (see [`Self::held`]).
-    fn sequences_held(&self) -> std::ops::Range<usize> {
-        match (self.reply.is_some(), self.answered, self.mode) {
-            (true, _, _) => self.first_seq..self.first_seq + self.request.n,
-            (false, true, PromptMode::Shared) => self.first_seq..self.first_seq + 1,
-            (false, _, _) => self.first_seq..self.first_seq,
+    /// KV cells it holds now (see [`Self::holding`]).
+    pub fn held(&self) -> usize {
+        match self.holding() {
+            Holding::Everything => self.cells(),
+            Holding::Prompt => self.prompt.len(),
+            Holding::Nothing => 0,
         }
+    }
+
+    /// The sequence numbers it holds cells under (see [`Self::holding`]).
+    fn sequences_held(&self) -> std::ops::Range<usize> {
+        let count = match self.holding() {
+            Holding::Everything => self.request.n,
+            Holding::Prompt => 1,
+            Holding::Nothing => 0,
+        };
+        self.first_seq..self.first_seq + count
     }
 
     /// Whether its caller stopped waiting for the answer.
@@ -110,22 +128,16 @@ pub(super) fn release_answers(
     context: &mut LlamaContext<'_>,
     admitted: &Admitted,
 ) -> Result<(), BackendError> {
-    let llama = |e: &dyn std::fmt::Display| BackendError::Llama(e.to_string());
-    let first = admitted.first_seq as u32;
-    let mut others = first..first + admitted.request.n as u32;
+    let first = admitted.first_seq as i32;
+    let mut others = first..first + admitted.request.n as i32;
     if admitted.mode == PromptMode::Shared {
         let answers_from = admitted.prompt.len() as u32;
         context
-            .clear_kv_cache_seq(Some(first), Some(answers_from), None)
-            .map_err(|e| llama(&e))?;
+            .clear_kv_cache_seq(Some(first as u32), Some(answers_from), None)
+            .map_err(|e| BackendError::Llama(e.to_string()))?;
         others.start += 1;
     }
-    for seq in others {
-        context
-            .clear_kv_cache_seq(Some(seq), None, None)
-            .map_err(|e| llama(&e))?;
-    }
-    Ok(())
+    others.try_for_each(|seq| prefix::clear(context, seq))
 }
 
 /// The lowest first number of `n` consecutive sequence numbers below `limit` that no job of

@@ -586,6 +586,10 @@ impl<'m> Worker<'m> {
         waiting: &mut VecDeque<Job>,
         batch: &mut LlamaBatch<'_>,
     ) -> Result<(), BackendError> {
+        // Called before every decode step: nothing to count while nothing waits.
+        if waiting.is_empty() {
+            return Ok(());
+        }
         let sequences = room.sequences.saturating_sub(kept.slots());
         let mut held: usize = round.iter().map(Admitted::held).sum();
         while let Some(n) = waiting.front().map(|job| job.request.n) {
