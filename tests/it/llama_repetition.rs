@@ -1,6 +1,13 @@
 //! The DRY repetition penalty (`Sampling::dry`) on the real default model: asked for a long
 //! story, greedy decoding falls into saying one thing over and over; with the penalty no run
-//! of eight words comes back, in free text and inside a JSON string the grammar holds open.
+//! of eight words comes back more than once, in free text and inside a JSON string the grammar
+//! holds open.
+//!
+//! "More than once", not "at all": DRY matches repeats only between its sequence breakers (a
+//! newline, a colon, a quote), so a run that straddles a paragraph break can come back once
+//! unpenalized, and whether greedy decoding takes it depends on the last bits of the logits,
+//! which differ between CPUs: the stricter test held here and failed on a CI machine. A loop
+//! repeats its runs three times and more (ten times on the story here).
 
 use std::collections::HashMap;
 
@@ -40,6 +47,9 @@ fn most_repeated_run(text: &str) -> usize {
     counts.into_values().max().unwrap_or(0)
 }
 
+/// A loop: some run of eight words comes back at least twice after its first time.
+const LOOP: usize = 3;
+
 async fn text(request: &GroupRequest) -> String {
     let group = backend().generate(request).await.unwrap();
     group.completions[0].text.clone()
@@ -51,12 +61,11 @@ async fn the_dry_penalty_stops_a_greedy_loop_in_free_text() {
     let penalized = text(&request(Some(Dry::default()), None)).await;
     // The prompt does make the model loop, or the test would prove nothing.
     assert!(
-        most_repeated_run(&plain) >= 3,
+        most_repeated_run(&plain) >= LOOP,
         "no loop without the penalty: {plain:?}"
     );
-    assert_eq!(
-        most_repeated_run(&penalized),
-        1,
+    assert!(
+        most_repeated_run(&penalized) < LOOP,
         "the penalty let a loop through: {penalized:?} (without it: {plain:?})"
     );
 }
@@ -79,12 +88,11 @@ async fn the_dry_penalty_holds_inside_a_json_string_the_grammar_keeps_open() {
         output.split_once(':').map_or("", |(_, s)| s).to_string()
     };
     assert!(
-        most_repeated_run(&story(&plain)) >= 3,
+        most_repeated_run(&story(&plain)) >= LOOP,
         "no loop without the penalty: {plain:?}"
     );
-    assert_eq!(
-        most_repeated_run(&story(&penalized)),
-        1,
+    assert!(
+        most_repeated_run(&story(&penalized)) < LOOP,
         "the penalty let a loop through: {penalized:?} (without it: {plain:?})"
     );
 }
