@@ -58,12 +58,23 @@ impl Call<'_> {
     /// every failure land in the outcome, prefixed with the attempt number.
     pub(crate) async fn run<T>(
         &self,
+        read: impl FnMut(&str, &mut Vec<String>) -> Result<T, ParseError>,
+    ) -> StageOutcome<T> {
+        self.run_from(0, read).await
+    }
+
+    /// Like [`run`](Self::run) from attempt `first` (from 0), for a call whose earlier
+    /// attempts ran before: each attempt keeps its seed and its number in the reasons, while
+    /// the outcome counts only the attempts made here. At least one attempt is made.
+    pub(crate) async fn run_from<T>(
+        &self,
+        first: u32,
         mut read: impl FnMut(&str, &mut Vec<String>) -> Result<T, ParseError>,
     ) -> StageOutcome<T> {
         let mut outcome = StageOutcome::default();
-        for attempt in 0..self.attempts.max(1) {
+        for attempt in first..self.attempts.max(first + 1) {
             let number = attempt + 1;
-            outcome.attempts = number;
+            outcome.attempts = attempt - first + 1;
             let output = match self.backend.generate(&self.request(attempt)).await {
                 Ok(group) => {
                     outcome.usage += group.usage;

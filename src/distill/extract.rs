@@ -57,12 +57,26 @@ pub async fn extract(
     summaries: &[String],
     cfg: &DistillConfig,
 ) -> StageOutcome<Vec<ProposedOp>> {
+    extract_attempts(backend, sample, group, summaries, cfg, 0..cfg.attempts).await
+}
+
+/// [`extract`] making only the attempts in `attempts` (numbered from 0, at most
+/// `cfg.attempts`): a run makes every call's first attempt, then asks again only the calls it
+/// needs (see `run::extract`). An attempt has the same seed whichever way it is asked.
+pub async fn extract_attempts(
+    backend: &dyn Backend,
+    sample: &Sample,
+    group: &RolloutGroup,
+    summaries: &[String],
+    cfg: &DistillConfig,
+    attempts: std::ops::Range<u32>,
+) -> StageOutcome<Vec<ProposedOp>> {
     let call = Call {
         backend,
         prompt: extract_prompt(sample, group, summaries, cfg),
         schema: extract_schema(cfg),
         sampling: cfg.extract_sampling(),
-        attempts: cfg.attempts,
+        attempts: attempts.end.min(cfg.attempts),
         salt: format!("extract/{}", sample.id),
     };
     // No library: an update or delete names nothing the model was shown, so it is dropped.
@@ -75,7 +89,7 @@ pub async fn extract(
         first_sentence: true,
     };
     let max = cfg.max_experiences;
-    call.run(|output, dropped| {
+    call.run_from(attempts.start, |output, dropped| {
         let read = read_ops(output, &rules, true, dropped)?;
         if read.items.is_empty() && read.declined == 0 && read.total > 0 {
             // Every lesson copies the prompt's examples: the model had none of its own. Asked

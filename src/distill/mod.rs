@@ -47,7 +47,7 @@ use crate::library::DEFAULT_MAX_WORDS;
 
 pub use consolidate::{by_turns, consolidate, consolidate_prompt, consolidate_schema};
 pub use error::ParseError;
-pub use extract::{extract, extract_prompt, extract_schema};
+pub use extract::{extract, extract_attempts, extract_prompt, extract_schema};
 pub use integrate::{
     Decision, Neighbour, integrate, integrate_prompt, integrate_schema, is_near_duplicate,
     neighbours, word_similarity,

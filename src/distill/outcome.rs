@@ -86,6 +86,22 @@ impl<T> StageOutcome<T> {
         self.value.is_some()
     }
 
+    /// This outcome followed by `later`, the same call's further attempts made afterwards:
+    /// the value is `later`'s, and attempts, outputs, reasons and tokens are both together.
+    pub fn continued_by(mut self, later: StageOutcome<T>) -> StageOutcome<T> {
+        self.value = later.value;
+        self.raw_outputs.extend(later.raw_outputs);
+        self.attempts += later.attempts;
+        self.parse_failures += later.parse_failures;
+        self.rejections += later.rejections;
+        self.backend_errors += later.backend_errors;
+        self.errors.extend(later.errors);
+        self.dropped.extend(later.dropped);
+        self.usage += later.usage;
+        self.cost_usd += later.cost_usd;
+        self
+    }
+
     /// The same outcome carrying `f(value)`.
     pub fn map<U>(self, f: impl FnOnce(T) -> U) -> StageOutcome<U> {
         StageOutcome {
@@ -150,6 +166,21 @@ impl StageStats {
         self.failures += u64::from(outcome.value.is_none());
         self.dropped_items += outcome.dropped.len() as u64;
         self.usage += outcome.usage;
+    }
+
+    /// Counts `later`, further attempts of a call already counted as failed (see
+    /// [`StageOutcome::continued_by`]): its attempts and tokens add up, and a call they made
+    /// succeed is no longer a failure.
+    pub fn count_continuation<T>(&mut self, later: &StageOutcome<T>) {
+        self.attempts += u64::from(later.attempts);
+        self.parse_failures += u64::from(later.parse_failures);
+        self.rejections += u64::from(later.rejections);
+        self.backend_errors += u64::from(later.backend_errors);
+        if later.value.is_some() {
+            self.failures = self.failures.saturating_sub(1);
+        }
+        self.dropped_items += later.dropped.len() as u64;
+        self.usage += later.usage;
     }
 }
 

@@ -213,10 +213,14 @@ mod tests {
 
     #[test]
     fn templates_stay_short_for_small_models() {
-        // Stage 2 is the longest: its instructions and two example lessons.
+        // The longest are stage 2 (its instructions and two example lessons) and stage 4 (two
+        // worked decisions, one an update: without them the 1.5B distiller wrote updates about
+        // "the new lesson" in 9 of 24 integrate outputs of a `make demo` run, with them in none
+        // of 16). Their constant part comes first and is computed once, so the length costs
+        // little time; the bound is for the small model's attention.
         for template in TEMPLATES {
             let words = template.split_whitespace().count();
-            assert!(words < 250, "{words} words");
+            assert!(words < 330, "{words} words");
         }
     }
 

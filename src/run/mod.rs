@@ -21,6 +21,7 @@ pub mod dashboard;
 mod distinct;
 pub mod evaluation;
 pub mod events;
+mod extract;
 pub mod fallback;
 mod integrate;
 pub mod journal;

@@ -256,6 +256,39 @@ impl<I, T: Serialize + DeserializeOwned> StageKind<I> for Calls<T> {
     }
 }
 
+/// Further attempts of calls of a stage whose first attempts were counted already (see
+/// `run::extract`): journaled and announced as that stage's, counted as continuations, so a
+/// call asked again is still one call.
+pub(super) struct Continued<T>(pub Calls<T>);
+
+impl<I, T: Serialize + DeserializeOwned> StageKind<I> for Continued<T> {
+    type Output = StageOutcome<T>;
+    const TIMED: bool = true;
+
+    fn reused(&self, step: &Step<'_>, key: &str) -> Option<StageOutcome<T>> {
+        <Calls<T> as StageKind<I>>::reused(&self.0, step, key)
+    }
+
+    fn started(&self, step: &Step<'_>, calls: usize) {
+        <Calls<T> as StageKind<I>>::started(&self.0, step, calls);
+    }
+
+    fn journal_and_emit(
+        &self,
+        step: &mut Step<'_>,
+        key: &str,
+        item: &I,
+        outcome: &StageOutcome<T>,
+        elapsed: Duration,
+    ) -> Result<(), RunError> {
+        self.0.journal_and_emit(step, key, item, outcome, elapsed)
+    }
+
+    fn count(&self, report: &mut StepReport, outcome: &StageOutcome<T>, reused: bool) {
+        report.count_stage_continuation(self.0.stage, outcome, reused);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};

@@ -12,6 +12,7 @@ use super::commit::{
     commit_rebased, committed_end, count_usage, harmful_deletes, prompts_hash, refresh_library,
 };
 use super::events::{Events, RunEvent};
+use super::extract;
 use super::journal::{Entry, Journal, Replay, Stage, StepEnd};
 use super::propose;
 use super::stage::{Calls, Rollouts};
@@ -274,39 +275,20 @@ pub(super) async fn run_step(
         return Ok(StepOutcome::Stopped);
     }
 
-    // Stage 2: extract experiences and ops from each kept group.
-    let extract = Calls::<Vec<ProposedOp>> {
-        stage: Stage::Extract,
-        proposed: Clone::clone,
-    };
-    let items = kept.iter().map(|&(s, g)| (s.id.clone(), (s, g))).collect();
-    let (summaries, state_ref) = (&summaries, &state);
-    let extracted = at
-        .stage(&extract, items, limit, |(sample, group)| {
-            let texts: Vec<String> = (0..group.answers.len())
-                .map(|i| {
-                    summaries
-                        .get(&(sample.id.clone(), i))
-                        .and_then(|o| o.value.clone())
-                        .unwrap_or_default()
-                })
-                .collect();
-            async move {
-                Ok::<_, RunError>(
-                    distill::extract(backend.as_ref(), sample, group, &texts, cfg).await,
-                )
-            }
-        })
-        .await?;
+    // Stage 2: extract experiences and ops from each kept group (refused calls asked again
+    // only where the step needs them, see `extract.rs`).
+    let extracted =
+        extract::extract(&mut at, backend.as_ref(), cfg, &kept, &summaries, limit).await?;
+    let state_ref = &state;
     if runner.control.stop_requested() {
         return Ok(StepOutcome::Stopped);
     }
-    let extract_ok = extracted.all().filter(|(_, o)| o.value.is_some()).count();
-    for (_, outcome) in extracted.all() {
+    let extract_ok = extracted.iter().filter(|(_, o)| o.value.is_some()).count();
+    for (_, outcome) in &extracted {
         at.report.lessons.count_extract(outcome);
     }
     let by_group: Vec<Vec<Proposal>> = extracted
-        .into_all()
+        .into_iter()
         .map(|((sample, group), outcome)| {
             with_evidence(outcome.value.unwrap_or_default(), sample, group)
         })

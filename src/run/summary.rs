@@ -131,6 +131,24 @@ impl StepReport {
     /// (whose tokens were spent by the process that made it).
     pub(super) fn count_stage<T>(&mut self, stage: Stage, outcome: &StageOutcome<T>, reused: bool) {
         self.stages.entry(stage).or_default().count(outcome);
+        self.count_spent(outcome, reused);
+    }
+
+    /// Counts further attempts of a `stage` call already counted (`StageStats::count_continuation`).
+    pub(super) fn count_stage_continuation<T>(
+        &mut self,
+        stage: Stage,
+        later: &StageOutcome<T>,
+        reused: bool,
+    ) {
+        self.stages
+            .entry(stage)
+            .or_default()
+            .count_continuation(later);
+        self.count_spent(later, reused);
+    }
+
+    fn count_spent<T>(&mut self, outcome: &StageOutcome<T>, reused: bool) {
         self.distill_usage += outcome.usage;
         self.cost_usd += outcome.cost_usd;
         if reused {
