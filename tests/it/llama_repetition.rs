@@ -1,13 +1,16 @@
 //! The DRY repetition penalty (`Sampling::dry`) on the real default model: asked for a long
 //! story, greedy decoding falls into saying one thing over and over; with the penalty no run
-//! of eight words comes back more than once, in free text and inside a JSON string the grammar
-//! holds open.
+//! of eight words comes back word for word more than once, in free text and inside a JSON
+//! string the grammar holds open.
 //!
-//! "More than once", not "at all": DRY matches repeats only between its sequence breakers (a
-//! newline, a colon, a quote), so a run that straddles a paragraph break can come back once
-//! unpenalized, and whether greedy decoding takes it depends on the last bits of the logits,
-//! which differ between CPUs: the stricter test held here and failed on a CI machine. A loop
-//! repeats its runs three times and more (ten times on the story here).
+//! Word for word, punctuation included: DRY penalizes a repeat of the same tokens, so the
+//! model can still vary a sign and go on ("a happy, happy cat who loves to …", then "a
+//! happy-happy cat who loves to …", in the JSON story of one run), which a penalty on tokens
+//! does not see. "More than once", not "at all": DRY matches repeats only between its sequence
+//! breakers (a newline, a colon, a quote), so a run that straddles a paragraph break can come
+//! back once unpenalized, and whether greedy decoding takes it depends on the last bits of the
+//! logits, which differ between CPUs: the stricter test held here and failed on a CI machine.
+//! A loop repeats its runs three times and more (ten times on the story here).
 
 use std::collections::HashMap;
 
@@ -32,15 +35,12 @@ fn request(dry: Option<Dry>, constraint: Option<Constraint>) -> GroupRequest {
     )
 }
 
-/// The most times any run of eight words appears in `text` (case and punctuation aside): a
-/// loop repeats its runs many times, varied text hardly ever.
+/// The most times any run of eight words appears word for word in `text` (words as split by
+/// blanks, their punctuation kept): a loop repeats its runs many times, varied text hardly
+/// ever.
 fn most_repeated_run(text: &str) -> usize {
-    let words: Vec<String> = text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|word| !word.is_empty())
-        .map(str::to_lowercase)
-        .collect();
-    let mut counts: HashMap<&[String], usize> = HashMap::new();
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let mut counts: HashMap<&[&str], usize> = HashMap::new();
     for run in words.windows(8) {
         *counts.entry(run).or_default() += 1;
     }
