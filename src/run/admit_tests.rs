@@ -78,16 +78,7 @@ fn neutral_only(runner: &Runner) -> State {
 
 /// Step 1 of epoch 1, journaled in `journal`.
 fn step_one<'a>(journal: &'a mut Journal, replay: &'a Replay, control: RunControl) -> Step<'a> {
-    Step {
-        journal,
-        replay,
-        events: Arc::new(Events::default()),
-        control,
-        epoch: 1,
-        number: 1,
-        report: StepReport::new(1, 1, 6),
-        started: std::time::Instant::now(),
-    }
+    Step::first_for_tests(journal, replay, Arc::new(Events::default()), control, 6)
 }
 
 /// Runs the trial as step 1 of a run in `root` whose library holds only E0003.

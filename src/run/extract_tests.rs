@@ -103,16 +103,13 @@ async fn run(
     groups: &[(Sample, RolloutGroup)],
 ) -> (Vec<StageOutcome<Vec<ProposedOp>>>, StepReport) {
     let (mut journal, replay) = Journal::open(dir).unwrap();
-    let mut step = Step {
-        journal: &mut journal,
-        replay: &replay,
-        events: Arc::new(Events::default()),
-        control: RunControl::default(),
-        epoch: 1,
-        number: 1,
-        report: StepReport::new(1, 1, groups.len()),
-        started: std::time::Instant::now(),
-    };
+    let mut step = Step::first_for_tests(
+        &mut journal,
+        &replay,
+        Arc::new(Events::default()),
+        RunControl::default(),
+        groups.len(),
+    );
     let kept: Vec<Kept<'_>> = groups.iter().map(|(s, g)| (s, g)).collect();
     let outcomes = extract(&mut step, backend, cfg, &kept, &BTreeMap::new(), 4)
         .await

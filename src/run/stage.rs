@@ -290,6 +290,30 @@ impl<I, T: Serialize + DeserializeOwned> StageKind<I> for Continued<T> {
 }
 
 #[cfg(test)]
+impl<'a> Step<'a> {
+    /// Step 1 of epoch 1 over `queries` queries, journaled in `journal`, for the tests of the
+    /// step's parts.
+    pub(super) fn first_for_tests(
+        journal: &'a mut super::Journal,
+        replay: &'a super::Replay,
+        events: std::sync::Arc<super::Events>,
+        control: super::RunControl,
+        queries: usize,
+    ) -> Self {
+        Step {
+            journal,
+            replay,
+            events,
+            control,
+            epoch: 1,
+            number: 1,
+            report: StepReport::new(1, 1, queries),
+            started: Instant::now(),
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
@@ -341,16 +365,13 @@ mod tests {
         // A first process finishes item `a`, then dies.
         {
             let (mut journal, replay) = Journal::open(dir.path()).unwrap();
-            let mut step = Step {
-                journal: &mut journal,
-                replay: &replay,
-                events: Arc::new(Events::default()),
-                control: RunControl::default(),
-                epoch: 1,
-                number: 1,
-                report: StepReport::new(1, 1, 2),
-                started: std::time::Instant::now(),
-            };
+            let mut step = Step::first_for_tests(
+                &mut journal,
+                &replay,
+                Arc::new(Events::default()),
+                RunControl::default(),
+                2,
+            );
             let done = step
                 .stage(&SUMMARIZE, vec![("a".into(), 1)], 4, work)
                 .await
@@ -362,16 +383,13 @@ mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let mut events = Events::default();
         events.add(Box::new(Seen(Arc::clone(&seen))));
-        let mut step = Step {
-            journal: &mut journal,
-            replay: &replay,
-            events: Arc::new(events),
-            control: RunControl::default(),
-            epoch: 1,
-            number: 1,
-            report: StepReport::new(1, 1, 2),
-            started: std::time::Instant::now(),
-        };
+        let mut step = Step::first_for_tests(
+            &mut journal,
+            &replay,
+            Arc::new(events),
+            RunControl::default(),
+            2,
+        );
         let items = vec![("a".to_string(), 1), ("b".to_string(), 2)];
         let done = step.stage(&SUMMARIZE, items, 4, work).await.unwrap();
         assert_eq!(calls.load(Ordering::SeqCst), 2, "a ran once, b once");
