@@ -159,28 +159,28 @@ impl StageStats {
     /// Counts one call.
     pub fn count<T>(&mut self, outcome: &StageOutcome<T>) {
         self.calls += 1;
-        self.attempts += u64::from(outcome.attempts);
-        self.parse_failures += u64::from(outcome.parse_failures);
-        self.rejections += u64::from(outcome.rejections);
-        self.backend_errors += u64::from(outcome.backend_errors);
         self.failures += u64::from(outcome.value.is_none());
-        self.dropped_items += outcome.dropped.len() as u64;
-        self.usage += outcome.usage;
+        self.count_attempts(outcome);
     }
 
     /// Counts `later`, further attempts of a call already counted as failed (see
     /// [`StageOutcome::continued_by`]): its attempts and tokens add up, and a call they made
     /// succeed is no longer a failure.
     pub fn count_continuation<T>(&mut self, later: &StageOutcome<T>) {
-        self.attempts += u64::from(later.attempts);
-        self.parse_failures += u64::from(later.parse_failures);
-        self.rejections += u64::from(later.rejections);
-        self.backend_errors += u64::from(later.backend_errors);
         if later.value.is_some() {
             self.failures = self.failures.saturating_sub(1);
         }
-        self.dropped_items += later.dropped.len() as u64;
-        self.usage += later.usage;
+        self.count_attempts(later);
+    }
+
+    /// What every attempt of `outcome` adds, whether it began the call or continued it.
+    fn count_attempts<T>(&mut self, outcome: &StageOutcome<T>) {
+        self.attempts += u64::from(outcome.attempts);
+        self.parse_failures += u64::from(outcome.parse_failures);
+        self.rejections += u64::from(outcome.rejections);
+        self.backend_errors += u64::from(outcome.backend_errors);
+        self.dropped_items += outcome.dropped.len() as u64;
+        self.usage += outcome.usage;
     }
 }
 
