@@ -396,6 +396,24 @@ pub struct BackendStats {
     /// rounds, so it is part of the process's resident memory while the model is loaded.
     #[serde(default)]
     pub kv_cache_bytes: u64,
+    /// Microseconds llama.cpp spent evaluating prompts (llama.cpp only).
+    #[serde(default)]
+    pub prefill_micros: u64,
+    /// Microseconds llama.cpp spent in decode steps, one token of every running sequence
+    /// each (llama.cpp only).
+    #[serde(default)]
+    pub decode_micros: u64,
+    /// Decode steps taken, and the sequences they decoded in all: `decoded_rows /
+    /// decode_steps` is the mean batch width (llama.cpp only).
+    #[serde(default)]
+    pub decode_steps: u64,
+    #[serde(default)]
+    pub decoded_rows: u64,
+    /// Microseconds spent drawing tokens from the logits: samplers, grammar, DRY (llama.cpp
+    /// only). With the two above, what a round's wall time is made of; the rest is the model
+    /// thread's own bookkeeping.
+    #[serde(default)]
+    pub sample_micros: u64,
 }
 
 /// A chat model that samples groups of completions.

@@ -95,6 +95,16 @@ fn bench_stages_borrows_what_earlier_rounds_kept_only_when_it_keeps_prefixes() {
         );
         let ratio = figures["ceiling"]["ratio"].as_f64().unwrap();
         assert!(ratio.is_finite() && ratio > 0.0, "{figures}");
+        // Where the time went lies within the wall time: llama.cpp's prompts and decode
+        // steps, and drawing tokens, one per sequence a step decoded.
+        let phase = |field: &str| figures["phases"][field].as_f64().unwrap();
+        let within = phase("prefill_seconds") + phase("decode_seconds") + phase("sample_seconds");
+        let seconds = figures["seconds"].as_f64().unwrap();
+        assert!(within > 0.0 && within <= seconds, "{figures}");
+        assert!(
+            phase("decode_steps") >= 1.0 && phase("mean_width") >= 1.0,
+            "{figures}"
+        );
     }
     assert_eq!(cleared["batched"]["summarize"]["calls_per_round"], 2);
     assert_eq!(cleared["sequential"]["summarize"]["calls_per_round"], 1);

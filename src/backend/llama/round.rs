@@ -13,13 +13,15 @@ use crate::backend::{
     BackendError, Delta, DeltaSender, FinishReason, Group, GroupRequest, StopMatcher, TextRelease,
 };
 
-/// KV cells a job needs: its prompt (once, or once per sequence) and every answer in full.
-pub(super) fn cells_needed(request: &GroupRequest, mode: PromptMode, prompt_len: usize) -> usize {
-    let prompts = match mode {
-        PromptMode::Shared => 1,
-        PromptMode::Independent => request.n,
-    };
-    prompts * prompt_len + request.n * request.sampling.max_tokens as usize
+/// KV cells each sequence of a job needs in its own stream of the cache (see `worker`): the
+/// prompt (a shared one is copied into every sequence's stream) and its answer in full.
+pub(super) fn cells_per_sequence(request: &GroupRequest, prompt_len: usize) -> usize {
+    prompt_len + request.sampling.max_tokens as usize
+}
+
+/// The KV cells of one stream holding `cells`: llama.cpp pads a stream to a multiple of 256.
+pub(super) fn stream_cells(cells: usize) -> usize {
+    cells.max(1).div_ceil(256) * 256
 }
 
 /// A job admitted to a round.
@@ -50,14 +52,14 @@ enum Holding {
 }
 
 impl Admitted {
-    /// KV cells it needs ([`cells_needed`]).
+    /// KV cells each of its sequences needs ([`cells_per_sequence`]).
     pub fn cells(&self) -> usize {
-        cells_needed(&self.request, self.mode, self.prompt.len())
+        cells_per_sequence(&self.request, self.prompt.len())
     }
 
-    /// What it holds in the KV cache now: all it may need while it runs, its prompt once
-    /// answered (shared prompts only: kept for the round's later prompts to borrow), nothing
-    /// once abandoned.
+    /// What it holds in the KV cache now: its sequences while it runs, its prompt's sequence
+    /// once answered (shared prompts only: kept for the round's later prompts to borrow),
+    /// nothing once abandoned.
     fn holding(&self) -> Holding {
         match (self.reply.is_some(), self.answered, self.mode) {
             (true, _, _) => Holding::Everything,
@@ -66,16 +68,6 @@ impl Admitted {
         }
     }
 
-    /// KV cells it holds now (see [`Self::holding`]).
-    pub fn held(&self) -> usize {
-        match self.holding() {
-            Holding::Everything => self.cells(),
-            Holding::Prompt => self.prompt.len(),
-            Holding::Nothing => 0,
-        }
-    }
-
-    /// The sequence numbers it holds cells under (see [`Self::holding`]).
     fn sequences_held(&self) -> std::ops::Range<usize> {
         let count = match self.holding() {
             Holding::Everything => self.request.n,
@@ -113,8 +105,8 @@ impl Admitted {
     }
 }
 
-/// What a round may still take: KV cells beyond those its jobs and the kept prefixes hold,
-/// and the sequence numbers below `sequences`.
+/// What a round may take: sequences of at most `cells` KV cells each (a stream's), with
+/// numbers below `sequences`.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Room {
     pub cells: usize,

@@ -68,6 +68,8 @@ struct StagesFigures {
     generated_tokens_per_second: f64,
     summarize: StageWork,
     extract: StageWork,
+    /// Where the model thread's time went over both stages.
+    phases: Phases,
     /// What llama.cpp itself would take for the same work (`None` until measured).
     ceiling: Option<Ceiling>,
     #[serde(skip)]
@@ -110,6 +112,36 @@ impl StageWork {
 }
 
 /// A mode's stage work timed at llama.cpp's own rates, and Gym's time over it.
+/// Where a mode's time went, from the model thread's counters (`BackendStats`): llama.cpp
+/// evaluating prompts, llama.cpp's decode steps, and drawing tokens (samplers, grammar, DRY);
+/// the rest of the wall time is the model thread's bookkeeping and the stages' own work.
+#[cfg(feature = "llama")]
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+struct Phases {
+    prefill_seconds: f64,
+    decode_seconds: f64,
+    decode_steps: u64,
+    /// Sequences a decode step decoded, on average.
+    mean_width: f64,
+    sample_seconds: f64,
+}
+
+#[cfg(feature = "llama")]
+impl Phases {
+    fn between(before: &gym::backend::BackendStats, after: &gym::backend::BackendStats) -> Self {
+        let seconds = |b: u64, a: u64| a.saturating_sub(b) as f64 / 1e6;
+        let steps = after.decode_steps.saturating_sub(before.decode_steps);
+        Self {
+            prefill_seconds: seconds(before.prefill_micros, after.prefill_micros),
+            decode_seconds: seconds(before.decode_micros, after.decode_micros),
+            decode_steps: steps,
+            mean_width: after.decoded_rows.saturating_sub(before.decoded_rows) as f64
+                / steps.max(1) as f64,
+            sample_seconds: seconds(before.sample_micros, after.sample_micros),
+        }
+    }
+}
+
 #[cfg(feature = "llama")]
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 struct Ceiling {
@@ -272,7 +304,8 @@ impl StagesBench {
             let backend = load()?;
             rt.block_on(backend.generate(&warm))?;
             let mut figures = StagesFigures::default();
-            let reused_before = backend.stats().prompt_tokens_reused;
+            let stats_before = backend.stats();
+            let reused_before = stats_before.prompt_tokens_reused;
             let backend: &dyn Backend = &backend;
             // A stage's calls sent together (one round) or one at a time.
             fn all_or_each<F: std::future::Future>(
@@ -347,6 +380,7 @@ impl StagesBench {
             figures.prompt_tokens = usage.prompt_tokens;
             figures.generated_tokens = usage.completion_tokens;
             figures.prompt_tokens_reused = backend.stats().prompt_tokens_reused - reused_before;
+            figures.phases = Phases::between(&stats_before, &backend.stats());
             figures.tokens_per_second =
                 (usage.prompt_tokens + usage.completion_tokens) as f64 / figures.seconds;
             figures.generated_tokens_per_second = usage.completion_tokens as f64 / figures.seconds;
@@ -429,6 +463,18 @@ impl StagesBench {
             "speed-up of batched stage calls: {speedup:.2}x (same outputs in both modes: {})",
             if same { "yes" } else { "no" }
         );
+        for (name, f) in [("batched", &batched), ("sequential", &sequential)] {
+            let p = &f.phases;
+            println!(
+                "{name:<11} where the time went: llama.cpp prompts {:.2} s, decode {:.2} s in {} steps ({:.2} sequences each), drawing tokens {:.2} s, the rest {:.2} s",
+                p.prefill_seconds,
+                p.decode_seconds,
+                p.decode_steps,
+                p.mean_width,
+                p.sample_seconds,
+                (f.seconds - p.prefill_seconds - p.decode_seconds - p.sample_seconds).max(0.0)
+            );
+        }
         println!(
             "llama.cpp's own ceiling on this machine for the same token counts (prompt tokens Gym evaluated at its prefill rate, generated tokens at its batched-decode rate for the round's width):"
         );
