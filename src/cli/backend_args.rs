@@ -72,9 +72,8 @@ pub struct BackendArgs {
     #[arg(long, env = "GYM_THREADS")]
     pub threads: Option<u32>,
 
-    /// llama: most KV cells a context holds, all its sequences together (each sequence's
-    /// stream as long as the round's longest prompt + answer).
-    #[arg(long, default_value_t = 65_536)]
+    /// llama: most KV cells per group (prompt + all answers).
+    #[arg(long, default_value_t = 16_384)]
     pub max_context: u32,
 
     /// llama: layers to offload to an NVIDIA GPU (needs a build with `--features cuda`; a

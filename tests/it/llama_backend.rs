@@ -722,7 +722,7 @@ async fn a_caller_that_leaves_during_a_long_prompt_stops_its_evaluation() {
         max_tokens: 2,
         ..Sampling::default()
     };
-    // About 15,000 tokens (five a repeat), under the 65,536-cell context.
+    // About 15,000 tokens (five a repeat), under the 16,384-cell context.
     let long = ask(
         &"seven apples and nine pears ".repeat(3_000),
         1,

@@ -3,7 +3,7 @@
 //!
 //! Measured the way llama.cpp's `llama-batched-bench -pps` does it, in this process, on the
 //! llama.cpp Gym links and with the context settings the model thread uses (`worker::
-//! context_params`), but one unified KV cache: a prompt of P tokens evaluated into one sequence in 512-token chunks
+//! context_params`): a prompt of P tokens evaluated into one sequence in 512-token chunks
 //! (prefill rate), its cells shared with W sequences, then N decode steps of one token for
 //! each of the W sequences in one batch (batched-decode rate). Nothing is sampled and no
 //! grammar is applied: those, the chat template and the scheduling of requests are what Gym
@@ -89,13 +89,7 @@ pub fn measure(config: &LlamaConfig, shapes: &[Shape]) -> Result<Vec<Rates>, Bac
     let model = load_model(runtime, config)?;
     let cells = cells.max(2048).div_ceil(256) * 256;
     let mut context = model
-        .new_context(
-            runtime,
-            // The shapes share one prompt, which a unified cache holds once: llama.cpp's
-            // fastest layout for them (the model thread gives each sequence a stream of its
-            // own, see `kv`), so the ceiling stays the best llama.cpp does.
-            context_params(cells, sequences, threads(config)).with_kv_unified(true),
-        )
+        .new_context(runtime, context_params(cells, sequences, threads(config)))
         .map_err(|e| {
             BackendError::Llama(format!("cannot create a context of {cells} cells: {e}"))
         })?;
@@ -168,7 +162,7 @@ mod tests {
             let error = measure(&config, &[bad]).unwrap_err().to_string();
             assert!(error.contains("shape"), "{bad:?}: {error}");
         }
-        let error = measure(&config, &[shape(config.max_context as usize + 1, 1, 1)])
+        let error = measure(&config, &[shape(20_000, 1, 1)])
             .unwrap_err()
             .to_string();
         assert!(error.contains("KV cells"), "{error}");

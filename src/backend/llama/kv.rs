@@ -1,13 +1,5 @@
-//! The KV cache seen from the model thread: what one cell costs, evaluating a prompt into a
-//! sequence's cells chunk by chunk (stopping between chunks once its caller has left), and
-//! copying a prefix from one sequence's stream into another's.
-//!
-//! The model thread's contexts give every sequence a stream of its own (llama.cpp's
-//! `kv_unified = false`). In one unified cache every decoded token attends over every cell
-//! of every sequence, the others' masked out: with 32 sequences of 700 cells each a decode
-//! step took 898 ms against 486 ms with a stream each (docs/benchmarks.md, "A stream of its own
-//! for each sequence"). A stream copy is a copy of the whole stream's buffers, applied by llama.cpp at the
-//! next decode; a prefix is that copy with the positions after it freed.
+//! The KV cache seen from the model thread: what one cell costs, and evaluating a prompt into
+//! a sequence's cells chunk by chunk, stopping between chunks once its caller has left.
 
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
@@ -57,55 +49,4 @@ pub(super) fn decode_prompt(
             .map_err(|e| BackendError::Llama(format!("prompt decode failed: {e}")))?;
     }
     Ok(Some(last))
-}
-
-/// Copies the first `length` positions of sequence `source` (all of them: `None`) into
-/// `dest`, whose own cells are dropped. The stream's buffers are copied when llama.cpp next
-/// decodes (see [`settle_copies`]); the cells' positions at once.
-pub(super) fn copy_prefix(
-    context: &mut LlamaContext<'_>,
-    source: i32,
-    dest: i32,
-    length: Option<usize>,
-) -> Result<(), BackendError> {
-    let llama = |e: &dyn std::fmt::Display| BackendError::Llama(e.to_string());
-    if source == dest {
-        return Err(BackendError::Llama(format!(
-            "a sequence cannot be copied into itself ({source})"
-        )));
-    }
-    context
-        .kv_cache_seq_cp(source, dest, None, None)
-        .map_err(|e| llama(&e))?;
-    if let Some(length) = length {
-        let from = u32::try_from(length).map_err(|e| llama(&e))?;
-        context
-            .clear_kv_cache_seq(Some(dest as u32), Some(from), None)
-            .map_err(|e| llama(&e))?;
-    }
-    Ok(())
-}
-
-/// Applies the stream copies llama.cpp holds back until its next decode, so that reading a
-/// sequence's cells out of the context (`state_seq_get`) reads what was copied into them: one
-/// token decoded into sequence `seq`, whose cells hold positions `0..length`, at position
-/// `length`, then freed again.
-pub(super) fn settle_copies(
-    context: &mut LlamaContext<'_>,
-    seq: i32,
-    length: usize,
-) -> Result<(), BackendError> {
-    let llama = |e: &dyn std::fmt::Display| BackendError::Llama(e.to_string());
-    let mut batch = LlamaBatch::new(1, 1);
-    batch
-        .add(LlamaToken::new(0), length as i32, &[seq], false)
-        .map_err(|e| llama(&e))?;
-    context
-        .decode(&mut batch)
-        .map_err(|e| BackendError::Llama(format!("decode failed: {e}")))?;
-    let from = u32::try_from(length).map_err(|e| llama(&e))?;
-    context
-        .clear_kv_cache_seq(Some(seq as u32), Some(from), None)
-        .map_err(|e| llama(&e))?;
-    Ok(())
 }

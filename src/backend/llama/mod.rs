@@ -3,8 +3,8 @@
 //! llama.cpp contexts are not `Send`, so the model and its context live on one owned thread;
 //! [`LlamaBackend`] is the async handle that sends it jobs. A group is sampled the way
 //! llama.cpp's `batched` example does it: the shared prompt is evaluated once as sequence 0, its
-//! KV cells are copied to sequences 1..G (each sequence has a stream of its own in the cache,
-//! see `kv`), and then every step decodes one token of every unfinished sequence in a single batch, each
+//! KV cells are shared with sequences 1..G (a unified KV cache makes that a metadata copy), and
+//! then every step decodes one token of every unfinished sequence in a single batch, each
 //! sequence drawing from its own seeded sampler. Groups requested at the same time are decoded
 //! together in one batch (see `worker`).
 //!
@@ -12,8 +12,8 @@
 //! system prompt and stage instructions before their own data (the templates under `prompts/`
 //! put the constant part first for this reason), so a prompt that starts like one evaluated
 //! earlier in its round, or like one kept from an earlier round (see `prefix`), copies that
-//! prefix's KV cells (a copy of its stream, the positions after the prefix freed) and evaluates
-//! only its own suffix. On a CPU, evaluating prompts is
+//! prefix's KV cells (`seq_cp` of the prefix's position range, again a metadata copy in the
+//! unified cache) and evaluates only its own suffix. On a CPU, evaluating prompts is
 //! compute-bound and dominates short stage calls, so tokens not evaluated are most of what
 //! batching the stage calls saves.
 //! [`PromptMode::Independent`] turns all sharing off, for measurements and tests.
@@ -59,8 +59,7 @@ const MAX_KEPT_PREFIXES: usize = 64;
 #[derive(Debug, Clone)]
 pub struct LlamaConfig {
     pub model_path: PathBuf,
-    /// The most KV cells a context may hold: the streams of all its sequences together, each
-    /// as long as its round's longest prompt plus answer (see `worker`).
+    /// The most KV cells (prompt plus all generated tokens of a group) a context may hold.
     pub max_context: u32,
     /// CPU threads; `None` uses every available core.
     pub threads: Option<u32>,
@@ -83,7 +82,7 @@ impl LlamaConfig {
     pub fn new(model_path: impl Into<PathBuf>) -> Self {
         Self {
             model_path: model_path.into(),
-            max_context: 65_536,
+            max_context: 16_384,
             threads: None,
             gpu_layers: 0,
             max_queue: None,

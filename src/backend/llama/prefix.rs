@@ -8,16 +8,15 @@
 //! one extract call alone), so most of what they have in common crosses a round boundary.
 //!
 //! After each round the worker offers every prompt it evaluated; the cache keeps that prompt's
-//! usable prefix in a sequence of its own (a copy of its stream, see `kv`),
+//! usable prefix in a sequence of its own (a metadata copy in the unified cache: `seq_cp`),
 //! replacing the entry it has most in common with, so each *kind* of prompt (a stage's
 //! instructions, a policy's system prompt) holds one slot with its latest wording. At the next
 //! round's start only the round's own sequences are cleared, and a prompt borrows the longest
 //! prefix from either an earlier prompt of its round or a kept entry. Before they are cleared,
 //! a coming prompt that shares more with a prompt of the round just ended than any kept entry
 //! offers (a refused stage call asking again) has that prefix kept as well (`keep_wanted`).
-//! Each kept prefix has a stream of its own (the slots above the round's sequences), so it
-//! takes no room from the round; together they hold at most [`MAX_CELLS`], the least recently
-//! used going first. When a round needs a larger context than the one held, the
+//! The kept cells take room the round would otherwise have: the least recently used entries go
+//! first when a round needs it. When a round needs a larger context than the one held, the
 //! kept prefixes move into the new one: their cells are read out of the old context and
 //! written into the new one as they are (`save`, `restore`).
 
@@ -25,7 +24,6 @@ use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::session::{LlamaStateSeqFlags, SeqState};
 use llama_cpp_2::token::LlamaToken;
 
-use super::kv::{copy_prefix, settle_copies};
 use crate::backend::BackendError;
 
 /// The shortest common prompt prefix worth borrowing.
@@ -67,10 +65,7 @@ struct Entry {
 /// The prefixes kept in one context's KV cache.
 #[derive(Debug)]
 pub(super) struct PrefixCache {
-    /// The most sequences it sets aside for kept prefixes (0: none kept).
-    most: usize,
-    /// Sequences set aside in the context held, above the round's own: `most`, or fewer where
-    /// the context's streams are too long to afford them (see `Worker::new_context`).
+    /// Sequences set aside for kept prefixes, above the round's own (0: none kept).
     slots: usize,
     entries: Vec<Entry>,
     clock: u64,
@@ -80,28 +75,15 @@ impl PrefixCache {
     /// A cache keeping at most `slots` prefixes.
     pub fn new(slots: usize) -> Self {
         Self {
-            most: slots,
             slots,
             entries: Vec::new(),
             clock: 0,
         }
     }
 
-    /// Sequences it sets aside in the context held.
+    /// Sequences it sets aside in a context.
     pub fn slots(&self) -> usize {
         self.slots
-    }
-
-    /// The most sequences it sets aside in a context.
-    pub fn most(&self) -> usize {
-        self.most
-    }
-
-    /// Sets aside `slots` sequences (at most [`Self::most`]) in the next context, which holds
-    /// none of its entries yet.
-    pub fn set_slots(&mut self, slots: usize) {
-        debug_assert!(self.entries.is_empty());
-        self.slots = slots.min(self.most);
     }
 
     /// KV cells the kept prefixes hold.
@@ -119,14 +101,8 @@ impl PrefixCache {
     /// calls share would otherwise be evaluated again whenever a round needs more room than
     /// any before it (a step with more extract calls than the last). The copy holds only the
     /// kept cells (at most [`MAX_CELLS`]), not the context.
-    pub fn save(&mut self, context: &mut LlamaContext<'_>) -> Vec<Saved> {
+    pub fn save(&mut self, context: &LlamaContext<'_>) -> Vec<Saved> {
         let mut saved = Vec::new();
-        // Copies into the slots are applied at the next decode: apply them before reading.
-        if let Some(entry) = self.entries.first()
-            && settle_copies(context, entry.seq, entry.tokens.len()).is_err()
-        {
-            self.entries.clear();
-        }
         for entry in self.entries.drain(..) {
             // A prefix llama.cpp cannot read out is evaluated again when next asked for.
             if let Ok(state) = context.state_seq_get(entry.seq, LlamaStateSeqFlags::empty()) {
@@ -330,7 +306,9 @@ impl PrefixCache {
     ) -> Result<(), BackendError> {
         clear(context, slot)?;
         self.shrink_to(context, MAX_CELLS - prefix.len())?;
-        copy_prefix(context, source, slot, Some(prefix.len()))?;
+        context
+            .kv_cache_seq_cp(source, slot, None, Some(prefix.len() as u32))
+            .map_err(|e| BackendError::Llama(e.to_string()))?;
         self.entries.push(Entry {
             seq: slot,
             tokens: prefix.to_vec(),

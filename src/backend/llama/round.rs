@@ -13,15 +13,13 @@ use crate::backend::{
     BackendError, Delta, DeltaSender, FinishReason, Group, GroupRequest, StopMatcher, TextRelease,
 };
 
-/// KV cells each sequence of a job needs in its own stream of the cache (see `worker`): the
-/// prompt (a shared one is copied into every sequence's stream) and its answer in full.
-pub(super) fn cells_per_sequence(request: &GroupRequest, prompt_len: usize) -> usize {
-    prompt_len + request.sampling.max_tokens as usize
-}
-
-/// The KV cells of one stream holding `cells`: llama.cpp pads a stream to a multiple of 256.
-pub(super) fn stream_cells(cells: usize) -> usize {
-    cells.max(1).div_ceil(256) * 256
+/// KV cells a job needs: its prompt (once, or once per sequence) and every answer in full.
+pub(super) fn cells_needed(request: &GroupRequest, mode: PromptMode, prompt_len: usize) -> usize {
+    let prompts = match mode {
+        PromptMode::Shared => 1,
+        PromptMode::Independent => request.n,
+    };
+    prompts * prompt_len + request.n * request.sampling.max_tokens as usize
 }
 
 /// A job admitted to a round.
@@ -52,14 +50,14 @@ enum Holding {
 }
 
 impl Admitted {
-    /// KV cells each of its sequences needs ([`cells_per_sequence`]).
+    /// KV cells it needs ([`cells_needed`]).
     pub fn cells(&self) -> usize {
-        cells_per_sequence(&self.request, self.prompt.len())
+        cells_needed(&self.request, self.mode, self.prompt.len())
     }
 
-    /// What it holds in the KV cache now: its sequences while it runs, its prompt's sequence
-    /// once answered (shared prompts only: kept for the round's later prompts to borrow),
-    /// nothing once abandoned.
+    /// What it holds in the KV cache now: all it may need while it runs, its prompt once
+    /// answered (shared prompts only: kept for the round's later prompts to borrow), nothing
+    /// once abandoned.
     fn holding(&self) -> Holding {
         match (self.reply.is_some(), self.answered, self.mode) {
             (true, _, _) => Holding::Everything,
@@ -68,6 +66,16 @@ impl Admitted {
         }
     }
 
+    /// KV cells it holds now (see [`Self::holding`]).
+    pub fn held(&self) -> usize {
+        match self.holding() {
+            Holding::Everything => self.cells(),
+            Holding::Prompt => self.prompt.len(),
+            Holding::Nothing => 0,
+        }
+    }
+
+    /// The sequence numbers it holds cells under (see [`Self::holding`]).
     fn sequences_held(&self) -> std::ops::Range<usize> {
         let count = match self.holding() {
             Holding::Everything => self.request.n,
@@ -105,8 +113,8 @@ impl Admitted {
     }
 }
 
-/// What a round may take: sequences of at most `cells` KV cells each (a stream's), with
-/// numbers below `sequences`.
+/// What a round may still take: KV cells beyond those its jobs and the kept prefixes hold,
+/// and the sequence numbers below `sequences`.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Room {
     pub cells: usize,

@@ -2,38 +2,35 @@
 //! sequences in one batch per step, so concurrent groups (an eval's parallel queries, a run's
 //! stage calls) share the CPU the way one large group does.
 //!
-//! KV layout: every sequence has a stream of its own in the KV cache (see `kv`), all as long
-//! as the round's longest sequence needs (its prompt and answer in full), so a token attends
-//! only over its own sequence's cells. A context holds the round's sequences, as many again
-//! for jobs that join it, and the slots of the kept prefixes, within `max_context` cells.
-//!
 //! Prefix sharing: prompts are evaluated in admission order, and a `Shared` prompt first looks
 //! for the longest common token prefix among the earlier prompts of its round and the prefixes
 //! kept from earlier rounds (see `prefix`; those include what the coming round's prompts share
 //! with the round just ended, kept before its sequences are cleared: a refused stage call asks
-//! again with the same prompt). When that prefix is long enough the source's stream is
-//! copied into the new sequence's, the positions after the prefix freed
-//! (`kv::copy_prefix`), and only the rest of the prompt is decoded; the last prompt token is
-//! always decoded, since its logits give the first draw. A shared prompt's stream is copied
-//! so into each of its group's other sequences. Borrowed lengths are cut to a multiple of
-//! `prefix::PREFIX_ALIGN` so a borrowed cell holds the same bits a fresh evaluation would.
-//! The rest of the prompt is not always bit for bit what a fresh evaluation computes:
-//! llama.cpp's CPU flash attention takes another kernel for a batch of under 64 rows and
-//! splits a long cache across threads, so a short suffix can move the last bits of the
-//! logits, as batching requests together does. A sequence's cells are freed when no longer
-//! needed: an answered job's answers when it is answered, the round's own sequences when the
-//! next round starts, the kept prefixes when they are dropped for newer ones (a round that
-//! needs longer streams or more sequences gets a new context, and the kept prefixes move
-//! into it).
+//! again with the same prompt). When that prefix is long enough its cells are
+//! copied into the new sequence with `seq_cp` over positions `[0, length)` and only the rest of
+//! the prompt is decoded; the last prompt token is always decoded, since its logits give the
+//! first draw. Borrowed lengths are cut to a multiple of `prefix::PREFIX_ALIGN` so a borrowed
+//! cell holds the same bits a fresh evaluation would. The rest of the prompt is not always
+//! bit for bit what a fresh evaluation computes: llama.cpp's CPU flash attention takes another
+//! kernel for a batch of under 64 rows and splits a long cache across threads, so a short
+//! suffix, or cells laid out differently (a kept prefix first, another prompt's cells between),
+//! can move the last bits of the logits, as batching requests together does. A cell is freed
+//! when no sequence holds it any more: an answered job's answers when it is answered, the
+//! round's own sequences when the next round starts, the kept prefixes when they are dropped
+//! to make room (a round that needs a larger context gets one, and the kept prefixes move
+//! into it). The context is sized
+//! for every admitted job's full prompt and answers beside the kept prefixes, so borrowing
+//! never needs more cells than not borrowing.
 //!
 //! Between decode steps the thread also takes the jobs sent meanwhile off the channel, drops
 //! those whose caller stopped waiting, and stops the sequences of abandoned jobs in the round
 //! (freeing their KV cells), so a request nobody waits for costs at most one more step. A job
-//! sent meanwhile whose sequences fit in the context's streams and in the sequence numbers
-//! the round's jobs do not hold joins the running round: its prompt is evaluated, borrowing
-//! as above (an answered prompt's cells stay for that, until a joining job needs its
-//! sequence number), and its sequences decode beside the others from the next step. A round
-//! thus ends when nothing fits or nothing is left.
+//! sent meanwhile that fits in what the round's context has left (its cells and sequences
+//! beyond the round's jobs; a context is made with as many sequences again as its first
+//! jobs need) joins the running round: its prompt is evaluated, borrowing as above (an
+//! answered prompt's cells stay for that, until a joining job needs its sequence number),
+//! and its sequences decode beside the others from the next step. A round thus ends when
+//! nothing fits or nothing is left.
 //!
 //! Over 600 lines: admission, prompt evaluation and the decode loop all work on the round's
 //! `Admitted` jobs and the one context, and read best in one place.
@@ -53,12 +50,10 @@ use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::token::LlamaToken;
 use tokio::sync::oneshot;
 
-use super::kv::{copy_prefix, decode_prompt, kv_bytes_per_cell};
+use super::kv::{decode_prompt, kv_bytes_per_cell};
 use super::prefix::{self, PrefixCache};
 use super::queue::{Job, tidy};
-use super::round::{
-    Admitted, Room, answered, cells_per_sequence, free_sequences, release_answers, stream_cells,
-};
+use super::round::{Admitted, Room, answered, cells_needed, free_sequences, release_answers};
 use super::sequence::{Samplers, Sequence, log_softmax_at};
 use super::{LlamaConfig, MAX_SEQUENCES, PromptMode};
 use crate::backend::{
@@ -132,9 +127,9 @@ impl<'m> Worker<'m> {
             let mut waiting = std::mem::take(&mut self.waiting);
             let room = Room {
                 cells: self.max_context,
-                sequences: MAX_SEQUENCES - self.kept.most(),
+                sequences: MAX_SEQUENCES - self.kept.slots(),
             };
-            let round = self.admit(&mut waiting, room, 0, Some(self.max_context));
+            let round = self.admit(&mut waiting, room, 0, true);
             self.waiting = waiting;
             if !round.is_empty() {
                 self.run(round, queue);
@@ -174,16 +169,15 @@ impl<'m> Worker<'m> {
     }
 
     /// Takes `waiting` jobs, in order, while they fit in `room`, their sequences numbered from
-    /// `first_seq`: a round's first jobs (`total`: the KV cells a context made for them may
-    /// hold, their streams and the kept prefixes' together; the first job is taken whatever
-    /// its size, since a context is made for it), or jobs joining a running round whose
-    /// streams are `room.cells` long (`total`: `None`).
+    /// `first_seq`: a round's first jobs (`first`: the first job is taken whatever its size,
+    /// since a context is made for it), or jobs joining a running round in the room its
+    /// context has left.
     fn admit(
         &self,
         waiting: &mut VecDeque<Job>,
         room: Room,
         first_seq: usize,
-        total: Option<usize>,
+        first: bool,
     ) -> Vec<Admitted> {
         let mut round: Vec<Admitted> = Vec::new();
         let (mut cells, mut sequences) = (0, first_seq);
@@ -200,8 +194,7 @@ impl<'m> Worker<'m> {
                 }
             };
             let request = &job.request;
-            let per_sequence = cells_per_sequence(request, prompt.len());
-            let needed = request.n * stream_cells(per_sequence);
+            let needed = cells_needed(request, job.mode, prompt.len());
             if needed > self.max_context {
                 let error = BackendError::ContextTooSmall {
                     tokens: prompt.len(),
@@ -213,16 +206,8 @@ impl<'m> Worker<'m> {
                 self.finish(job.reply, Err(error));
                 continue;
             }
-            let longest = cells.max(per_sequence);
-            let fits = match total {
-                // Every stream of a context is as long as its longest sequence needs.
-                Some(total) => {
-                    stream_cells(longest) * (sequences + request.n + self.kept.most()) <= total
-                }
-                None => per_sequence <= room.cells,
-            };
-            if !(total.is_some() && round.is_empty())
-                && (!fits || sequences + request.n > room.sequences)
+            if !(first && round.is_empty())
+                && (cells + needed > room.cells || sequences + request.n > room.sequences)
             {
                 waiting.push_front(job);
                 break;
@@ -237,7 +222,7 @@ impl<'m> Worker<'m> {
             let stop = StopMatcher::new(&request.sampling.stop);
             let released = vec![TextRelease::new(&request.sampling.stop); request.n];
             let first_seq = sequences;
-            cells = longest;
+            cells += needed;
             sequences += request.n;
             // Admitted: the job leaves the queue and gives its place back.
             let Job {
@@ -287,11 +272,12 @@ impl<'m> Worker<'m> {
             .collect()
     }
 
-    /// A context whose streams hold `cells` KV cells each, with `sequences` sequences beside
-    /// the kept prefixes, its earlier round's sequences cleared; the previous one is reused
-    /// when it is big enough, and replaced by a larger one, into which the kept prefixes move,
-    /// when it is not. Before the earlier round's sequences go, what the coming `prompts` want
-    /// of them is kept (see [`PrefixCache::keep_wanted`]).
+    /// A context with room for `cells` KV cells and `sequences` sequences beside the kept
+    /// prefixes, its earlier round's sequences cleared; the previous one is reused when it is
+    /// big enough, dropping the least recently used kept prefixes if the round needs their room,
+    /// and replaced by a larger one, into which the kept prefixes move, when it is not.
+    /// Before the earlier round's sequences go, what the coming `prompts` want of them is kept
+    /// (see [`PrefixCache::keep_wanted`]).
     fn take_context<'p>(
         &mut self,
         cells: usize,
@@ -305,11 +291,10 @@ impl<'m> Worker<'m> {
         if let Some((mut context, c, s)) = self.context.take() {
             self.kept.keep_wanted(&mut context, previous, prompts, s)?;
             if c < cells || s < sequences + self.kept.slots() {
-                // Too small: what it kept moves into the larger one made below, whose streams
-                // are no shorter than these.
-                let saved = self.kept.save(&mut context);
+                // Too small: what it kept moves into the larger one made below.
+                let saved = self.kept.save(&context);
                 drop(context);
-                return self.new_context(cells.max(c), sequences, saved);
+                return self.new_context(cells, sequences, saved);
             }
             if self.kept.cells() == 0 {
                 context.clear_kv_cache();
@@ -318,19 +303,14 @@ impl<'m> Worker<'m> {
                     prefix::clear(&mut context, seq)?;
                 }
             }
+            self.kept.shrink_to(&mut context, c - cells)?;
             return Ok((context, c, s));
         }
         self.new_context(cells, sequences, Vec::new())
     }
 
-    /// A fresh context whose streams hold `cells` KV cells each, with `sequences` sequences
-    /// beside the kept prefixes, which are `saved` from the context it replaces.
-    ///
-    /// Every stream is as long as the longest, so a context costs streams × their length:
-    /// it gets as many sequences again as the round's for jobs that join it (`join`), and as
-    /// many slots for kept prefixes as it is configured with, while the whole stays within
-    /// `max_context` cells and the slots within a quarter of it; then fewer (a round of a few
-    /// long sequences keeps fewer prefixes, or none).
+    /// A fresh context with room for `cells` KV cells and `sequences` sequences beside the
+    /// kept prefixes, which are `saved` from the context it replaces.
     fn new_context(
         &mut self,
         cells: usize,
@@ -339,31 +319,25 @@ impl<'m> Worker<'m> {
     ) -> Result<(LlamaContext<'m>, usize, usize), BackendError> {
         self.kept.forget();
         self.hold_kv_cells(0);
-        let cells = stream_cells(cells);
-        let affordable = (self.max_context / cells).max(sequences);
-        // Kept prefixes take at most a quarter of the context: a round of a few very long
-        // sequences keeps fewer, each slot being a stream as long as theirs.
-        let slots = self
-            .kept
-            .most()
-            .min(self.max_context / 4 / cells)
-            .min(affordable - sequences);
-        self.kept.set_slots(slots);
+        let round_cells = cells;
+        let room = match self.kept.slots() {
+            0 => 0,
+            _ => prefix::MAX_CELLS.min(self.max_context.saturating_sub(cells)),
+        };
+        let cells = (cells + room).max(2048).div_ceil(256) * 256;
         // Room for jobs that join the round while it runs (`join`): as many sequences again.
-        let round = (2 * sequences)
-            .clamp(16, MAX_SEQUENCES - slots)
-            .min(affordable - slots)
-            .max(sequences);
-        let sequences = round + slots;
-        let params = context_params(cells * sequences, sequences, self.threads);
-        let context = self.model.new_context(self.runtime, params).map_err(|e| {
-            BackendError::Llama(format!(
-                "cannot create a context of {sequences} streams of {cells} cells: {e}"
-            ))
+        let sequences = (2 * sequences)
+            .clamp(16, MAX_SEQUENCES - self.kept.slots())
+            .max(sequences)
+            + self.kept.slots();
+        let params = context_params(cells, sequences, self.threads);
+        let mut context = self.model.new_context(self.runtime, params).map_err(|e| {
+            BackendError::Llama(format!("cannot create a context of {cells} cells: {e}"))
         })?;
-        let mut context = context;
-        self.hold_kv_cells(cells * sequences);
+        self.hold_kv_cells(cells);
         self.kept.restore(&mut context, saved, sequences);
+        // The room set aside may be less than they held, near the largest context.
+        self.kept.shrink_to(&mut context, cells - round_cells)?;
         Ok((context, cells, sequences))
     }
 
@@ -374,7 +348,7 @@ impl<'m> Worker<'m> {
     }
 
     fn run(&mut self, mut round: Vec<Admitted>, queue: &Receiver<Job>) {
-        let cells = round.iter().map(Admitted::cells).max().unwrap_or(1);
+        let cells: usize = round.iter().map(Admitted::cells).sum();
         let sequences: usize = round.iter().map(|a| a.sequences.len()).sum();
         let mut waiting = std::mem::take(&mut self.waiting);
         let prompts = round
@@ -384,7 +358,7 @@ impl<'m> Worker<'m> {
         let result =
             self.take_context(cells, sequences, prompts)
                 .and_then(|(mut context, c, s)| {
-                    let empty = PrefixCache::new(self.kept.most());
+                    let empty = PrefixCache::new(self.kept.slots());
                     let mut kept = std::mem::replace(&mut self.kept, empty);
                     let room = Room {
                         cells: c,
@@ -552,7 +526,9 @@ impl<'m> Worker<'m> {
                     .chain(kept.candidates());
                 let start = match prefix::longest(candidates, prompt) {
                     Some((source, length)) => {
-                        copy_prefix(context, source, first, Some(length))?;
+                        context
+                            .kv_cache_seq_cp(source, first, None, Some(length as u32))
+                            .map_err(|e| BackendError::Llama(e.to_string()))?;
                         kept.touch(source);
                         length
                     }
@@ -562,7 +538,9 @@ impl<'m> Worker<'m> {
                 match decode_prompt(context, batch, prompt, start, first, batch_size, &left)? {
                     Some(last) => {
                         for offset in 1..sequences.len() as i32 {
-                            copy_prefix(context, first, first + offset, None)?;
+                            context
+                                .kv_cache_seq_cp(first, first + offset, None, None)
+                                .map_err(|e| BackendError::Llama(e.to_string()))?;
                         }
                         for seq in sequences.iter_mut() {
                             draw(seq, context, last);
@@ -627,6 +605,7 @@ impl<'m> Worker<'m> {
             return Ok(());
         }
         let sequences = room.sequences.saturating_sub(kept.slots());
+        let mut held: usize = round.iter().map(Admitted::held).sum();
         while let Some(n) = waiting.front().map(|job| job.request.n) {
             let first_seq = loop {
                 if let Some(first_seq) = free_sequences(round, n, sequences) {
@@ -642,20 +621,22 @@ impl<'m> Worker<'m> {
                 };
                 oldest.answered = false;
                 prefix::clear(context, oldest.first_seq as i32)?;
+                held -= oldest.prompt.len();
             };
             let Some(first_seq) = first_seq else {
                 break;
             };
             let free = Room {
-                cells: room.cells,
+                cells: room.cells.saturating_sub(held),
                 // One job: the next would need numbers of its own.
                 sequences: first_seq + n,
             };
-            let Some(joining) = self.admit(waiting, free, first_seq, None).pop() else {
-                // Its sequences are longer than the context's streams, or every job left was
-                // refused (answered with its error).
+            let Some(joining) = self.admit(waiting, free, first_seq, false).pop() else {
+                // It does not fit, or every job left was refused (answered with its error).
                 break;
             };
+            held += joining.cells();
+            kept.shrink_to(context, room.cells.saturating_sub(held))?;
             round.push(joining);
             let index = round.len() - 1;
             self.start(context, kept, round, index, batch)?;
@@ -757,8 +738,8 @@ pub(super) fn context_params(cells: usize, sequences: usize, threads: i32) -> Ll
         .with_n_batch(512.max(sequences as u32))
         .with_n_ubatch(512)
         .with_n_seq_max(sequences as u32)
-        // A stream of its own for each sequence: see `kv`.
-        .with_kv_unified(false)
+        // One unified cache makes sharing a prompt's cells with G sequences a metadata copy.
+        .with_kv_unified(true)
         .with_n_threads(threads)
         .with_n_threads_batch(threads)
 }
