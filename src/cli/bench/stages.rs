@@ -111,7 +111,6 @@ impl StageWork {
     }
 }
 
-/// A mode's stage work timed at llama.cpp's own rates, and Gym's time over it.
 /// Where a mode's time went, from the model thread's counters (`BackendStats`): llama.cpp
 /// evaluating prompts, llama.cpp's decode steps, and drawing tokens (samplers, grammar, DRY);
 /// the rest of the wall time is the model thread's bookkeeping and the stages' own work.
@@ -142,6 +141,7 @@ impl Phases {
     }
 }
 
+/// A mode's stage work timed at llama.cpp's own rates, and Gym's time over it.
 #[cfg(feature = "llama")]
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 struct Ceiling {
