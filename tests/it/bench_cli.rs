@@ -54,6 +54,11 @@ fn bench_stages_runs_the_calls_batched_and_one_at_a_time() {
             .and_then(|r| r.parse().ok())
             .unwrap_or_else(|| panic!("no ratio in {line:?}"));
         assert!(ratio.is_finite() && ratio > 0.0, "{line}");
+        assert!(
+            stdout.lines().any(|l| l.starts_with(mode)
+                && l.contains("with every prompt shared whole by its round")),
+            "{stdout}"
+        );
     }
 }
 
@@ -93,8 +98,10 @@ fn bench_stages_borrows_what_earlier_rounds_kept_only_when_it_keeps_prefixes() {
             stage("summarize", "prompt_tokens") + stage("extract", "prompt_tokens"),
             figures["prompt_tokens"].as_u64().unwrap()
         );
-        let ratio = figures["ceiling"]["ratio"].as_f64().unwrap();
-        assert!(ratio.is_finite() && ratio > 0.0, "{figures}");
+        for field in ["ratio", "all_shared_ratio"] {
+            let ratio = figures["ceiling"][field].as_f64().unwrap();
+            assert!(ratio.is_finite() && ratio > 0.0, "{field}: {figures}");
+        }
         // Where the time went lies within the wall time: llama.cpp's prompts and decode
         // steps, and drawing tokens, one per sequence a step decoded.
         let phase = |field: &str| figures["phases"][field].as_f64().unwrap();

@@ -1,15 +1,22 @@
 //! llama.cpp's own speed on this machine: the ceiling `gym bench stages` holds a step's stage
 //! work against.
 //!
-//! Measured the way llama.cpp's `llama-batched-bench -pps` does it, in this process, on the
+//! Measured the way llama.cpp's `llama-batched-bench` does it, in this process, on the
 //! llama.cpp Gym links and with the context settings the model thread uses (`worker::
-//! context_params`): a prompt of P tokens evaluated into one sequence in 512-token chunks
-//! (prefill rate), its cells shared with W sequences, then N decode steps of one token for
-//! each of the W sequences in one batch (batched-decode rate). Nothing is sampled and no
-//! grammar is applied: those, the chat template and the scheduling of requests are what Gym
-//! adds, and what the ratio to this ceiling shows. Why not run `llama-batched-bench` itself:
-//! the cargo package of llama.cpp leaves its tools out, and a tool built from another llama.cpp
-//! tree measures another build.
+//! context_params`), for a prompt part that every sequence shares and a part of each its own,
+//! in the proportions of the work being timed: the shared part evaluated once into one
+//! sequence in 512-token chunks and its cells shared with the W sequences (as `-pps` does),
+//! then every sequence's own part, all of them in 512-token batches (as llama-batched-bench
+//! does without `-pps`), which together give the prefill rate; then N decode steps of one
+//! token for each of the W sequences in one batch (batched-decode rate). The own parts matter
+//! beyond their prefill: in llama.cpp's unified KV cache every token decoded scans every
+//! sequence's cells, so W prompts of their own decode more slowly than one prompt shared,
+//! and a ceiling that shares what Gym's calls cannot share prices work they do not do.
+//! Nothing is sampled and no grammar is applied: those, the chat template and the scheduling
+//! of requests are what Gym adds, and what the ratio to this ceiling shows. Why not run
+//! `llama-batched-bench` itself: the cargo package of llama.cpp leaves its tools out, a tool
+//! built from another llama.cpp tree measures another build, and it cannot share part of a
+//! prompt.
 
 use std::time::Instant;
 
@@ -24,12 +31,31 @@ use crate::backend::BackendError;
 /// One shape of work to time: a prompt, then batched decoding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shape {
-    /// Tokens of the prompt evaluated into one sequence.
+    /// Tokens of each sequence's prompt, the shared part included.
     pub prompt_tokens: usize,
+    /// The leading tokens of the prompt that every sequence shares (their cells evaluated
+    /// once); the rest of each prompt is the sequence's own. Equal to `prompt_tokens` for
+    /// `llama-batched-bench -pps`'s shape.
+    pub shared_tokens: usize,
     /// Sequences decoded together, each continuing the prompt.
     pub width: usize,
     /// Decode steps, one token of every sequence each.
     pub new_tokens: usize,
+}
+
+impl Shape {
+    /// Tokens of each sequence's prompt that are its own.
+    pub fn own_tokens(&self) -> usize {
+        self.prompt_tokens.saturating_sub(self.shared_tokens)
+    }
+
+    /// The same work with the whole prompt shared, `llama-batched-bench -pps`'s shape.
+    pub fn all_shared(self) -> Self {
+        Self {
+            shared_tokens: self.prompt_tokens,
+            ..self
+        }
+    }
 }
 
 /// What llama.cpp did for one [`Shape`].
@@ -64,6 +90,11 @@ pub fn measure(config: &LlamaConfig, shapes: &[Shape]) -> Result<Vec<Rates>, Bac
                 "every part of {shape:?} must be at least 1"
             )));
         }
+        if shape.shared_tokens > shape.prompt_tokens {
+            return Err(invalid(format!(
+                "{shape:?} shares more tokens than its prompt has"
+            )));
+        }
         if shape.width > MAX_SEQUENCES {
             return Err(invalid(format!(
                 "{} sequences: llama.cpp decodes at most {MAX_SEQUENCES} together",
@@ -73,7 +104,7 @@ pub fn measure(config: &LlamaConfig, shapes: &[Shape]) -> Result<Vec<Rates>, Bac
     }
     let Some(cells) = shapes
         .iter()
-        .map(|s| s.prompt_tokens + s.width * s.new_tokens)
+        .map(|s| s.shared_tokens + s.width * (s.own_tokens() + s.new_tokens))
         .max()
     else {
         return Ok(Vec::new());
@@ -106,15 +137,35 @@ pub fn measure(config: &LlamaConfig, shapes: &[Shape]) -> Result<Vec<Rates>, Bac
 
     let mut rates = Vec::with_capacity(shapes.len());
     for shape in shapes {
-        let prompt: Vec<LlamaToken> = (0..shape.prompt_tokens).map(token).collect();
+        let shared: Vec<LlamaToken> = (0..shape.shared_tokens).map(token).collect();
         let started = Instant::now();
-        decode_prompt(&mut context, &mut batch, &prompt, 0, 0, 512, &|| false)?;
-        let prefill = started.elapsed().as_secs_f64();
+        decode_prompt(&mut context, &mut batch, &shared, 0, 0, 512, &|| false)?;
         for seq in 1..shape.width as i32 {
             context
                 .kv_cache_seq_cp(0, seq, None, None)
                 .map_err(|e| llama(&e))?;
         }
+        // Every sequence's own part, in batches of up to 512 tokens across the sequences.
+        let own = shape.own_tokens();
+        let parts = (0..shape.width).flat_map(|seq| (0..own).map(move |i| (seq, i)));
+        let parts: Vec<(usize, usize)> = parts.collect();
+        for chunk in parts.chunks(512) {
+            batch.clear();
+            for &(seq, i) in chunk {
+                let position = shape.shared_tokens + i;
+                batch
+                    .add(
+                        token(position + (seq + 1) * 104_729),
+                        position as i32,
+                        &[seq as i32],
+                        i + 1 == own,
+                    )
+                    .map_err(|e| llama(&e))?;
+            }
+            context.decode(&mut batch).map_err(|e| llama(&e))?;
+        }
+        let prefill = started.elapsed().as_secs_f64();
+        let evaluated = shape.shared_tokens + shape.width * own;
         let started = Instant::now();
         for step in 0..shape.new_tokens {
             batch.clear();
@@ -134,7 +185,7 @@ pub fn measure(config: &LlamaConfig, shapes: &[Shape]) -> Result<Vec<Rates>, Bac
         let decode = started.elapsed().as_secs_f64();
         context.clear_kv_cache();
         rates.push(Rates {
-            prefill_tokens_per_second: shape.prompt_tokens as f64 / prefill.max(1e-9),
+            prefill_tokens_per_second: evaluated as f64 / prefill.max(1e-9),
             decode_tokens_per_second: (shape.width * shape.new_tokens) as f64 / decode.max(1e-9),
         });
     }
@@ -150,11 +201,16 @@ mod tests {
         let config = LlamaConfig::new("/nonexistent/model.gguf");
         let shape = |prompt_tokens, width, new_tokens| Shape {
             prompt_tokens,
+            shared_tokens: prompt_tokens / 2,
             width,
             new_tokens,
         };
         for bad in [
             shape(0, 1, 1),
+            Shape {
+                shared_tokens: 9,
+                ..shape(8, 2, 1)
+            },
             shape(1, 0, 1),
             shape(1, 1, 0),
             shape(8, 300, 1),
@@ -166,6 +222,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("KV cells"), "{error}");
+        // The cells a shape needs count every sequence's own part: 500 shared and 8 x 2,000
+        // of their own fit no default context, though one 2,500-token prompt shared would.
+        let wide = Shape {
+            prompt_tokens: 2_500,
+            shared_tokens: 500,
+            width: 8,
+            new_tokens: 1,
+        };
+        let error = measure(&config, &[wide]).unwrap_err().to_string();
+        assert!(error.contains("KV cells"), "{error}");
+        assert_eq!(wide.own_tokens(), 2_000);
+        assert_eq!(wide.all_shared().own_tokens(), 0);
         assert_eq!(measure(&config, &[]).unwrap(), Vec::new());
     }
 }

@@ -7,7 +7,11 @@
 //! of their own. The ceiling here is what llama.cpp alone takes for each step's stage work as
 //! its journal records it: the prompt tokens Gym evaluated (those borrowed cost nothing here
 //! either) at llama.cpp's prefill rate, and the tokens generated at its batched-decode rate
-//! for as many sequences as the stage's calls in a step, on average. Gym's time is the step's
+//! for as many sequences as the stage's calls in a step, on average, with as much of each
+//! prompt shared by those sequences as the stage's attempts borrowed (the rest each
+//! sequence's own, its cells scanned by every token decoded; `ceiling.rs` says why that
+//! matters); beside it, the same with every prompt shared whole, the shape of
+//! `llama-batched-bench -pps`, which Gym's calls cannot have. Gym's time is the step's
 //! stage time from the same journal, so the run must have been timed on this machine, with
 //! nothing else running; a step resumed midway is left out (its time covers only part of its
 //! calls).
@@ -39,13 +43,17 @@ struct StageTotals {
 
 impl StageTotals {
     /// Its work as llama.cpp's ceiling times it: a prompt as long as the mean attempt's, as
-    /// many sequences as a step's calls on average, decoding up to `DECODE_STEPS_TIMED`.
+    /// much of it shared as the mean attempt borrowed, as many sequences as a step's calls on
+    /// average, decoding up to `DECODE_STEPS_TIMED`.
     fn shape(&self) -> Shape {
         let stats = &self.stats;
         let attempts = stats.attempts.max(1);
         let width = stats.calls.div_ceil(self.steps.max(1));
+        let prompt_tokens = (stats.usage.prompt_tokens / attempts).max(1);
         Shape {
-            prompt_tokens: (stats.usage.prompt_tokens / attempts).max(1) as usize,
+            prompt_tokens: prompt_tokens as usize,
+            shared_tokens: (stats.usage.cached_prompt_tokens / attempts).min(prompt_tokens)
+                as usize,
             width: width.clamp(1, MOST_SEQUENCES) as usize,
             new_tokens: (stats.usage.completion_tokens / attempts).clamp(1, DECODE_STEPS_TIMED)
                 as usize,
@@ -73,6 +81,9 @@ struct StepFigures {
     prompt_tokens_evaluated: u64,
     generated_tokens: u64,
     ceiling_seconds: f64,
+    /// The ceiling with each stage's whole prompt shared by the step's calls
+    /// (`llama-batched-bench -pps`'s shape), for comparison.
+    all_shared_ceiling_seconds: f64,
     gym_seconds: f64,
     ratio: f64,
 }
@@ -115,16 +126,27 @@ pub(super) fn run(dir: &Path, config: &LlamaConfig, json: bool) -> anyhow::Resul
         shapes.len(),
         config.model_path.display()
     );
+    let timed: Vec<Shape> = shapes
+        .iter()
+        .flat_map(|shape| [*shape, shape.all_shared()])
+        .collect();
+    let measured = ceiling::measure(config, &timed)?;
     let rates: BTreeMap<Stage, Rates> = stages
         .iter()
         .copied()
-        .zip(ceiling::measure(config, &shapes)?)
+        .zip(measured.iter().step_by(2).copied())
+        .collect();
+    let all_shared_rates: BTreeMap<Stage, Rates> = stages
+        .iter()
+        .copied()
+        .zip(measured.iter().skip(1).step_by(2).copied())
         .collect();
 
     let steps: Vec<StepFigures> = reports
         .iter()
         .map(|report| {
-            let (mut calls, mut evaluated, mut generated, mut seconds) = (0, 0, 0, 0.0);
+            let (mut calls, mut evaluated, mut generated) = (0, 0, 0);
+            let (mut seconds, mut all_shared_seconds) = (0.0, 0.0);
             for (stage, stats) in &report.stages {
                 let Some(rates) = rates.get(stage) else {
                     continue;
@@ -137,6 +159,8 @@ pub(super) fn run(dir: &Path, config: &LlamaConfig, json: bool) -> anyhow::Resul
                 evaluated += prompt;
                 generated += usage.completion_tokens;
                 seconds += rates.seconds(prompt, usage.completion_tokens);
+                all_shared_seconds +=
+                    all_shared_rates[stage].seconds(prompt, usage.completion_tokens);
             }
             StepFigures {
                 step: report.step,
@@ -144,6 +168,7 @@ pub(super) fn run(dir: &Path, config: &LlamaConfig, json: bool) -> anyhow::Resul
                 prompt_tokens_evaluated: evaluated,
                 generated_tokens: generated,
                 ceiling_seconds: seconds,
+                all_shared_ceiling_seconds: all_shared_seconds,
                 gym_seconds: report.stage_seconds,
                 ratio: report.stage_seconds / seconds.max(f64::MIN_POSITIVE),
             }
@@ -152,6 +177,8 @@ pub(super) fn run(dir: &Path, config: &LlamaConfig, json: bool) -> anyhow::Resul
     let ceiling: f64 = steps.iter().map(|s| s.ceiling_seconds).sum();
     let gym: f64 = steps.iter().map(|s| s.gym_seconds).sum();
     let ratio = gym / ceiling.max(f64::MIN_POSITIVE);
+    let all_shared: f64 = steps.iter().map(|s| s.all_shared_ceiling_seconds).sum();
+    let all_shared_ratio = gym / all_shared.max(f64::MIN_POSITIVE);
 
     if json {
         let stages: BTreeMap<String, serde_json::Value> = stages
@@ -162,10 +189,12 @@ pub(super) fn run(dir: &Path, config: &LlamaConfig, json: bool) -> anyhow::Resul
                     "work": totals[stage].to_json(),
                     "shape": {
                         "prompt_tokens": shapes[i].prompt_tokens,
+                        "shared_tokens": shapes[i].shared_tokens,
                         "width": shapes[i].width,
                         "new_tokens": shapes[i].new_tokens,
                     },
                     "rates": rates[stage],
+                    "all_shared_rates": all_shared_rates[stage],
                 });
                 (stage.as_str().to_owned(), value)
             })
@@ -180,6 +209,8 @@ pub(super) fn run(dir: &Path, config: &LlamaConfig, json: bool) -> anyhow::Resul
                 "ceiling_seconds": ceiling,
                 "gym_seconds": gym,
                 "ratio": ratio,
+                "all_shared_ceiling_seconds": all_shared,
+                "all_shared_ratio": all_shared_ratio,
             })
         );
         return Ok(ExitCode::SUCCESS);
@@ -190,13 +221,13 @@ pub(super) fn run(dir: &Path, config: &LlamaConfig, json: bool) -> anyhow::Resul
         config.model_path.display()
     );
     println!(
-        "stage        calls  attempts  prompt tok  reused  generated  width  prefill tok/s  decode tok/s"
+        "stage        calls  attempts  prompt tok  reused  generated  width  shared  prefill tok/s  decode tok/s"
     );
     for (i, stage) in stages.iter().enumerate() {
         let t = &totals[stage].stats;
         let r = &rates[stage];
         println!(
-            "{:<12} {:>5} {:>9} {:>11} {:>7} {:>10} {:>6} {:>14.1} {:>13.1}",
+            "{:<12} {:>5} {:>9} {:>11} {:>7} {:>10} {:>6} {:>7} {:>14.1} {:>13.1}",
             stage.as_str(),
             t.calls,
             t.attempts,
@@ -204,6 +235,7 @@ pub(super) fn run(dir: &Path, config: &LlamaConfig, json: bool) -> anyhow::Resul
             t.usage.cached_prompt_tokens,
             t.usage.completion_tokens,
             shapes[i].width,
+            shapes[i].shared_tokens,
             r.prefill_tokens_per_second,
             r.decode_tokens_per_second
         );
@@ -229,6 +261,9 @@ pub(super) fn run(dir: &Path, config: &LlamaConfig, json: bool) -> anyhow::Resul
         ceiling,
         gym,
         ratio
+    );
+    println!(
+        "with every prompt shared whole by its step's calls (llama-batched-bench -pps): ceiling {all_shared:.1} s, ratio {all_shared_ratio:.2}x"
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -257,6 +292,7 @@ mod tests {
             totals.shape(),
             Shape {
                 prompt_tokens: 600,
+                shared_tokens: 300,
                 width: 5,
                 new_tokens: 128
             }

@@ -92,12 +92,14 @@ struct StageWork {
 #[cfg(feature = "llama")]
 impl StageWork {
     /// The work as llama.cpp's ceiling times it: a prompt as long as the mean call's (the
-    /// depth its tokens attend over), the round's calls decoded together, each as many tokens
-    /// as the mean call generated.
+    /// depth its tokens attend over), as much of it shared as the mean call borrowed, the
+    /// round's calls decoded together, each as many tokens as the mean call generated.
     fn shape(&self) -> gym::backend::llama::ceiling::Shape {
         let calls = self.calls.max(1) as u64;
+        let prompt_tokens = (self.prompt_tokens / calls).max(1);
         gym::backend::llama::ceiling::Shape {
-            prompt_tokens: (self.prompt_tokens / calls).max(1) as usize,
+            prompt_tokens: prompt_tokens as usize,
+            shared_tokens: (self.prompt_tokens_reused / calls).min(prompt_tokens) as usize,
             width: self.calls_per_round.max(1),
             new_tokens: (self.generated_tokens / calls).max(1) as usize,
         }
@@ -150,6 +152,11 @@ struct Ceiling {
     seconds: f64,
     /// Gym's stage time over the ceiling's (1.0: as fast as llama.cpp alone).
     ratio: f64,
+    /// The ceiling with each stage's whole prompt shared by the round's calls
+    /// (`llama-batched-bench -pps`'s shape): work Gym's calls cannot do, as their own parts
+    /// differ, shown beside the ceiling for comparison.
+    all_shared_seconds: f64,
+    all_shared_ratio: f64,
 }
 
 impl StagesBench {
@@ -397,19 +404,24 @@ impl StagesBench {
         let shapes: Vec<_> = modes
             .iter()
             .flat_map(|f| [f.summarize.shape(), f.extract.shape()])
+            .flat_map(|shape| [shape, shape.all_shared()])
             .collect();
         let rates = gym::backend::llama::ceiling::measure(&config, &shapes)?;
         for (figures, rates) in [&mut batched, &mut sequential]
             .into_iter()
-            .zip(rates.chunks(2))
+            .zip(rates.chunks(4))
         {
             let seconds = figures.summarize.ceiling_seconds(&rates[0])
-                + figures.extract.ceiling_seconds(&rates[1]);
+                + figures.extract.ceiling_seconds(&rates[2]);
+            let all_shared_seconds = figures.summarize.ceiling_seconds(&rates[1])
+                + figures.extract.ceiling_seconds(&rates[3]);
             figures.ceiling = Some(Ceiling {
                 summarize: rates[0],
-                extract: rates[1],
+                extract: rates[2],
                 seconds,
                 ratio: figures.seconds / seconds,
+                all_shared_seconds,
+                all_shared_ratio: figures.seconds / all_shared_seconds,
             });
         }
         let speedup = sequential.seconds / batched.seconds;
@@ -476,7 +488,7 @@ impl StagesBench {
             );
         }
         println!(
-            "llama.cpp's own ceiling on this machine for the same token counts (prompt tokens Gym evaluated at its prefill rate, generated tokens at its batched-decode rate for the round's width):"
+            "llama.cpp's own ceiling on this machine for the same token counts (prompt tokens Gym evaluated at its prefill rate, generated tokens at its batched-decode rate for the round's width, as much of each prompt shared as Gym's calls borrowed):"
         );
         println!(
             "mode        stage       width  prefill tok/s  decode tok/s    ceiling        Gym    ratio"
@@ -501,6 +513,13 @@ impl StagesBench {
             println!(
                 "{name:<11} {:<11} {:>5} {:>14} {:>13} {:>8.2} s {:>8.2} s {:>7.2}x",
                 "both", "", "", "", ceiling.seconds, f.seconds, ceiling.ratio
+            );
+        }
+        for (name, f) in [("batched", &batched), ("sequential", &sequential)] {
+            let Some(ceiling) = &f.ceiling else { continue };
+            println!(
+                "{name:<11} with every prompt shared whole by its round (llama-batched-bench -pps): ceiling {:.2} s, ratio {:.2}x",
+                ceiling.all_shared_seconds, ceiling.all_shared_ratio
             );
         }
         Ok(ExitCode::SUCCESS)
