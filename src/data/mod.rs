@@ -49,7 +49,7 @@ pub mod conversation;
 mod error;
 mod file;
 mod record;
-pub(crate) use record::{gsm8k_answer, json_kind};
+pub(crate) use record::{gsm8k_answer, json_kind, numeric_reference};
 mod source;
 mod split;
 pub mod traces;

@@ -98,12 +98,38 @@ impl FieldMap {
 pub(crate) fn gsm8k_answer(text: &str) -> Option<&str> {
     let (_, last) = text.rsplit_once("####")?;
     let number = last.trim();
-    let digits = number.strip_prefix('-').unwrap_or(number);
-    let numeric = digits.bytes().any(|b| b.is_ascii_digit())
-        && digits
-            .bytes()
-            .all(|b| b.is_ascii_digit() || b == b',' || b == b'.');
-    numeric.then_some(number)
+    plain_number(number).then_some(number)
+}
+
+/// Whether a reference answer is a number the `numeric` reward should grade: a GSM8K worked
+/// solution, or a plain number (`22200`, `-3.5`, `22,200`). Exact match cannot grade these: it
+/// scores `22,200`, `$252` and `72 minutes` wrong against `22200`, `252` and `72`.
+pub(crate) fn numeric_reference(text: &str) -> bool {
+    gsm8k_answer(text).is_some() || plain_number(text.trim())
+}
+
+/// An optional minus, digits (thousands separated by `,` in groups of exactly three, the only
+/// grouping the `numeric` reward reads), and an optional `.` with digits after it.
+fn plain_number(text: &str) -> bool {
+    let unsigned = text.strip_prefix('-').unwrap_or(text);
+    let (whole, fraction) = match unsigned.split_once('.') {
+        Some((whole, fraction)) => (whole, Some(fraction)),
+        None => (unsigned, None),
+    };
+    let digits = |part: &str| part.bytes().all(|b| b.is_ascii_digit());
+    let whole_ok = match whole.split_once(',') {
+        None => digits(whole),
+        Some((first, groups)) => {
+            (1..=3).contains(&first.len())
+                && digits(first)
+                && groups
+                    .split(',')
+                    .all(|group| group.len() == 3 && digits(group))
+        }
+    };
+    let fraction_ok = fraction.is_none_or(|f| !f.is_empty() && digits(f));
+    let has_digit = unsigned.bytes().any(|b| b.is_ascii_digit());
+    whole_ok && fraction_ok && has_digit && (!whole.is_empty() || fraction.is_some())
 }
 
 /// One field's value, whatever the format.
@@ -362,6 +388,46 @@ mod tests {
         ];
         for (text, expected) in cases {
             assert_eq!(gsm8k_answer(text), expected, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn numeric_references_are_worked_solutions_or_plain_numbers() {
+        let numeric = [
+            "72",
+            "22200",
+            "22,200",
+            "1,234,567.5",
+            "-3.5",
+            ".5",
+            "0",
+            " 42 \n",
+            "#### 1,250",
+        ];
+        for text in numeric {
+            assert!(numeric_reference(text), "{text:?}");
+        }
+        // What exact match grades better, and what the numeric reward could not read back
+        // as one number (`12,34`, `1.2.3`).
+        let not = [
+            "Paris",
+            "",
+            "-",
+            ".",
+            "12,34",
+            "1,2345",
+            ",123",
+            "1.2.3",
+            "3.",
+            "$252",
+            "72 minutes",
+            "50%",
+            "3/4",
+            "1e5",
+            "four",
+        ];
+        for text in not {
+            assert!(!numeric_reference(text), "{text:?}");
         }
     }
 

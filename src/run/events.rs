@@ -92,6 +92,11 @@ pub enum RunEvent {
         epochs: u32,
         #[serde(default)]
         experiences: usize,
+        /// The verifier's name (`numeric`, `exact`, …); empty in events files written before
+        /// it was recorded. Said at the start because a file's default can surprise: a run
+        /// graded by `exact` scores `22,200` wrong against `22200`.
+        #[serde(default)]
+        reward: String,
     },
     StepStarted {
         epoch: u32,
@@ -269,10 +274,16 @@ impl RunEvent {
                 distill_model,
                 library,
                 library_version,
+                reward,
                 ..
             } => format!(
-                "{} run {run}: {queries} queries x G={group_size}, {steps} steps; model {model}, distill {distill_model}; library {library}@{library_version}",
-                if *resumed { "resuming" } else { "starting" }
+                "{} run {run}: {queries} queries x G={group_size}, {steps} steps; model {model}, distill {distill_model}; {}library {library}@{library_version}",
+                if *resumed { "resuming" } else { "starting" },
+                if reward.is_empty() {
+                    String::new()
+                } else {
+                    format!("reward {reward}; ")
+                }
             ),
             RunEvent::StepStarted {
                 epoch,

@@ -301,6 +301,7 @@ impl Runner {
             distill_backend: self.distill_backend_label.clone(),
             epochs: self.config.epochs,
             experiences: self.library.head().active_count(),
+            reward: self.verifier.name().to_owned(),
         });
 
         // A resumed run reports from the version it began at, not the head it reopened.

@@ -414,6 +414,7 @@ mod tests {
                 distill_backend: "anthropic".into(),
                 epochs: 1,
                 experiences: 0,
+                reward: "numeric".into(),
             },
             RunEvent::StepStarted {
                 epoch: 1,

@@ -40,6 +40,7 @@ fn events() -> (Vec<RunEvent>, Vec<RunEvent>) {
             distill_backend: "llama".into(),
             epochs: 1,
             experiences: 0,
+            reward: "numeric".into(),
         },
         RunEvent::StepStarted {
             epoch: 1,
@@ -371,7 +372,13 @@ async fn gym_watch_follows_a_served_run_over_a_socket() {
         String::from_utf8_lossy(&output.stderr)
     );
     let lines: Vec<&str> = stdout.lines().collect();
-    assert!(lines[0].starts_with("starting run r1"), "{stdout}");
+    // The reward is named at the start: a file's default can surprise.
+    assert_eq!(
+        lines[0],
+        "starting run r1: 4 queries x G=2, 2 steps; model SmolLM2, distill SmolLM2; \
+         reward numeric; library letters@0",
+        "{stdout}"
+    );
     // Each line once, in order, across the two snapshots.
     let step_one = lines
         .iter()

@@ -4,9 +4,10 @@
 //! record is bad); [`select`] then applies the split, checks ids and decides between failing and
 //! skipping, in file order, so the first error reported is the first bad record in the file.
 //!
-//! A file whose every reference answer is a GSM8K-style worked solution ending in `#### <number>`
-//! is graded with the `numeric` reward by default, which reads the number after `####`: such an
-//! answer never matches a model's answer exactly.
+//! A file whose every reference answer is a number, or a GSM8K-style worked solution ending in
+//! `#### <number>`, is graded with the `numeric` reward by default (which reads the number after
+//! `####`): exact match scores `22,200`, `$252` and `72 minutes` wrong against `22200`, `252` and
+//! `72`, and never matches a worked solution.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -77,14 +78,14 @@ pub(crate) fn load(spec: &DatasetSpec) -> Result<Dataset, DataError> {
         Format::Parquet => (parquet_rows(&path, &stem, &map)?, Numbering::Row),
     };
     let (samples, skipped) = select(&path, rows, spec.split, spec.skip_bad_lines, numbering)?;
-    let gsm8k = samples
+    let numeric = samples
         .iter()
-        .all(|sample| super::gsm8k_answer(&sample.answer).is_some());
+        .all(|sample| super::numeric_reference(&sample.answer));
     Ok(Dataset {
         name: stem,
         samples,
         skipped,
-        default_reward: gsm8k.then(|| "numeric".to_owned()),
+        default_reward: numeric.then(|| "numeric".to_owned()),
         instruction: None,
         source: None,
     })

@@ -42,7 +42,11 @@ fn reads_jsonl_skipping_blank_lines() {
         [("train:1", "1+1?", "2"), ("train:4", "2+2?", "4")]
     );
     assert!(dataset.skipped.is_empty());
-    assert_eq!((dataset.default_reward, dataset.instruction), (None, None));
+    // Every answer a number: graded by `numeric`, not by exact match.
+    assert_eq!(
+        (dataset.default_reward.as_deref(), dataset.instruction),
+        (Some("numeric"), None)
+    );
 }
 
 #[test]
