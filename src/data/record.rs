@@ -129,7 +129,7 @@ fn plain_number(text: &str) -> bool {
     };
     let fraction_ok = fraction.is_none_or(|f| !f.is_empty() && digits(f));
     let has_digit = unsigned.bytes().any(|b| b.is_ascii_digit());
-    whole_ok && fraction_ok && has_digit && (!whole.is_empty() || fraction.is_some())
+    whole_ok && fraction_ok && has_digit
 }
 
 /// One field's value, whatever the format.
