@@ -318,12 +318,23 @@ fn has_a_word(part: &str) -> bool {
     part.chars().any(char::is_alphabetic)
 }
 
-/// "The correct answer is 4", "answer: 12": a fact about one problem.
+/// "The correct answer is 4", "answer: 12", or a lesson that ends on a bare result ("…, read
+/// the number of times the letter appears in the given sentence, which is 2."): a fact about
+/// one problem. The second form was kept in a `make demo` library (run `demoA2`, 2026-12-02)
+/// and scored highest of its lessons in the credit pass, because 2 is the commonest count in
+/// the letter suite: it tells the policy a guess, not a method. A number the lesson goes on to
+/// use ("which is 2 times the width, …") is not a result and is left alone.
 fn states_an_answer(text: &str) -> bool {
     static ANSWER: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"(?i)\banswer\s*(is|was|=|:|of)\s*[-+]?\$?\d").expect("valid regex")
+        Regex::new(
+            r"(?ix)
+            \banswer\s*(is|was|=|:|of)\s*[-+]?\$?\d
+            | \b(which|that|it|this|the\s+(count|total|result|number))\s+(is|was|equals|=)\s*
+              [-+]?\$?\d[\d,]*(\.\d+)?\s*[.!]?\s*$",
+        )
+        .expect("valid regex")
     });
-    ANSWER.is_match(text)
+    ANSWER.is_match(text.trim())
 }
 
 /// A quoted token, "spaghetti" or 'spaghetti' (or in curly quotes): a word lifted from one
@@ -470,6 +481,9 @@ mod tests {
             // "new" and "attempt" about the task, not the lessons.
             "When a price rises twice, apply the second rise to the new price.",
             "When a first attempt at a division leaves a remainder, round up to whole boxes.",
+            // A number the lesson goes on to use, not a result it ends on.
+            "When a rectangle's length is given by its width, which is 2 times the width, multiply the width by 2.",
+            "When a number is even, divide it by 2 until the result is odd.",
             // Common words, but a situation.
             "When a question asks for a number, answer with the number first.",
         ] {
@@ -521,6 +535,11 @@ mod tests {
             ),
             (
                 "When the word has letters, the correct answer is 4.",
+                "one problem's answer",
+            ),
+            // A `make demo` run's extract stage (demoA2, step 3).
+            (
+                "When reading the answer, read the number of times the letter appears in the given sentence, which is 2.",
                 "one problem's answer",
             ),
             (

@@ -307,15 +307,19 @@ impl RunEvent {
                 "step {step}: mean reward {mean_reward:.3}, {kept_groups}/{groups} groups kept, {} tokens, {elapsed_s:.0} s → {end}",
                 tokens.prompt_tokens + tokens.completion_tokens
             ),
+            // One call of the stage (one group's, for extract), not the stage: a step goes on
+            // with its other calls' lessons, and "extract stage failed" read as if it had not.
             RunEvent::StageOutput {
                 step,
                 stage,
+                key,
                 ok: false,
                 attempts,
                 ..
             } => format!(
-                "step {step}: {} stage failed after {attempts} attempts",
-                stage.as_str()
+                "step {step}: the {} call for {key} got nothing usable in {attempts} attempt{}",
+                stage.as_str(),
+                if *attempts == 1 { "" } else { "s" }
             ),
             RunEvent::BudgetExhausted {
                 step,
