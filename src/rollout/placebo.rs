@@ -32,6 +32,23 @@ const NEUTRAL: &[&str] = &[
 /// One placebo item per experience: the same ids, neutral texts of the same lengths. The same
 /// `seed` gives the same texts.
 pub fn placebo(experiences: &[PromptExperience], seed: u64) -> Vec<PromptExperience> {
+    experiences
+        .iter()
+        .enumerate()
+        .map(|(i, experience)| {
+            neutral_item(
+                &experience.id,
+                experience.text.chars().count(),
+                (seed as usize).wrapping_add(i),
+            )
+        })
+        .collect()
+}
+
+/// One neutral item under `id` of about `chars` characters, starting at the `start`-th
+/// sentence of the everyday advice (wrapping): what a lesson of that length is tried against
+/// under `gym grpo --admit-placebo`.
+pub fn neutral_item(id: &str, chars: usize, start: usize) -> PromptExperience {
     let words: Vec<&str> = NEUTRAL.iter().flat_map(|s| s.split_whitespace()).collect();
     let sentence_starts: Vec<usize> = NEUTRAL
         .iter()
@@ -41,21 +58,14 @@ pub fn placebo(experiences: &[PromptExperience], seed: u64) -> Vec<PromptExperie
             Some(start)
         })
         .collect();
-    experiences
-        .iter()
-        .enumerate()
-        .map(|(i, experience)| {
-            let first = (seed as usize).wrapping_add(i) % sentence_starts.len();
-            PromptExperience {
-                id: experience.id.clone(),
-                text: neutral_text(
-                    &words,
-                    sentence_starts[first],
-                    experience.text.chars().count(),
-                ),
-            }
-        })
-        .collect()
+    PromptExperience {
+        id: id.to_owned(),
+        text: neutral_text(
+            &words,
+            sentence_starts[start % sentence_starts.len()],
+            chars,
+        ),
+    }
 }
 
 /// Words from `start` on (wrapping), as many as bring the text closest to `target` characters,

@@ -51,6 +51,19 @@
 //! lesson that earned its place, so it must show it is better beyond doubt; a new lesson adds
 //! to what is there and need only score higher in each round (the credit pass takes out one
 //! that hurts).
+//!
+//! Against a placebo (`--admit-placebo`): a new lesson is compared with the current library
+//! plus one neutral text (`rollout::placebo`) in the new lesson's place, of the mean length of
+//! the new lessons tried in the step, instead of the library alone; every new lesson of the
+//! step shares that control, so it costs no answers more. Why: the held-out evaluation judges a
+//! library against a placebo because any text in the prompt can move a small policy, and the
+//! trial did not. In step 1 the library is empty and the control's prompt has no experiences
+//! block at all: the `make demo` runs of 2026-12-02 kept "…, use a binary search algorithm to
+//! count the occurrences of a character in a string." from step 1, tried at Δ +0.188 [+0.065,
+//! +0.310] against that bare prompt (run `demoA`), along with two other step-1 lessons at
+//! +0.125 and +0.188 on the same problems. Against the placebo it still passed, once measured
+//! (docs/grpo.md): the control is the sounder one, not a cure. A rewrite is still compared with
+//! the lesson it replaces, a text of its kind in the same place.
 
 use std::collections::BTreeSet;
 
@@ -67,11 +80,15 @@ use crate::data::Sample;
 use crate::distill::normalize;
 use crate::library::{Change, Limits, State, Validation};
 use crate::rollout::eval::{QueryResult, Resume};
+use crate::rollout::placebo::neutral_item;
 use crate::rollout::prompt::PromptExperience;
 use crate::rollout::trial::{Lesson, Tried, fresh_sampling, judge, pairs, try_lessons};
 
 /// The condition label of the control answers (the current library alone).
 const CONTROL: &str = "current";
+
+/// The condition label of the placebo control of new lessons under `--admit-placebo`.
+const PLACEBO: &str = "placebo";
 
 /// What the trial made of a step's changes.
 pub(super) struct Admission {
@@ -169,6 +186,9 @@ pub(super) async fn admit(
                 problems,
             });
         }
+    }
+    if runner.config.admit_placebo {
+        against_placebo(&mut lessons, &current, at.number);
     }
     if lessons.is_empty() {
         admission.kept = changes;
@@ -305,6 +325,32 @@ pub(super) async fn admit(
         }
     }
     Ok(Some(admission))
+}
+
+/// `--admit-placebo`: each lesson of `lessons` that adds an experience to `current` (the
+/// library's active experiences) gets as its control `current` plus one neutral text under the
+/// new experience's id, of the mean length of the new experiences, shared by all of them (see
+/// the module docs); `step` picks the text's first sentence. Rewrites keep their control.
+fn against_placebo(lessons: &mut [Lesson<'_>], current: &[PromptExperience], step: u32) {
+    let new_item = |lesson: &Lesson<'_>| -> Option<PromptExperience> {
+        lesson
+            .shown
+            .iter()
+            .find(|shown| !current.iter().any(|kept| kept.id == shown.id))
+            .cloned()
+    };
+    let added: Vec<PromptExperience> = lessons.iter().filter_map(new_item).collect();
+    let Some(first) = added.first() else {
+        return;
+    };
+    let mean_chars = added.iter().map(|e| e.text.chars().count()).sum::<usize>() / added.len();
+    let mut control = current.to_vec();
+    control.push(neutral_item(&first.id, mean_chars, step as usize));
+    for lesson in lessons.iter_mut() {
+        if new_item(lesson).is_some() {
+            lesson.control = (PLACEBO.to_string(), control.clone());
+        }
+    }
 }
 
 /// Whether `change` adds one of `guesses` or rewrites a lesson into one word for word: written

@@ -230,6 +230,87 @@ async fn under_admit_batch_a_lesson_is_tried_on_its_sources_then_the_batch_s_uns
 }
 
 #[tokio::test]
+async fn under_admit_placebo_new_lessons_share_a_placebo_control_at_no_extra_cost() {
+    let root = tempfile::tempdir().unwrap();
+    drop(library(root.path()));
+    let backend = Arc::new(Counting(AtomicUsize::new(0)));
+    let mut runner = runner(root.path(), backend.clone(), Arc::new(Recorded::default()));
+    runner.config.admit = 2;
+    runner.config.admit_placebo = true;
+    std::fs::create_dir_all(&runner.dir).unwrap();
+    let state = neutral_only(&runner);
+    let (admission, _) = trial_of(&runner, &state, changes(), &BTreeSet::new()).await;
+    let admission = admission.unwrap();
+    // As many draws as against the library alone: one control a problem, shared.
+    assert_eq!(backend.0.load(Ordering::SeqCst), 3 + 1 + 2);
+    let (_, replay) = Journal::open(&runner.dir).unwrap();
+    let groups = &replay.measured["admit-step-1@v1"];
+    let mut controls: Vec<&str> = groups
+        .keys()
+        .filter(|(label, _)| !label.starts_with("add "))
+        .map(|(label, _)| label.as_str())
+        .collect();
+    controls.dedup();
+    assert_eq!(controls, [PLACEBO]);
+    // The scripted model reads everyday advice as it reads no lesson: the verdicts stand.
+    let [helps, hurts] = &admission.tried[..] else {
+        panic!("{:?}", admission.tried)
+    };
+    assert!(helps.kept && (helps.validation.delta - 0.25).abs() < 1e-9);
+    assert!(!hurts.kept && (hurts.validation.delta + 0.25).abs() < 1e-9);
+}
+
+#[test]
+fn the_placebo_control_holds_the_library_and_a_neutral_text_in_the_new_lesson_s_place() {
+    let current = vec![PromptExperience {
+        id: "E0001".into(),
+        text: "When a word repeats a letter, count each occurrence.".into(),
+    }];
+    let batch = queries();
+    let problems = vec![&batch[0]];
+    let lesson = |label: &str, shown: Vec<PromptExperience>| Lesson {
+        label: label.into(),
+        shown,
+        control: (CONTROL.to_string(), current.clone()),
+        problems: problems.clone(),
+    };
+    let with = |id: &str, text: &str| {
+        let mut shown = current.clone();
+        shown.retain(|e| e.id != id);
+        shown.push(PromptExperience {
+            id: id.into(),
+            text: text.into(),
+        });
+        shown
+    };
+    let short = "When counting letters, spell the word out.";
+    let long = "When counting a letter in a word, write the word one letter at a time and keep a tally of the letter asked about.";
+    let mut lessons = vec![
+        lesson("add short", with("E0002", short)),
+        lesson("add long", with("E0002", long)),
+        lesson("rewrite", with("E0001", long)),
+    ];
+    against_placebo(&mut lessons, &current, 1);
+    let (label, control) = &lessons[0].control;
+    assert_eq!(label, PLACEBO);
+    assert_eq!(control[..1], current[..]);
+    assert_eq!(control[1].id, "E0002");
+    let mean = (short.chars().count() + long.chars().count()) / 2;
+    assert!(
+        control[1].text.chars().count().abs_diff(mean) <= 12,
+        "{}",
+        control[1].text
+    );
+    assert!(control[1].text.starts_with("When "));
+    assert_eq!(lessons[1].control, lessons[0].control);
+    assert_eq!(
+        lessons[2].control,
+        (CONTROL.to_string(), current.clone()),
+        "a rewrite is compared with the lesson it replaces"
+    );
+}
+
+#[tokio::test]
 async fn off_draws_nothing_and_keeps_every_change() {
     let root = tempfile::tempdir().unwrap();
     drop(library(root.path()));

@@ -229,6 +229,7 @@ pub(in crate::run) fn runner(
             admit_rounds: None,
             admit_clear: false,
             admit_clear_rewrites: false,
+            admit_placebo: false,
             credit_queries: 6,
             credit_pairs: 0,
         },

@@ -149,6 +149,10 @@ pub struct RunConfig {
     /// need only score higher in each round, see `run/admit.rs` (implies `admit_better`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub admit_clear_rewrites: bool,
+    /// The trial compares a new lesson with the current library plus a neutral text of the
+    /// new lessons' mean length, not with the current library alone, see `run/admit.rs`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub admit_placebo: bool,
     /// Training queries of the credit pass after each epoch (0: none), see [`credit`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub credit_queries: usize,

@@ -160,7 +160,7 @@ pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) 
         &mut out,
         summary,
         |step| &step.tried,
-        "Lessons tried on the problems they were learned from (`--admit`; under `--admit-batch`, then on the batch's other unsolved problems): the current library with the lesson added against the current library, fresh answers paired by seed.",
+        "Lessons tried on the problems they were learned from (`--admit`; under `--admit-batch`, then on the batch's other unsolved problems): the current library with the lesson added against the current library (under `--admit-placebo`, a new lesson against the current library with a neutral text in its place), fresh answers paired by seed.",
     );
     judged_table(
         &mut out,

@@ -224,6 +224,14 @@ pub struct GrpoArgs {
     #[arg(long, conflicts_with = "admit_clear")]
     admit_clear_rewrites: bool,
 
+    /// The --admit trial compares a new lesson with the current library plus a neutral text of
+    /// the new lessons' mean length (a placebo, as the held-out evaluation's), not with the
+    /// library alone: any text in the prompt can move a small policy, and with an empty library
+    /// the control has no experiences block at all (docs/grpo.md). A rewrite is still compared
+    /// with the lesson it replaces.
+    #[arg(long)]
+    admit_placebo: bool,
+
     /// Credit pass: after each epoch, measure each active experience's own effect on this many
     /// training queries, --group-size answers each (see --credit-pairs for how), record it in
     /// usage.json and propose deleting lessons that hurt beyond their interval at the next step
@@ -650,6 +658,10 @@ impl GrpoArgs {
              too"
         );
         anyhow::ensure!(
+            !self.admit_placebo || self.admit > 0,
+            "--admit-placebo sets what the --admit trial compares a lesson with: give --admit N too"
+        );
+        anyhow::ensure!(
             self.admit_rounds == 1 || self.admit > 0,
             "--admit-rounds {} sets how often the --admit trial draws: give --admit N too",
             self.admit_rounds
@@ -715,6 +727,7 @@ impl GrpoArgs {
             admit_rounds: (self.admit_rounds > 1).then_some(self.admit_rounds as usize),
             admit_clear: self.admit_clear,
             admit_clear_rewrites: self.admit_clear_rewrites,
+            admit_placebo: self.admit_placebo,
             credit_queries: self.credit_queries,
             credit_pairs: self.credit_pairs,
         }

@@ -225,7 +225,12 @@ fn admit_batch_and_admit_clear_need_the_trial() {
     let args = grpo(&["--admit", "4", "--admit-batch", "--admit-clear"]);
     args.check().unwrap();
     assert!(args.admit_batch && args.admit_clear);
-    for flag in ["--admit-batch", "--admit-clear", "--admit-clear-rewrites"] {
+    for flag in [
+        "--admit-batch",
+        "--admit-clear",
+        "--admit-clear-rewrites",
+        "--admit-placebo",
+    ] {
         let error = grpo(&[flag]).check().unwrap_err().to_string();
         assert!(error.contains(&format!("{flag} sets")), "{error}");
         assert!(error.contains("give --admit N too"), "{error}");
