@@ -7,6 +7,8 @@
 //! within a word) and in the same "When …, …" form, built from everyday advice that no task
 //! here is about.
 
+use std::sync::LazyLock;
+
 use super::prompt::PromptExperience;
 
 /// Everyday advice in the experiences' own form; none of it is about a task Gym trains on.
@@ -49,8 +51,18 @@ pub fn placebo(experiences: &[PromptExperience], seed: u64) -> Vec<PromptExperie
 /// sentence of the everyday advice (wrapping): what a lesson of that length is tried against
 /// under `gym grpo --admit-placebo`.
 pub fn neutral_item(id: &str, chars: usize, start: usize) -> PromptExperience {
-    let words: Vec<&str> = NEUTRAL.iter().flat_map(|s| s.split_whitespace()).collect();
-    let sentence_starts: Vec<usize> = NEUTRAL
+    let (words, sentence_starts) = &*CORPUS;
+    PromptExperience {
+        id: id.to_owned(),
+        text: neutral_text(words, sentence_starts[start % sentence_starts.len()], chars),
+    }
+}
+
+/// The words of [`NEUTRAL`] in order, and where each sentence starts among them: split once,
+/// not for every placebo item.
+static CORPUS: LazyLock<(Vec<&str>, Vec<usize>)> = LazyLock::new(|| {
+    let words = NEUTRAL.iter().flat_map(|s| s.split_whitespace()).collect();
+    let sentence_starts = NEUTRAL
         .iter()
         .scan(0, |at, s| {
             let start = *at;
@@ -58,15 +70,8 @@ pub fn neutral_item(id: &str, chars: usize, start: usize) -> PromptExperience {
             Some(start)
         })
         .collect();
-    PromptExperience {
-        id: id.to_owned(),
-        text: neutral_text(
-            &words,
-            sentence_starts[start % sentence_starts.len()],
-            chars,
-        ),
-    }
-}
+    (words, sentence_starts)
+});
 
 /// Words from `start` on (wrapping), as many as bring the text closest to `target` characters,
 /// ending with a full stop.

@@ -339,15 +339,20 @@ fn against_placebo(lessons: &mut [Lesson<'_>], current: &[PromptExperience], ste
             .find(|shown| !current.iter().any(|kept| kept.id == shown.id))
             .cloned()
     };
-    let added: Vec<PromptExperience> = lessons.iter().filter_map(new_item).collect();
-    let Some(first) = added.first() else {
+    let added: Vec<Option<PromptExperience>> = lessons.iter().map(new_item).collect();
+    let new_items: Vec<&PromptExperience> = added.iter().flatten().collect();
+    let Some(first) = new_items.first() else {
         return;
     };
-    let mean_chars = added.iter().map(|e| e.text.chars().count()).sum::<usize>() / added.len();
+    let mean_chars = new_items
+        .iter()
+        .map(|e| e.text.chars().count())
+        .sum::<usize>()
+        / new_items.len();
     let mut control = current.to_vec();
     control.push(neutral_item(&first.id, mean_chars, step as usize));
-    for lesson in lessons.iter_mut() {
-        if new_item(lesson).is_some() {
+    for (lesson, added) in lessons.iter_mut().zip(&added) {
+        if added.is_some() {
             lesson.control = (PLACEBO.to_string(), control.clone());
         }
     }
