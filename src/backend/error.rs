@@ -72,9 +72,11 @@ pub enum BackendError {
     #[error("the model worker thread stopped")]
     WorkerGone,
 
-    /// The embedder that picks the experiences a prompt shows failed.
+    /// The embedder that picks the experiences a prompt shows failed. Boxed so that the
+    /// backend layer need not import `embed` (which imports it): `embed` converts its error
+    /// into this one.
     #[error("choosing the experiences to show: {0}")]
-    Embed(#[from] crate::embed::EmbedError),
+    Embed(Box<dyn std::error::Error + Send + Sync>),
 
     /// The model thread's queue holds as many requests as it may; try again shortly.
     #[error("the model is busy: {capacity} request(s) already wait for it")]

@@ -6,11 +6,12 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum};
+use gym::backend::default_model_path;
 use gym::delta::bitdelta::{self, Matrix};
 use gym::delta::file::{self, Bits, DeltaFile, Dense};
 use gym::delta::privacy::{self, NoiseSource};
 use gym::delta::soup::{self, Rule};
-use gym::finetune::{default_model_path, gguf, train};
+use gym::finetune::{gguf, train};
 
 use super::delta_eval::{HeldoutArgs, heldout_scores};
 
@@ -222,7 +223,7 @@ fn refine(args: &CompressArgs, model: &Path, dense: &Dense, bits: &mut Bits) -> 
     let started = std::time::Instant::now();
     let base = gym::finetune::BaseModel::load(model, &candle_core::Device::Cpu)?;
     let prompts = |split| -> anyhow::Result<Vec<Vec<u32>>> {
-        let dataset = super::dataset_args::DatasetArgs {
+        let dataset = super::args::dataset::DatasetArgs {
             dataset: args.calibration_dataset.clone(),
             limit: Some(args.calibration_prompts.max(1)),
             question_field: None,

@@ -11,8 +11,8 @@ use gym::candle::{CandleBackend, CandleConfig};
 use gym::data::Split;
 use gym::rollout::eval::{Condition, EvalSettings, evaluate};
 
-use super::backend_args::runtime;
-use super::dataset_args::{DatasetArgs, RewardArgs};
+use super::args::backend::runtime;
+use super::args::dataset::{DatasetArgs, RewardArgs};
 
 #[derive(Debug, Args)]
 pub struct HeldoutArgs {

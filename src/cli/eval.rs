@@ -18,10 +18,10 @@ use gym::rollout::eval::{
 use gym::rollout::eval_journal::EvalJournal;
 use gym::rollout::prompt::PromptExperience;
 
-use super::backend_args::{BackendArgs, RetrievalArgs, SamplingArgs, runtime};
-use super::dataset_args::{DatasetArgs, RewardArgs};
-use super::library_dir::LibraryDirArgs;
-use super::tool_args::ToolArgs;
+use super::args::backend::{BackendArgs, RetrievalArgs, SamplingArgs, runtime};
+use super::args::dataset::{DatasetArgs, RewardArgs};
+use super::args::dirs::LibraryDirArgs;
+use super::args::tools::ToolArgs;
 
 #[derive(Debug, Args)]
 pub struct EvalArgs {
@@ -194,20 +194,20 @@ impl EvalArgs {
             self.journal.is_none() || settings.agent.is_none(),
             "--journal: answers with tools are not journaled; evaluate without --tools"
         );
-        let described = || {
-            super::pack::describe(&super::pack::Described {
-                backend: &self.backend,
-                dataset_args: &self.dataset,
+        let described = || -> anyhow::Result<_> {
+            Ok(gym::pack::describe(&gym::pack::Described {
+                model: &self.backend.model_source(),
+                dataset_spec: &self.dataset.spec(Split::Train, self.sampling.seed)?,
                 split: &split,
                 dataset: &dataset,
                 sampling: self.sampling.sampling(),
-                reward: self.reward.reward.as_ref(),
+                reward: self.reward.reward.as_ref().map(ToString::to_string),
                 k: self.k,
                 control: self.control,
                 concurrency: settings.concurrency,
                 conditions: &conditions,
                 retrieval: settings.retrieval.as_deref(),
-            })
+            })?)
         };
         // Hashes the model file: once, and only when something keeps it.
         let description = (self.journal.is_some() || self.report.is_some())
@@ -301,7 +301,7 @@ impl EvalArgs {
             render_report(&header, &report, settings.agent.is_some())
         );
         if let (Some(path), Some(description)) = (&self.report, description) {
-            super::pack::write_report_file(path, description, report.clone())?;
+            gym::pack::write_report_file(path, description, report.clone())?;
         }
         let failures: usize = report.conditions.iter().map(|c| c.verifier_failures).sum();
         if failures > 0 {
@@ -335,7 +335,7 @@ impl EvalArgs {
             .backend
             .model
             .as_ref()
-            .map_or_else(gym::finetune::default_model_path, PathBuf::from);
+            .map_or_else(gym::backend::default_model_path, PathBuf::from);
         let backend = CandleBackend::load(CandleConfig::with_fine_tune(model, fine_tune))?;
         let name = fine_tune
             .file_name()

@@ -11,7 +11,7 @@ use clap::{Args, ValueEnum};
 use gym::run::fallback::{Trigger, write_fallback};
 use gym::run::{Events, RunEvent};
 
-use super::backend_args::{BackendArgs, BackendKind};
+use super::args::backend::{BackendArgs, BackendKind};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum FallbackKind {

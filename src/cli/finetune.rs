@@ -8,14 +8,14 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use candle_core::Device;
 use clap::Args;
-use gym::data::Split;
+use gym::backend::default_model_path;
 use gym::finetune::lora::LoraConfig;
 use gym::finetune::sft;
 use gym::finetune::train::{self, DataRef, Manifest, ModelRef, TrainConfig};
-use gym::finetune::{BaseModel, Proj, default_model_path};
+use gym::finetune::{BaseModel, Proj};
 
-use super::backend_args::runtime;
-use super::grpo::run_origin;
+use super::args::backend::runtime;
+use super::grpo::run_start;
 
 #[derive(Debug, Args)]
 pub struct FinetuneArgs {
@@ -23,9 +23,8 @@ pub struct FinetuneArgs {
     #[arg(long)]
     run: String,
 
-    /// Directory holding run journals.
-    #[arg(long, env = "GYM_RUNS_DIR", default_value = "runs")]
-    runs_dir: PathBuf,
+    #[command(flatten)]
+    runs_dir: crate::cli::args::dirs::RunsDirArgs,
 
     /// The base GGUF model (default: the SmolLM2-135M-Instruct model in $GYM_MODELS_DIR).
     #[arg(long, env = "GYM_MODEL")]
@@ -106,8 +105,8 @@ impl FinetuneArgs {
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         let run_dir = self.runs_dir.join(&self.run);
-        let origin = run_origin(&self.runs_dir, &self.run)?;
-        let train_set = origin.dataset.load(Split::Train, origin.sampling.seed)?;
+        let origin = run_start(&self.runs_dir, &self.run)?;
+        let train_set = super::args::dataset::load_spec(&origin.dataset)?;
         let model_path = self.model.clone().unwrap_or_else(default_model_path);
         eprintln!("loading {} …", model_path.display());
         let base = BaseModel::load(&model_path, &Device::Cpu)
@@ -137,7 +136,7 @@ impl FinetuneArgs {
             if set.unknown_queries > 0 {
                 format!(
                     "; {} solved answers to queries not in {}",
-                    set.unknown_queries, origin.dataset.dataset
+                    set.unknown_queries, origin.dataset.source
                 )
             } else {
                 String::new()
@@ -166,7 +165,7 @@ impl FinetuneArgs {
             },
             data: DataRef {
                 run: self.run.clone(),
-                dataset: origin.dataset.dataset.clone(),
+                dataset: origin.dataset.source.clone(),
                 examples: set.examples.len(),
                 sha256: set.sha256.clone(),
             },
@@ -233,7 +232,7 @@ fn fill(manifest: &mut Manifest, parameters: usize, losses: &[f64], seconds: f64
 /// with the prompt without the library.
 fn regenerate(
     args: &FinetuneArgs,
-    origin: &super::grpo::RunOrigin,
+    origin: &gym::run::RunStart,
     train_set: &gym::data::Dataset,
     model_path: &Path,
     k: usize,
@@ -255,7 +254,8 @@ fn regenerate(
         adapter: None,
         delta: None,
     })?);
-    let verifier = origin.reward.build(train_set, &backend)?;
+    let verifier =
+        super::args::dataset::RewardArgs::of_start(origin)?.build(train_set, &backend)?;
     let instruction = train_set.instruction.as_deref();
     let rt = runtime()?;
     let started = std::time::Instant::now();

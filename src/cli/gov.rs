@@ -15,22 +15,16 @@ use gym::gov::{
 use gym::library::Library;
 
 #[cfg(feature = "chain")]
+use super::args::dirs::GovDirArgs;
+use super::args::dirs::LibraryDirArgs;
 use super::gov_chain::ChainArgs;
-use super::library_dir::LibraryDirArgs;
 
 /// Arguments shared by every `gym gov` command.
 #[derive(Debug, Args)]
 #[command(mut_arg("library_dir", |a| a.global(true)))]
 pub struct GovArgs {
-    /// Directory of the governance ledger (`ledger.jsonl`) and chain settings (`chain.json`).
-    #[arg(
-        long,
-        env = "GYM_GOV_DIR",
-        hide_env_values = true,
-        default_value = "governance",
-        global = true
-    )]
-    gov_dir: PathBuf,
+    #[command(flatten)]
+    gov_dir: GovDirArgs,
 
     #[command(flatten)]
     library_dir: LibraryDirArgs,
@@ -151,7 +145,7 @@ enum GovCommand {
 
 impl GovArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
-        let gov = self.gov_dir.as_path();
+        let gov: &Path = &self.gov_dir;
         let libraries: &Path = &self.library_dir;
         let mut out = std::io::stdout().lock();
         match self.command {

@@ -5,19 +5,12 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use super::args::dirs::RpcArgs;
 use alloy::primitives::U256;
 use anyhow::Context as _;
 use clap::Args;
 use gym::gov::chain::{Chain, Deployment, library_id};
 use gym::gov::{Choice, Governance, parse_duration_secs, read_key_file, read_voters};
-
-/// The JSON-RPC node.
-#[derive(Debug, Clone, Args)]
-pub struct RpcArgs {
-    /// JSON-RPC URL of the EVM node.
-    #[arg(long, env = "GYM_RPC_URL", default_value = "http://127.0.0.1:8545")]
-    pub rpc_url: String,
-}
 
 /// `--chain` on propose, show, vote and execute.
 #[derive(Debug, Clone, Args)]
@@ -25,9 +18,8 @@ pub struct ChainArgs {
     /// Act on the chain deployment in `<gov-dir>/chain.json` instead of the local ledger.
     #[arg(long)]
     pub chain: bool,
-    /// JSON-RPC URL of the EVM node (with --chain).
-    #[arg(long, env = "GYM_RPC_URL", default_value = "http://127.0.0.1:8545")]
-    pub rpc_url: String,
+    #[command(flatten)]
+    pub rpc: RpcArgs,
     /// Key file of the account that sends the transaction (with --chain; `vote` uses its own
     /// --key-file).
     #[arg(long, env = "GYM_GOV_SENDER_KEY_FILE")]
@@ -67,13 +59,13 @@ impl ChainArgs {
             "--chain proposes the library's governed head from the chain's accepted root; \
              --from and --to apply to the local ledger"
         );
-        anchor(gov, libraries, library, &self.rpc_url, self.sender()?)
+        anchor(gov, libraries, library, &self.rpc.rpc_url, self.sender()?)
     }
 
     /// Shows proposal `id` on chain.
     pub fn show(&self, gov: &Path, id: u64) -> anyhow::Result<ExitCode> {
         let deployment = Deployment::read(gov)?;
-        let chain = connect(&self.rpc_url, None)?;
+        let chain = connect(&self.rpc.rpc_url, None)?;
         let (p, state) = runtime()?.block_on(async {
             chain.check(&deployment, gov).await?;
             chain.proposal(&deployment, U256::from(id)).await
@@ -109,7 +101,7 @@ impl ChainArgs {
         key_file: &Path,
     ) -> anyhow::Result<ExitCode> {
         let deployment = Deployment::read(gov)?;
-        let chain = connect(&self.rpc_url, Some(key_file))?;
+        let chain = connect(&self.rpc.rpc_url, Some(key_file))?;
         let (weight, sent) = runtime()?.block_on(async {
             chain.check(&deployment, gov).await?;
             chain
@@ -128,7 +120,7 @@ impl ChainArgs {
     /// Executes proposal `id` on chain.
     pub fn execute(&self, gov: &Path, id: u64) -> anyhow::Result<ExitCode> {
         let deployment = Deployment::read(gov)?;
-        let chain = connect(&self.rpc_url, Some(self.sender()?))?;
+        let chain = connect(&self.rpc.rpc_url, Some(self.sender()?))?;
         let (sent, (p, _)) = runtime()?.block_on(async {
             chain.check(&deployment, gov).await?;
             let sent = chain.execute(&deployment, U256::from(id)).await?;

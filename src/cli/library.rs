@@ -13,7 +13,7 @@ use gym::library::{
     list_libraries, verify,
 };
 
-use super::library_dir::LibraryDirArgs;
+use super::args::dirs::LibraryDirArgs;
 
 /// Arguments shared by every `gym library` command.
 #[derive(Debug, Args)]
@@ -189,17 +189,10 @@ struct VerifyChainArgs {
     /// Compare the governed head (from the governance ledger) with the chain's accepted root.
     #[arg(long)]
     chain: bool,
-    /// JSON-RPC URL of the EVM node.
-    #[arg(long, env = "GYM_RPC_URL", default_value = "http://127.0.0.1:8545")]
-    rpc_url: String,
-    /// Directory of the governance ledger and `chain.json`.
-    #[arg(
-        long,
-        env = "GYM_GOV_DIR",
-        hide_env_values = true,
-        default_value = "governance"
-    )]
-    gov_dir: PathBuf,
+    #[command(flatten)]
+    rpc: super::args::dirs::RpcArgs,
+    #[command(flatten)]
+    gov_dir: super::args::dirs::GovDirArgs,
 }
 
 impl LibraryArgs {
@@ -317,7 +310,7 @@ impl LibraryArgs {
                         return super::gov_chain::verify_on_chain(
                             &chain.gov_dir,
                             &name,
-                            &chain.rpc_url,
+                            &chain.rpc.rpc_url,
                         );
                     }
                 } else {

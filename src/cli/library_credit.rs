@@ -15,9 +15,9 @@ use gym::rollout::eval::EvalSettings;
 use gym::rollout::eval::Resume;
 use gym::run::credit::{CreditPass, Proposed, commit_deletes, proposed_deletes, record};
 
-use super::backend_args::{BackendArgs, RetrievalArgs, SamplingArgs, runtime};
-use super::dataset_args::{DatasetArgs, RewardArgs};
-use super::tool_args::ToolArgs;
+use super::args::backend::{BackendArgs, RetrievalArgs, SamplingArgs, runtime};
+use super::args::dataset::{DatasetArgs, RewardArgs};
+use super::args::tools::ToolArgs;
 
 /// `gym library credit`.
 #[derive(Debug, Args)]

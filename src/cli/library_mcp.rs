@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 use gym::library::Library;
 use gym::mcp::{Config, LibraryServer, Searcher, Writing};
 
-use super::backend_args::runtime;
+use super::args::backend::runtime;
 
 /// How `search` ranks experiences.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -43,7 +43,7 @@ impl SimilarArgs {
         let state = library.checkout(version)?;
         let experiences: Vec<_> = state.active().collect();
         let texts: Vec<String> = experiences.iter().map(|e| e.text.clone()).collect();
-        let Some(embedder) = super::backend_args::load_embedder()? else {
+        let Some(embedder) = super::args::backend::load_embedder()? else {
             anyhow::bail!(
                 "`gym library similar` needs the MiniLM embedder: build with the `embed` feature"
             );

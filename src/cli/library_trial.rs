@@ -16,10 +16,10 @@ use gym::rollout::eval::{EvalSettings, Resume};
 use gym::rollout::prompt::PromptExperience;
 use gym::rollout::trial::{Lesson, fresh_sampling, try_lessons};
 
-use super::backend_args::{BackendArgs, RetrievalArgs, SamplingArgs, runtime};
-use super::dataset_args::{DatasetArgs, RewardArgs};
+use super::args::backend::{BackendArgs, RetrievalArgs, SamplingArgs, runtime};
+use super::args::dataset::{DatasetArgs, RewardArgs};
+use super::args::tools::ToolArgs;
 use super::library_credit::progress_line;
-use super::tool_args::ToolArgs;
 
 /// Most source problems a lesson is tried on (each costs two groups at most).
 const MAX_SOURCES: usize = 64;

@@ -1,9 +1,8 @@
 //! Command-line interface: one file per subcommand.
 
-mod backend_args;
+mod args;
 mod bench;
 mod config;
-mod dataset_args;
 #[cfg(feature = "finetune")]
 mod delta;
 #[cfg(feature = "finetune")]
@@ -21,16 +20,13 @@ mod governed;
 mod grpo;
 mod library;
 mod library_credit;
-mod library_dir;
 #[cfg(feature = "mcp")]
 mod library_mcp;
 mod library_similar;
 mod library_trial;
-mod otlp_args;
 mod pack;
 mod run_settings;
 mod serve;
-pub mod tool_args;
 mod tools;
 mod watch;
 

@@ -2,42 +2,23 @@
 //! `gym pack verify` (and `--rerun`), `gym pack import`.
 
 use std::fmt::Write as _;
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context as _;
-use clap::{Args, Subcommand, ValueEnum as _};
-use gym::backend::Sampling;
-use gym::data::{Dataset, Split};
-use gym::library::{Digest, Library, LibraryRef};
-use gym::pack::receipt::{DatasetRef, Evaluation, ModelRef};
+use clap::{Args, Subcommand};
+use gym::library::{Library, LibraryRef};
 use gym::pack::{Limits, Measured, Results, Verified};
-use gym::reward::VerifierSpec;
-use gym::rollout::eval::{Condition, Control, EvalReport, library_conditions};
+use gym::rollout::eval::{EvalReport, library_conditions};
 use gym::rollout::prompt::PromptExperience;
 use gym::rollout::stats::Estimate;
 
 mod rerun;
 
-use gym::rollout::retrieval::Retrieval;
-
-use super::backend_args::{BackendArgs, BackendKind, RetrievalArgs};
-use super::dataset_args::DatasetArgs;
-use super::library_dir::LibraryDirArgs;
-
-/// What `gym eval --report FILE` writes and `gym pack --eval FILE` reads.
-pub const REPORT_FORMAT: &str = "gym-eval-report/1";
-
-/// A held-out evaluation and how it was made, as one file.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ReportFile {
-    pub format: String,
-    pub evaluation: Evaluation,
-    pub report: EvalReport,
-}
+use super::args::backend::{BackendArgs, RetrievalArgs, model_source};
+use super::args::dataset::load_spec;
+use super::args::dirs::LibraryDirArgs;
 
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -86,9 +67,8 @@ struct CreateArgs {
     #[command(flatten)]
     library_dir: LibraryDirArgs,
 
-    /// Directory holding run journals (where the run that made the version left eval.json).
-    #[arg(long, env = "GYM_RUNS_DIR", default_value = "runs")]
-    runs_dir: PathBuf,
+    #[command(flatten)]
+    runs_dir: crate::cli::args::dirs::RunsDirArgs,
 }
 
 #[derive(Debug, Args)]
@@ -154,7 +134,7 @@ impl CreateArgs {
         let measured = if self.no_results {
             None
         } else if let Some(path) = &self.eval {
-            Some(read_report_file(path)?)
+            Some(gym::pack::read_report_file(path)?)
         } else {
             Some(from_run(&library, version, &state, &self.runs_dir)?)
         };
@@ -188,38 +168,6 @@ impl CreateArgs {
     }
 }
 
-/// Writes `gym eval --report FILE` crash-safely.
-pub fn write_report_file(
-    path: &Path,
-    evaluation: Evaluation,
-    report: EvalReport,
-) -> anyhow::Result<()> {
-    let file = ReportFile {
-        format: REPORT_FORMAT.to_owned(),
-        evaluation,
-        report,
-    };
-    gym::pack::write_pack(path, &gym::pack::receipt::file_bytes(&file))?;
-    eprintln!("report: {}", path.display());
-    Ok(())
-}
-
-fn read_report_file(path: &Path) -> anyhow::Result<Measured> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let file: ReportFile = serde_json::from_slice(&bytes)
-        .with_context(|| format!("{} is not a `gym eval --report` file", path.display()))?;
-    anyhow::ensure!(
-        file.format == REPORT_FORMAT,
-        "{}: format `{}` is not {REPORT_FORMAT}",
-        path.display(),
-        file.format
-    );
-    Ok(Measured {
-        evaluation: file.evaluation,
-        report: file.report,
-    })
-}
-
 /// The held-out results of the run that made `name@version`, from its `eval.json` and the
 /// settings in its `args.json`.
 fn from_run(
@@ -238,7 +186,7 @@ fn from_run(
         );
     };
     let dir = runs_dir.join(&run.id);
-    let eval_path = dir.join("eval.json");
+    let eval_path = dir.join(gym::run::folder::EVAL_FILE);
     let bytes = std::fs::read(&eval_path).map_err(|error| {
         anyhow::anyhow!(
             "run `{}` made {name}@{version} but its held-out results cannot be read ({}: {error}; was it run with --no-eval, stopped, or is --runs-dir elsewhere?): {hint}",
@@ -260,141 +208,39 @@ fn from_run(
         run.id,
         evaluated.trim_start_matches("with ")
     );
-    let origin = super::grpo::run_evaluation(runs_dir, &run.id)?;
-    let (dataset, split) = (
-        origin.dataset.load(Split::Heldout, origin.sampling.seed)?,
-        "heldout",
-    );
+    let start = super::grpo::run_start(runs_dir, &run.id)?;
+    let heldout = start.heldout();
+    let (dataset, split) = (load_spec(&heldout)?, "heldout");
     let conditions = library_conditions(
         label,
         PromptExperience::active(state),
-        origin.control,
-        origin.sampling.seed,
+        start.evaluation.control,
+        start.sampling.seed,
     );
     let retrieval = RetrievalArgs {
-        retrieve: origin.retrieve,
+        retrieve: start.evaluation.retrieve,
     }
     .build(Some(state.active_count()))?;
-    let evaluation = describe(&Described {
-        backend: &origin.backend,
-        dataset_args: &origin.dataset,
+    let evaluation = gym::pack::describe(&gym::pack::Described {
+        model: &model_source(&start.model)?,
+        dataset_spec: &heldout,
         split,
         dataset: &dataset,
-        sampling: origin.sampling.clone(),
-        reward: origin.reward.reward.as_ref(),
-        k: origin.k,
-        control: origin.control,
-        concurrency: origin.concurrency,
+        sampling: start.sampling.clone(),
+        reward: start.reward.clone(),
+        k: start.evaluation.k,
+        control: start.evaluation.control,
+        concurrency: start.evaluation.concurrency,
         conditions: &conditions,
         retrieval: retrieval.as_deref(),
     })?;
     anyhow::ensure!(
         report.k == evaluation.k
             && report.conditions.first().map(|c| c.queries) == Some(dataset.samples.len()),
-        "run `{}`'s eval.json does not match its args.json (k or number of queries differ)",
+        "run `{}`'s eval.json does not match how it was started (k or number of queries differ)",
         run.id
     );
     Ok(Measured { evaluation, report })
-}
-
-/// What an evaluation was made with.
-pub struct Described<'a> {
-    pub backend: &'a BackendArgs,
-    pub dataset_args: &'a DatasetArgs,
-    pub split: &'a str,
-    pub dataset: &'a Dataset,
-    pub sampling: Sampling,
-    pub reward: Option<&'a VerifierSpec>,
-    pub k: usize,
-    pub control: Control,
-    pub concurrency: usize,
-    pub conditions: &'a [Condition],
-    /// Which experiences each query was shown (`None`: all).
-    pub retrieval: Option<&'a Retrieval>,
-}
-
-/// The receipt's account of an evaluation: the model (its file hashed), decoding, data and
-/// prompts.
-pub fn describe(d: &Described<'_>) -> anyhow::Result<Evaluation> {
-    Ok(Evaluation {
-        model: model_ref(d.backend)?,
-        decoding: d.sampling.clone(),
-        dataset: DatasetRef {
-            source: d.dataset_args.source_name()?,
-            split: d.split.to_owned(),
-            limit: d.dataset_args.limit,
-            question_field: d.dataset_args.question_field.clone(),
-            answer_field: d.dataset_args.answer_field.clone(),
-            id_field: d.dataset_args.id_field.clone(),
-            queries: d.dataset.samples.len(),
-            sha256: gym::pack::queries_sha256(&d.dataset.samples),
-        },
-        reward: d.reward.map(ToString::to_string),
-        k: d.k,
-        control: d.control,
-        concurrency: d.concurrency,
-        retrieve: d.retrieval.map(Retrieval::k),
-        prompts_sha256: gym::pack::prompts_sha256(
-            &d.dataset.samples,
-            d.dataset.instruction.as_deref(),
-            d.conditions,
-            d.retrieval,
-        )?,
-    })
-}
-
-fn backend_name(kind: BackendKind) -> String {
-    kind.to_possible_value()
-        .map_or_else(String::new, |v| v.get_name().to_owned())
-}
-
-/// The model a backend would load: a file's name and SHA-256, or a served model's name.
-fn model_ref(backend: &BackendArgs) -> anyhow::Result<ModelRef> {
-    let kind = backend_name(backend.backend);
-    if matches!(
-        backend.backend,
-        BackendKind::Openai | BackendKind::Anthropic
-    ) {
-        return Ok(ModelRef {
-            backend: kind,
-            name: backend.model.clone().unwrap_or_default(),
-            sha256: None,
-            bytes: None,
-        });
-    }
-    let path = backend
-        .model
-        .as_ref()
-        .map_or_else(gym::backend::default_model_path, PathBuf::from);
-    let (sha256, bytes) = hash_file(&path)?;
-    Ok(ModelRef {
-        backend: kind,
-        name: path
-            .file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
-        sha256: Some(sha256),
-        bytes: Some(bytes),
-    })
-}
-
-fn hash_file(path: &Path) -> anyhow::Result<(Digest, u64)> {
-    use sha2::Digest as _;
-    let mut file = std::fs::File::open(path)
-        .with_context(|| format!("cannot read the model {}", path.display()))?;
-    let mut hash = sha2::Sha256::new();
-    let mut buffer = vec![0; 1 << 20];
-    let mut total = 0;
-    loop {
-        let n = file
-            .read(&mut buffer)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        if n == 0 {
-            break;
-        }
-        hash.update(&buffer[..n]);
-        total += n as u64;
-    }
-    Ok((Digest(hash.finalize().into()), total))
 }
 
 fn read_and_verify(

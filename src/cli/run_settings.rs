@@ -70,7 +70,7 @@ pub struct Setting {
 
 /// Every set flag of a `gym grpo` command by its long name (without `--`); a flag with no value
 /// (an unset option) is absent.
-pub type Settings = BTreeMap<String, Setting>;
+pub type RunSettings = BTreeMap<String, Setting>;
 
 /// What `args.json` holds.
 #[derive(Debug, Serialize, Deserialize)]
@@ -80,7 +80,7 @@ enum ArgsFile {
     Argv(Vec<String>),
     Settings {
         format: u32,
-        settings: Settings,
+        settings: RunSettings,
     },
 }
 
@@ -91,8 +91,8 @@ pub fn resolve(
     command: &clap::Command,
     matches: &ArgMatches,
     config: Option<(&Path, &ArgMatches)>,
-) -> Settings {
-    let mut settings = Settings::new();
+) -> RunSettings {
+    let mut settings = RunSettings::new();
     for arg in command.get_arguments() {
         let Some(long) = arg.get_long() else {
             continue;
@@ -143,7 +143,7 @@ pub fn resolve(
 }
 
 /// The command-line flags that rebuild `settings`.
-pub fn to_flags(settings: &Settings) -> Vec<String> {
+pub fn to_flags(settings: &RunSettings) -> Vec<String> {
     let mut flags = Vec::new();
     for (name, setting) in settings {
         match &setting.value {
@@ -157,7 +157,7 @@ pub fn to_flags(settings: &Settings) -> Vec<String> {
 }
 
 /// Writes `settings` as `path` (an `args.json`).
-pub fn write(path: &Path, settings: &Settings) -> anyhow::Result<()> {
+pub fn write(path: &Path, settings: &RunSettings) -> anyhow::Result<()> {
     let file = ArgsFile::Settings {
         format: FORMAT,
         settings: settings.clone(),
@@ -173,7 +173,7 @@ pub fn write(path: &Path, settings: &Settings) -> anyhow::Result<()> {
 /// What an `args.json` holds: the settings, or (a run from before they were kept) the raw
 /// command line after `gym grpo`.
 pub enum Stored {
-    Settings(Settings),
+    Settings(RunSettings),
     Argv(Vec<String>),
 }
 
@@ -208,10 +208,10 @@ const NOT_COMPARED: &[&str] = &["resume", "runs-dir", "config", "trust-config"];
 /// was not started with is refused, naming the setting and both values.
 pub fn merge(
     run_id: &str,
-    stored: &Settings,
-    given: &Settings,
+    stored: &RunSettings,
+    given: &RunSettings,
     resumable: &[&str],
-) -> anyhow::Result<Settings> {
+) -> anyhow::Result<RunSettings> {
     let mut merged = stored.clone();
     for name in NOT_COMPARED {
         merged.remove(*name);
@@ -268,7 +268,7 @@ mod tests {
 
     #[test]
     fn a_resume_keeps_the_stored_settings_and_changes_only_resumable_ones() {
-        let mut stored = Settings::new();
+        let mut stored = RunSettings::new();
         stored.insert(
             "library".into(),
             setting(
@@ -279,7 +279,7 @@ mod tests {
             ),
         );
         stored.insert("budget-tokens".into(), setting("10", Source::Flag));
-        let mut given = Settings::new();
+        let mut given = RunSettings::new();
         given.insert("library".into(), setting("default", Source::Default));
         given.insert("budget-tokens".into(), setting("99", Source::Flag));
         given.insert("resume".into(), setting("r", Source::Flag));
@@ -319,7 +319,7 @@ mod tests {
             read(&path, String::new).unwrap(),
             Stored::Argv(argv) if argv == ["--dataset", "builtin:compare"]
         ));
-        let mut settings = Settings::new();
+        let mut settings = RunSettings::new();
         settings.insert(
             "no-eval".into(),
             Setting {

@@ -14,12 +14,12 @@ use gym::serve::origin::{Guard, HostPolicy};
 use gym::serve::router::{Router, Upstream};
 use gym::serve::{AppState, Catalog, Metrics, Retriever, ServeConfig, app};
 
-use super::backend_args::{BackendArgs, load_embedder, runtime};
-use super::library_dir::LibraryDirArgs;
+use super::args::backend::{BackendArgs, load_embedder, runtime};
+use super::args::dirs::LibraryDirArgs;
 
 /// How often injections counted by the server are written to the libraries' `usage.json`.
 const USAGE_FLUSH_PERIOD: Duration = Duration::from_secs(5);
-use super::tool_args::ToolArgs;
+use super::args::tools::ToolArgs;
 
 /// The embedders `gym serve --query-embedder` offers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -44,7 +44,7 @@ pub struct ServeArgs {
     library_dir: LibraryDirArgs,
 
     #[command(flatten)]
-    otlp: super::otlp_args::OtlpArgs,
+    otlp: super::args::otlp::OtlpArgs,
 
     /// Experiences injected per request, the most relevant first (0: all of them).
     #[arg(long, env = "GYM_TOP_K", default_value_t = gym::rollout::retrieval::DEFAULT_TOP_K)]

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use gym::backend::ToolCall;
 
-use super::backend_args::runtime;
-use super::tool_args::ToolArgs;
+use super::args::backend::runtime;
+use super::args::tools::ToolArgs;
 
 #[derive(Debug, Args)]
 pub struct ToolsArgs {

@@ -16,7 +16,7 @@ use eventsource_stream::{EventStreamError, Eventsource as _};
 use futures::{Stream, StreamExt as _};
 use gym_tui::{RunState, SharedSnapshot, Snapshot, SnapshotSource as _, strip_terminal_controls};
 
-use super::backend_args::runtime;
+use super::args::backend::runtime;
 
 #[derive(Debug, Args)]
 pub struct WatchArgs {

@@ -39,3 +39,9 @@ pub enum EmbedError {
     #[error("similarity threshold {threshold} is not a number between -1 and 1")]
     InvalidThreshold { threshold: f32 },
 }
+
+impl From<EmbedError> for crate::backend::BackendError {
+    fn from(error: EmbedError) -> Self {
+        Self::Embed(Box::new(error))
+    }
+}

@@ -62,9 +62,7 @@ pub struct Manifest {
 
 /// The default model directory: `$GYM_MODELS_DIR/minilm-static` (default `models/`).
 pub fn default_static_dir() -> PathBuf {
-    std::env::var_os("GYM_MODELS_DIR")
-        .map_or_else(|| PathBuf::from("models"), PathBuf::from)
-        .join(STATIC_DIR)
+    crate::backend::models_dir().join(STATIC_DIR)
 }
 
 /// SHA-256 of `bytes`, in hex.

@@ -25,14 +25,9 @@ pub const ONNXRUNTIME_FILE: &str = "onnxruntime/libonnxruntime.so.1.31.1";
 /// inputs, and an experience is a sentence of at most a few dozen words.
 const MAX_TOKENS: usize = 256;
 
-/// `$GYM_MODELS_DIR`, default `models/`.
-fn models_dir() -> PathBuf {
-    std::env::var_os("GYM_MODELS_DIR").map_or_else(|| PathBuf::from("models"), PathBuf::from)
-}
-
 /// The default model's directory fetched by `scripts/setup`: `$GYM_MODELS_DIR/minilm`.
 pub fn default_minilm_dir() -> PathBuf {
-    models_dir().join(MINILM_DIR)
+    crate::backend::models_dir().join(MINILM_DIR)
 }
 
 /// The ONNX Runtime library to load: `$ORT_DYLIB_PATH` when set, else the one `scripts/setup`
@@ -40,7 +35,7 @@ pub fn default_minilm_dir() -> PathBuf {
 pub fn default_onnxruntime_path() -> PathBuf {
     match std::env::var_os("ORT_DYLIB_PATH") {
         Some(path) if !path.is_empty() => PathBuf::from(path),
-        _ => models_dir().join(ONNXRUNTIME_FILE),
+        _ => crate::backend::models_dir().join(ONNXRUNTIME_FILE),
     }
 }
 

@@ -21,8 +21,6 @@ pub mod train;
 
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
-
 pub use self::gguf::{ModelConfig, Proj};
 pub use self::model::{Adapters, KvCache, Llama};
 pub use self::tokenizer::{ChatTokenizer, TokenizerError};
@@ -79,23 +77,14 @@ impl BaseModel {
     }
 }
 
-/// The default model, `$GYM_MODELS_DIR/SmolLM2-135M-Instruct.Q4_1.gguf` (default `models/`).
-pub fn default_model_path() -> PathBuf {
-    let dir =
-        std::env::var_os("GYM_MODELS_DIR").map_or_else(|| PathBuf::from("models"), PathBuf::from);
-    dir.join("SmolLM2-135M-Instruct.Q4_1.gguf")
-}
-
 /// SHA-256 of a file, hex.
 pub fn file_sha256(path: &Path) -> Result<String, FinetuneError> {
-    let io = |source| FinetuneError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let mut file = std::fs::File::open(path).map_err(io)?;
-    let mut hasher = Sha256::new();
-    std::io::copy(&mut file, &mut hasher).map_err(io)?;
-    Ok(hex::encode(hasher.finalize()))
+    let (digest, _) =
+        crate::library::Digest::of_file(path).map_err(|source| FinetuneError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+    Ok(digest.to_hex())
 }
 
 /// Writes `bytes` to `path` crash-safely ([`crate::durable::write`]).

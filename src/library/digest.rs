@@ -21,6 +21,15 @@ impl Digest {
         Self(Sha256::digest(bytes).into())
     }
 
+    /// The SHA-256 of the file at `path` and its length in bytes, read in pieces (a model
+    /// file is gigabytes).
+    pub fn of_file(path: &std::path::Path) -> std::io::Result<(Self, u64)> {
+        let mut file = std::fs::File::open(path)?;
+        let mut hasher = Sha256::new();
+        let bytes = std::io::copy(&mut file, &mut hasher)?;
+        Ok((Self(hasher.finalize().into()), bytes))
+    }
+
     /// The SHA-256 of the canonical JSON of `value`.
     pub fn of_canonical<T: Serialize + ?Sized>(value: &T) -> Self {
         Self::of(&canonical_json(value))

@@ -36,6 +36,9 @@ pub enum PackError {
     /// Reading the key file or signing failed.
     #[error(transparent)]
     Key(#[from] GovError),
+    /// Choosing the experiences a prompt shows failed (retrieval embeds the question).
+    #[error(transparent)]
+    Embed(#[from] crate::embed::EmbedError),
     /// Writing a file failed (the target is untouched).
     #[error(transparent)]
     Write(#[from] crate::durable::WriteError),

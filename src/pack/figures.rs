@@ -2,7 +2,7 @@
 //! whose Mean@k, Pass@k or differences are not what its answers give, or whose answers were not
 //! drawn with the seeds it names, is refused.
 
-use super::EVAL_FILE;
+use super::RESULTS_FILE;
 use super::error::PackError;
 use crate::rollout::eval::{EvalReport, QueryResult, SOLVED, paired};
 use crate::rollout::query_seed;
@@ -18,7 +18,7 @@ fn close(a: &Estimate, b: &Estimate) -> bool {
 }
 
 fn bad(message: String) -> PackError {
-    PackError::file(EVAL_FILE, message)
+    PackError::file(RESULTS_FILE, message)
 }
 
 /// Checks every figure of `report` against its answers: `k` answers per query, drawn with

@@ -9,7 +9,7 @@ use super::error::PackError;
 use super::receipt::{
     self, Evaluation, FORMAT, FileRef, LibraryRef, Receipt, Results, RunRef, Signature,
 };
-use super::{EVAL_FILE, LIBRARY_PREFIX, RECEIPT, SIGNATURE};
+use super::{LIBRARY_PREFIX, RECEIPT, RESULTS_FILE, SIGNATURE};
 use crate::library::{Digest, Library, Provenance, Version, library_dir};
 use crate::rollout::eval::EvalReport;
 
@@ -79,7 +79,7 @@ pub fn make(
     }
     if let Some(measured) = measured {
         files.push(Entry {
-            path: EVAL_FILE.to_owned(),
+            path: RESULTS_FILE.to_owned(),
             bytes: receipt::file_bytes(&measured.report),
         });
     }

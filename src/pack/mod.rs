@@ -47,6 +47,7 @@ mod error;
 mod figures;
 mod import;
 mod make;
+pub mod measured;
 pub mod receipt;
 mod verify;
 
@@ -58,6 +59,10 @@ pub use archive::{Entry, Limits};
 pub use error::PackError;
 pub use import::import;
 pub use make::{Measured, library_label, make, producing_run};
+pub use measured::{
+    Described, ModelSource, REPORT_FORMAT, ReportFile, describe, model_ref, read_report_file,
+    write_report_file,
+};
 pub use receipt::{Evaluation, Receipt, Results};
 pub use verify::{Verified, verify};
 
@@ -68,7 +73,7 @@ pub const SIGNATURE: &str = "signature.json";
 /// What the library's files' paths start with in a pack.
 pub const LIBRARY_PREFIX: &str = "library/";
 /// The per-query results' path in a pack.
-pub const EVAL_FILE: &str = "results/eval.json";
+pub const RESULTS_FILE: &str = "results/eval.json";
 
 pub use crate::data::queries_sha256;
 

@@ -9,7 +9,7 @@ use alloy::primitives::Address;
 use super::archive::{self, Entry, Limits};
 use super::error::PackError;
 use super::receipt::{self, FORMAT, Receipt, Results, Signature};
-use super::{EVAL_FILE, LIBRARY_PREFIX, RECEIPT, SIGNATURE};
+use super::{LIBRARY_PREFIX, RECEIPT, RESULTS_FILE, SIGNATURE};
 use crate::library::{self, Digest, Library, State, Version};
 use crate::rollout::eval::EvalReport;
 
@@ -80,7 +80,7 @@ pub fn verify(
                 path: relative.to_owned(),
                 bytes: file.bytes,
             });
-        } else if file.path == EVAL_FILE {
+        } else if file.path == RESULTS_FILE {
             eval_bytes = Some(file.bytes);
         } else {
             return Err(PackError::Unsafe {
@@ -265,16 +265,16 @@ fn check_results(receipt: &Receipt, eval: Option<&[u8]>) -> Result<Option<EvalRe
             return Err(PackError::file(
                 RECEIPT,
                 format!(
-                    "results, how they were measured and `{EVAL_FILE}` come together or not at all"
+                    "results, how they were measured and `{RESULTS_FILE}` come together or not at all"
                 ),
             ));
         }
     };
-    let report: EvalReport = receipt::parse(EVAL_FILE, eval)?;
+    let report: EvalReport = receipt::parse(RESULTS_FILE, eval)?;
     let label = super::make::library_label(&receipt.library.name, receipt.library.version);
     if report.conditions.last().map(|c| c.label.as_str()) != Some(label.as_str()) {
         return Err(PackError::file(
-            EVAL_FILE,
+            RESULTS_FILE,
             format!("its last condition is not `{label}`"),
         ));
     }
@@ -291,7 +291,7 @@ fn check_results(receipt: &Receipt, eval: Option<&[u8]>) -> Result<Option<EvalRe
     super::figures::check(&report, results.seed)?;
     if &Results::from_report(&report, results.seed) != results {
         return Err(PackError::file(
-            EVAL_FILE,
+            RESULTS_FILE,
             "its figures are not the receipt's results",
         ));
     }

@@ -14,8 +14,7 @@ use super::journal::{Stage, StepEnd};
 use crate::backend::Usage;
 use crate::distill::ProposedOp;
 
-/// The events of a run, one JSON object per line, beside its journal.
-pub const EVENTS_FILE: &str = "events.jsonl";
+pub use super::folder::EVENTS_FILE;
 
 /// One answer of a group, as the dashboard shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -15,7 +15,7 @@ pub use crate::distill::Stage;
 use crate::durable::{AppendLog, Durability, WriteError};
 use crate::rollout::RolloutGroup;
 
-pub const JOURNAL_FILE: &str = "journal.jsonl";
+pub use super::folder::JOURNAL_FILE;
 
 /// How a step ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

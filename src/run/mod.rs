@@ -23,6 +23,7 @@ pub mod evaluation;
 pub mod events;
 mod extract;
 pub mod fallback;
+pub mod folder;
 mod integrate;
 pub mod journal;
 pub mod lessons;
@@ -32,6 +33,7 @@ mod propose;
 pub mod report;
 mod session;
 mod stage;
+pub mod start;
 mod step;
 mod summary;
 mod validate;
@@ -58,8 +60,9 @@ pub fn is_valid_run_id(id: &str) -> bool {
 }
 pub use self::journal::{Entry, Journal, JournalError, Replay, RunInputs, Spent, Stage, StepEnd};
 pub use self::session::{
-    BoxError, Closing, EVAL_FILE, Ending, Evaluated, Evaluation, SUMMARY_FILE, Session, finish,
+    BoxError, Closing, EVAL_FILE, Ending, Evaluated, FinalEvaluation, SUMMARY_FILE, Session, finish,
 };
+pub use self::start::{EvaluationPlan, ModelChoice, RunStart, StartError};
 pub use self::summary::{EvalCancelled, RunSummary, StepReport};
 use crate::backend::{Backend, BackendError, Sampling};
 use crate::data::Sample;

@@ -5,8 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-/// The file, in the run's directory, that records a fallback.
-pub const FALLBACK_FILE: &str = "fallback.json";
+pub use super::folder::FALLBACK_FILE;
 
 /// Why and when the fallback started, and what it produced.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

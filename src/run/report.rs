@@ -12,8 +12,8 @@ use super::StepEnd;
 use super::summary::{JudgedChange, RunSummary, StepReport};
 use crate::rollout::eval::EvalReport;
 
-pub const REPORT_FILE: &str = "report.md";
-pub const PLOT_FILE: &str = "report.svg";
+pub use super::folder::PLOT_FILE;
+pub use super::folder::REPORT_FILE;
 
 /// Writes the report and the plot into `dir`; returns the report's path.
 pub fn write_report(

@@ -27,10 +27,8 @@ use crate::rollout::eval::{
 };
 use crate::rollout::prompt::PromptExperience;
 
-/// The file, in the run's directory, with the run's [`RunSummary`].
-pub const SUMMARY_FILE: &str = "summary.json";
-/// The file, in the run's directory, with the final evaluation's report.
-pub const EVAL_FILE: &str = "eval.json";
+pub use super::folder::EVAL_FILE;
+pub use super::folder::SUMMARY_FILE;
 
 /// A failure outside the engine, such as reading the held-out split, passed through whole.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -43,7 +41,7 @@ pub struct Session {
     /// The held-out checks of the fine-tune fallback, when it is on.
     pub fallback: Option<Watch>,
     /// The final evaluation, unless it is off.
-    pub evaluation: Option<Evaluation>,
+    pub evaluation: Option<FinalEvaluation>,
     /// Whether Ctrl-C reaches this process as a signal: then the first stops the run
     /// gracefully (and cancels the final evaluation) and the second quits. A dashboard's raw
     /// mode delivers Ctrl-C as its `q` key instead, which stops the run control.
@@ -52,7 +50,7 @@ pub struct Session {
 
 /// The final held-out evaluation of the run's last library version: without the library,
 /// with the control condition and with it.
-pub struct Evaluation {
+pub struct FinalEvaluation {
     pub backend: Arc<dyn Backend>,
     pub verifier: Arc<dyn Verifier>,
     /// Reads the held-out queries when the evaluation starts (a traffic log grows meanwhile).
@@ -162,7 +160,7 @@ impl Session {
     }
 }
 
-impl Evaluation {
+impl FinalEvaluation {
     /// Evaluates the library's head on the held-out split, cancelled by a stop of `control`
     /// (or, with `interrupts`, Ctrl-C); writes `eval.json` when it finishes.
     async fn run(

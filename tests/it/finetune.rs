@@ -2,7 +2,8 @@
 
 use candle_core::Device;
 use gym::backend::ChatMessage;
-use gym::finetune::{BaseModel, default_model_path, generate};
+use gym::backend::default_model_path;
+use gym::finetune::{BaseModel, generate};
 
 fn base() -> BaseModel {
     BaseModel::load(&default_model_path(), &Device::Cpu).expect("the default model (make setup)")

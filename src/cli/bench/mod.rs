@@ -108,7 +108,7 @@ impl RolloutBench {
         config.threads = self.threads;
         config.gpu_layers = self.gpu_layers;
         let backend = LlamaBackend::load(config)?;
-        let rt = crate::cli::backend_args::runtime()?;
+        let rt = crate::cli::args::backend::runtime()?;
 
         // A prompt of roughly the requested length: calibrate words per token once.
         let filler = "Sam has twelve apples and buys five more at the market before giving some away to friends. ";
@@ -225,7 +225,7 @@ impl IndexBench {
             })
             .collect();
         let queries: Vec<Vec<f32>> = (0..self.queries).map(&mut draw).collect();
-        let runtime = crate::cli::backend_args::runtime()?;
+        let runtime = crate::cli::args::backend::runtime()?;
         // One set of points, under any name.
         const BENCH_SET: gym::library::Digest = gym::library::Digest([1; 32]);
         let exact = IvfIndex::exact(1);

@@ -194,7 +194,7 @@ impl StagesBench {
         // A model of its own for each mode, so neither starts with the prompt prefixes the
         // other left in the KV cache.
         let load = || -> anyhow::Result<LlamaBackend> { Ok(LlamaBackend::load(config.clone())?) };
-        let rt = crate::cli::backend_args::runtime()?;
+        let rt = crate::cli::args::backend::runtime()?;
         let cfg = DistillConfig {
             attempts: 1,
             sampling: Sampling {

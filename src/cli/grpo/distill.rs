@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 
 use super::GrpoArgs;
-use crate::cli::backend_args::{BackendArgs, BackendKind};
+use crate::cli::args::backend::{BackendArgs, BackendKind};
 
 impl GrpoArgs {
     /// Whether the distillation stages run on the default distiller: on llama with no

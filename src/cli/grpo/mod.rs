@@ -17,23 +17,21 @@ use gym::rollout::eval::{Control, EvalSettings};
 use gym::run::dashboard::DashboardSink;
 use gym::run::fallback::{self as checks, Checker};
 use gym::run::{
-    Closing, Ending, EvalCancelled, Evaluation, RunConfig, RunControl, Runner, Session,
+    Closing, Ending, EvalCancelled, FinalEvaluation, RunConfig, RunControl, Runner, Session,
 };
 
 use self::screen::Screen;
-pub(super) use self::stored::run_evaluation;
+pub(super) use self::stored::run_start;
 use self::stored::{ARGS_FILE, resume};
-#[cfg_attr(not(feature = "finetune"), allow(unused_imports))]
-pub(super) use self::stored::{RunOrigin, run_origin};
-use super::backend_args::{
+use super::args::backend::{
     BackendArgs, BackendKind, RetrievalArgs, SamplingArgs, load_embedder, runtime,
 };
-use super::dataset_args::{DatasetArgs, RewardArgs};
+use super::args::dataset::{DatasetArgs, RewardArgs};
+use super::args::dirs::LibraryDirArgs;
+use super::args::tools::ToolArgs;
 use super::eval::render_report;
 use super::fallback::{self, FallbackArgs, FallbackKind};
-use super::library_dir::LibraryDirArgs;
-use super::run_settings::{self, Setting, Settings as RunSettings, Source, Value};
-use super::tool_args::ToolArgs;
+use super::run_settings::{self, RunSettings, Setting, Source, Value};
 
 mod distill;
 mod plan;
@@ -267,7 +265,7 @@ pub struct GrpoArgs {
     events_jsonl: Option<PathBuf>,
 
     #[command(flatten)]
-    otlp: super::otlp_args::OtlpArgs,
+    otlp: super::args::otlp::OtlpArgs,
 
     /// Print what the run would cost (model calls, prompt and completion tokens, time on this
     /// machine, dollars from the price table, by part of the run) and exit without running
@@ -289,9 +287,8 @@ pub struct GrpoArgs {
     #[arg(long)]
     run_id: Option<String>,
 
-    /// Directory holding run journals.
-    #[arg(long, env = "GYM_RUNS_DIR", default_value = "runs")]
-    runs_dir: PathBuf,
+    #[command(flatten)]
+    runs_dir: crate::cli::args::dirs::RunsDirArgs,
 
     /// Held-out queries in the final evaluation.
     #[arg(long, default_value_t = 50)]
@@ -370,6 +367,8 @@ impl GrpoArgs {
             "run `{run_id}` already exists in {}; continue it with --resume {run_id}",
             self.runs_dir.display()
         );
+        // What the run is started with, typed, for the commands that reuse it (`gym pack`).
+        let start = self.start_record()?;
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
         private_dir(&dir)?;
@@ -387,6 +386,7 @@ impl GrpoArgs {
             },
         );
         run_settings::write(&dir.join(ARGS_FILE), &settings)?;
+        start.write(&dir)?;
         self.execute(run_id, dir, false)
     }
 
@@ -483,7 +483,7 @@ impl GrpoArgs {
             let mut dataset = self.dataset.clone();
             dataset.limit = Some(self.eval_limit);
             let seed = self.sampling.seed;
-            Evaluation {
+            FinalEvaluation {
                 backend: Arc::clone(&rollout_backend),
                 verifier: Arc::clone(&verifier),
                 heldout: Box::new(move || Ok(dataset.load_quietly(Split::Heldout, seed)?)),

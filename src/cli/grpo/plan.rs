@@ -18,7 +18,7 @@ use gym::run::plan::{EvalPilot, Pilot, Prices, Shape, plan};
 use gym::run::{EventSink, Events, RunControl, RunEvent, Runner};
 
 use super::GrpoArgs;
-use crate::cli::backend_args::{load_embedder, runtime};
+use crate::cli::args::backend::{load_embedder, runtime};
 
 /// Held-out queries the final evaluation's pilot answers.
 const EVAL_PILOT_QUERIES: usize = 2;

@@ -1,17 +1,17 @@
 //! A run's stored settings (`args.json`): resuming with them, and what other commands read
 //! back from them (`gym finetune --run`, `gym pack`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use gym::rollout::eval::Control;
+use gym::data::Split;
+use gym::run::{EvaluationPlan, ModelChoice, RunStart};
 
 use super::GrpoArgs;
-use crate::cli::backend_args::{BackendArgs, BackendKind};
-use crate::cli::dataset_args::{DatasetArgs, RewardArgs};
-use crate::cli::library_dir::DEFAULT_LIBRARY_DIR;
-use crate::cli::run_settings::{self, Settings as RunSettings, Source, Stored};
+use crate::cli::args::backend::BackendKind;
+use crate::cli::args::dirs::DEFAULT_LIBRARY_DIR;
+use crate::cli::run_settings::{self, RunSettings, Source, Stored};
 
 /// Flags a resumed run may change; everything else is fixed by the run's first start.
 pub(super) const RESUMABLE_FLAGS: &[&str] = &[
@@ -30,7 +30,19 @@ pub(super) const RESUMABLE_FLAGS: &[&str] = &[
     "threads",
 ];
 
-pub(super) const ARGS_FILE: &str = "args.json";
+pub(super) use gym::run::folder::ARGS_FILE;
+
+/// `gym grpo`'s flags alone, parsed as the whole command line parses them: a run's stored
+/// settings are its flags, and nothing else of the command line.
+#[derive(clap::Parser)]
+#[command(name = GRPO, args_override_self = true)]
+struct GrpoFlags {
+    #[command(flatten)]
+    args: GrpoArgs,
+}
+
+/// The command's name in the errors of [`GrpoFlags`].
+const GRPO: &str = "gym grpo";
 
 /// The settings stored for `run_id` in `runs_dir`: its `args.json`, or for a run made before
 /// the settings were kept, its stored command line as this version reads it.
@@ -51,24 +63,14 @@ pub(super) fn stored_settings(runs_dir: &Path, run_id: &str) -> anyhow::Result<R
         }
         Stored::Argv(argv) => argv,
     };
-    let command = crate::cli::Cli::command();
+    let command = GrpoFlags::command();
     let matches = command
         .clone()
-        .try_get_matches_from(
-            ["gym".to_string(), "grpo".to_string()]
-                .into_iter()
-                .chain(argv),
-        )
+        .try_get_matches_from(std::iter::once(GRPO.to_string()).chain(argv))
         .with_context(|| format!("the saved flags in {}", path.display()))?;
-    crate::cli::Cli::from_arg_matches(&matches)
+    GrpoFlags::from_arg_matches(&matches)
         .with_context(|| format!("the saved flags in {}", path.display()))?;
-    let (Some(grpo), Some(sub)) = (
-        command.find_subcommand("grpo"),
-        matches.subcommand_matches("grpo"),
-    ) else {
-        anyhow::bail!("{} does not hold `gym grpo` flags", path.display());
-    };
-    let mut settings = run_settings::resolve(grpo, sub, None);
+    let mut settings = run_settings::resolve(&command, &matches, None);
     // A stored command line is older than --retrieve: its default is today's, not the run's.
     settings.remove("retrieve");
     shown_whole_before_retrieval(&mut settings);
@@ -89,16 +91,11 @@ fn shown_whole_before_retrieval(settings: &mut RunSettings) {
 /// The `gym grpo` flags of `settings`, parsed.
 pub(super) fn parse_settings(settings: &RunSettings, path: &Path) -> anyhow::Result<GrpoArgs> {
     use clap::Parser as _;
-    let argv = ["gym".to_string(), "grpo".to_string()]
-        .into_iter()
-        .chain(run_settings::to_flags(settings));
-    let cli = crate::cli::Cli::try_parse_from(argv)
+    let argv = std::iter::once(GRPO.to_string()).chain(run_settings::to_flags(settings));
+    let GrpoFlags { mut args } = GrpoFlags::try_parse_from(argv)
         .with_context(|| format!("the saved settings in {}", path.display()))?;
-    let crate::cli::Command::Grpo(mut args) = cli.command else {
-        anyhow::bail!("{} does not hold `gym grpo` settings", path.display());
-    };
     args.settings = settings.clone();
-    Ok(*args)
+    Ok(args)
 }
 
 /// Continues `run_id` with its stored settings; `given` (this command's own settings) may
@@ -123,63 +120,48 @@ pub(super) fn resume(
     args.execute(run_id.to_string(), dir, true)
 }
 
-/// What a run was started with, as other subcommands need it (`gym finetune --run`).
-#[cfg_attr(not(feature = "finetune"), allow(dead_code))]
-pub(crate) struct RunOrigin {
-    pub dataset: DatasetArgs,
-    pub reward: RewardArgs,
-    pub sampling: gym::backend::Sampling,
-    pub library: String,
-    pub library_dir: PathBuf,
-}
-
-/// Reads the settings a run was started with from its `args.json`.
-#[cfg_attr(not(feature = "finetune"), allow(dead_code))]
-pub(crate) fn run_origin(runs_dir: &Path, run_id: &str) -> anyhow::Result<RunOrigin> {
+/// What run `run_id` was started with: its `start.json`, or for a run started before Gym kept
+/// that record, its stored settings as this version reads them.
+pub(crate) fn run_start(runs_dir: &Path, run_id: &str) -> anyhow::Result<RunStart> {
+    let dir = runs_dir.join(run_id);
+    if let Some(start) = RunStart::read(&dir)? {
+        return Ok(start);
+    }
     let settings = stored_settings(runs_dir, run_id)?;
-    let args = parse_settings(&settings, &runs_dir.join(run_id).join(ARGS_FILE))?;
-    Ok(RunOrigin {
-        sampling: args.sampling.sampling(),
-        dataset: args.dataset,
-        reward: args.reward,
-        library: args.library,
-        library_dir: args.library_dir.library_dir,
-    })
-}
-
-/// What a run's final held-out evaluation was made with (`gym pack`): its dataset flags with
-/// the evaluation's limit, reward, sampling, backend, k, control and parallelism.
-pub(crate) struct RunEvaluation {
-    pub dataset: DatasetArgs,
-    pub reward: RewardArgs,
-    pub sampling: gym::backend::Sampling,
-    pub backend: BackendArgs,
-    pub k: usize,
-    pub control: Control,
-    pub concurrency: usize,
-    /// Experiences shown per query (`--retrieve`; 0: all).
-    pub retrieve: usize,
-}
-
-/// Reads how run `run_id` evaluated its library from its `args.json`.
-pub(crate) fn run_evaluation(runs_dir: &Path, run_id: &str) -> anyhow::Result<RunEvaluation> {
-    let settings = stored_settings(runs_dir, run_id)?;
-    let args = parse_settings(&settings, &runs_dir.join(run_id).join(ARGS_FILE))?;
-    let mut dataset = args.dataset;
-    dataset.limit = Some(args.eval_limit);
-    Ok(RunEvaluation {
-        dataset,
-        reward: args.reward,
-        sampling: args.sampling.sampling(),
-        backend: args.backend,
-        k: args.eval_k,
-        control: args.eval_control,
-        concurrency: args.parallel,
-        retrieve: args.retrieval.retrieve,
-    })
+    parse_settings(&settings, &dir.join(ARGS_FILE))?.start_record()
 }
 
 impl GrpoArgs {
+    /// The typed record of what this run is started with (`start.json`).
+    pub(super) fn start_record(&self) -> anyhow::Result<RunStart> {
+        use clap::ValueEnum as _;
+        Ok(RunStart {
+            format: gym::run::start::FORMAT.to_owned(),
+            dataset: self.dataset.spec(Split::Train, self.sampling.seed)?,
+            reward: self.reward.reward.as_ref().map(ToString::to_string),
+            verifier_timeout_s: self.reward.verifier_timeout,
+            sampling: self.sampling.sampling(),
+            model: ModelChoice {
+                backend: self
+                    .backend
+                    .backend
+                    .to_possible_value()
+                    .map_or_else(String::new, |v| v.get_name().to_owned()),
+                model: self.backend.model.clone(),
+                base_url: self.backend.base_url.clone(),
+            },
+            library: self.library.clone(),
+            library_dir: self.library_dir.to_path_buf(),
+            evaluation: EvaluationPlan {
+                limit: self.eval_limit,
+                k: self.eval_k,
+                control: self.eval_control,
+                concurrency: self.parallel,
+                retrieve: self.retrieval.retrieve,
+            },
+        })
+    }
+
     /// The `gym eval` command that evaluates `version` of the run's library as the final
     /// evaluation would have (same held-out queries, k, model).
     pub(super) fn eval_command(&self, version: u64) -> anyhow::Result<String> {

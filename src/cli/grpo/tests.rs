@@ -4,8 +4,8 @@ use clap::Parser as _;
 
 use super::GrpoArgs;
 use super::stored::parse_settings;
-use crate::cli::backend_args::BackendKind;
-use crate::cli::run_settings::{self, Settings as RunSettings, Source, Value};
+use crate::cli::args::backend::BackendKind;
+use crate::cli::run_settings::{self, RunSettings, Source, Value};
 
 fn grpo(flags: &[&str]) -> GrpoArgs {
     let argv = ["gym", "grpo"].iter().chain(flags);
@@ -74,6 +74,63 @@ fn stored_settings_rebuild_the_same_command() {
     assert_eq!(args.library, "x");
     assert_eq!(args.dataset.limit, Some(3));
     assert!(args.no_eval);
+}
+
+#[test]
+fn a_run_without_a_start_record_is_read_from_its_stored_settings_as_one_with_it() {
+    let flags = [
+        "--dataset",
+        "builtin:gsm",
+        "--samples",
+        "12",
+        "--reward",
+        "numeric:0.5",
+        "--library",
+        "maths",
+        "--eval-limit",
+        "30",
+        "--eval-k",
+        "3",
+        "--retrieve",
+        "4",
+        "--parallel",
+        "2",
+        "--seed",
+        "9",
+    ];
+    let args = grpo(&flags);
+    let start = args.start_record().unwrap();
+    assert_eq!(start.dataset.source, "builtin:gsm");
+    assert_eq!(start.dataset.limit, Some(12));
+    assert_eq!(start.dataset.seed, 9);
+    assert_eq!(start.reward.as_deref(), Some("numeric:0.5"));
+    assert_eq!(start.library, "maths");
+    assert_eq!(start.model.backend, "llama");
+    assert_eq!(
+        (
+            start.evaluation.limit,
+            start.evaluation.k,
+            start.evaluation.retrieve,
+            start.evaluation.concurrency
+        ),
+        (30, 3, 4, 2)
+    );
+    let heldout = start.heldout();
+    assert_eq!(heldout.limit, Some(30));
+    assert_eq!(heldout.split, gym::data::Split::Heldout);
+
+    // A run started before the record: the same record, from its args.json alone.
+    let runs = tempfile::tempdir().unwrap();
+    let dir = runs.path().join("old");
+    std::fs::create_dir_all(&dir).unwrap();
+    let settings = resolved(&flags.map(String::from));
+    run_settings::write(&dir.join(gym::run::folder::ARGS_FILE), &settings).unwrap();
+    assert_eq!(super::run_start(runs.path(), "old").unwrap(), start);
+    // A run with the record: the record, whatever args.json says.
+    let mut recorded = start.clone();
+    recorded.library = "recorded".into();
+    recorded.write(&dir).unwrap();
+    assert_eq!(super::run_start(runs.path(), "old").unwrap(), recorded);
 }
 
 #[test]

@@ -14,9 +14,9 @@ use gym::reward::VerifierSpec;
 use gym::rollout::eval::{EvalSettings, evaluate, library_conditions};
 use gym::rollout::prompt::PromptExperience;
 
-use super::super::backend_args::{BackendArgs, BackendKind, RetrievalArgs, runtime};
-use super::super::dataset_args::{DatasetArgs, RewardArgs};
-use super::{figures, interval, model_ref};
+use super::super::args::backend::{BackendArgs, BackendKind, RetrievalArgs, runtime};
+use super::super::args::dataset::{DatasetArgs, RewardArgs};
+use super::{figures, interval};
 
 /// The most answers per query and condition a re-run draws.
 const MAX_RERUN_K: usize = 64;
@@ -87,7 +87,7 @@ pub(super) fn rerun(
         evaluation.k,
         evaluation.decoding.max_tokens
     );
-    let model = model_ref(&backend)?;
+    let model = gym::pack::model_ref(&backend.model_source())?;
     anyhow::ensure!(
         model.sha256 == evaluation.model.sha256,
         "--rerun: the model here ({}, sha256 {}) is not the packed one ({}, sha256 {}); pass --model PATH",

@@ -147,6 +147,11 @@ impl BackendArgs {
         }
     }
 
+    /// The model this backend would run, as a pack's receipt records it.
+    pub fn model_source(&self) -> gym::pack::ModelSource {
+        source_of(self.backend, self.model.as_deref())
+    }
+
     pub fn build(&self) -> anyhow::Result<Arc<dyn Backend>> {
         match self.backend {
             BackendKind::Llama => self.llama(),
@@ -225,7 +230,7 @@ impl BackendArgs {
         let model_path = self
             .model
             .as_ref()
-            .map_or_else(gym::finetune::default_model_path, PathBuf::from);
+            .map_or_else(gym::backend::default_model_path, PathBuf::from);
         let backend = CandleBackend::load(CandleConfig {
             model_path,
             adapter: self.adapter.clone(),
@@ -242,6 +247,36 @@ impl BackendArgs {
     #[cfg(not(feature = "llama"))]
     fn llama(&self) -> anyhow::Result<Arc<dyn Backend>> {
         anyhow::bail!("this gym was built without the `llama` feature; use --backend openai")
+    }
+}
+
+/// The model a run's rollouts ran on, as a pack's receipt records it.
+pub fn model_source(choice: &gym::run::ModelChoice) -> anyhow::Result<gym::pack::ModelSource> {
+    use clap::ValueEnum as _;
+    let kind = BackendKind::from_str(&choice.backend, false).map_err(|_| {
+        anyhow::anyhow!(
+            "the run's backend `{}` is not one Gym knows",
+            choice.backend
+        )
+    })?;
+    Ok(source_of(kind, choice.model.as_deref()))
+}
+
+/// A model file (the given one or the default) or, behind a server, the model's name.
+fn source_of(kind: BackendKind, model: Option<&str>) -> gym::pack::ModelSource {
+    use clap::ValueEnum as _;
+    let backend = kind
+        .to_possible_value()
+        .map_or_else(String::new, |v| v.get_name().to_owned());
+    match kind {
+        BackendKind::Openai | BackendKind::Anthropic => gym::pack::ModelSource::Served {
+            backend,
+            name: model.unwrap_or_default().to_owned(),
+        },
+        _ => gym::pack::ModelSource::File {
+            backend,
+            path: model.map_or_else(gym::backend::default_model_path, PathBuf::from),
+        },
     }
 }
 

@@ -113,16 +113,12 @@ impl DatasetArgs {
 
     /// Loads `split`, printing what a traffic log or trace file left out to stderr.
     pub fn load(&self, split: Split, seed: u64) -> anyhow::Result<Dataset> {
-        let dataset = self.load_quietly(split, seed)?;
-        if let Some(report) = &dataset.source {
-            eprintln!("{}: {report}", self.source_name()?);
-        }
-        Ok(dataset)
+        load_spec(&self.spec(split, seed)?)
     }
 
-    /// Loads `split` without the summary of a traffic log or trace file (already printed).
-    pub fn load_quietly(&self, split: Split, seed: u64) -> anyhow::Result<Dataset> {
-        let spec = DatasetSpec {
+    /// The data layer's spec of `split` of this source.
+    pub fn spec(&self, split: Split, seed: u64) -> anyhow::Result<DatasetSpec> {
+        Ok(DatasetSpec {
             source: self.source_name()?,
             split,
             question_field: self.question_field.clone(),
@@ -136,20 +132,38 @@ impl DatasetArgs {
                 approve_reward: self.source.approve_reward,
             },
             traces_format: self.source.traces_format,
-        };
-        let dataset = data::load(&spec)?;
-        if !dataset.skipped.is_empty() {
-            eprintln!(
-                "warning: skipped {} malformed record(s) in {}",
-                dataset.skipped.len(),
-                self.dataset
-            );
-            for skipped in dataset.skipped.iter().take(5) {
-                eprintln!("  {skipped}");
-            }
-        }
-        Ok(dataset)
+        })
     }
+
+    /// Loads `split` without the summary of a traffic log or trace file (already printed).
+    pub fn load_quietly(&self, split: Split, seed: u64) -> anyhow::Result<Dataset> {
+        load_spec_quietly(&self.spec(split, seed)?)
+    }
+}
+
+/// Loads `spec`, printing what a traffic log or trace file left out to stderr.
+pub fn load_spec(spec: &DatasetSpec) -> anyhow::Result<Dataset> {
+    let dataset = load_spec_quietly(spec)?;
+    if let Some(report) = &dataset.source {
+        eprintln!("{}: {report}", spec.source);
+    }
+    Ok(dataset)
+}
+
+/// Loads `spec`, warning about the malformed records it skipped (with --skip-bad-lines).
+fn load_spec_quietly(spec: &DatasetSpec) -> anyhow::Result<Dataset> {
+    let dataset = data::load(spec)?;
+    if !dataset.skipped.is_empty() {
+        eprintln!(
+            "warning: skipped {} malformed record(s) in {}",
+            dataset.skipped.len(),
+            spec.source
+        );
+        for skipped in dataset.skipped.iter().take(5) {
+            eprintln!("  {skipped}");
+        }
+    }
+    Ok(dataset)
 }
 
 /// How answers are scored.
@@ -166,6 +180,21 @@ pub struct RewardArgs {
 }
 
 impl RewardArgs {
+    /// The reward a run was started with.
+    pub fn of_start(start: &gym::run::RunStart) -> anyhow::Result<Self> {
+        Ok(Self {
+            reward: start
+                .reward
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .with_context(|| {
+                    format!("the reward of the run's {}", gym::run::folder::START_FILE)
+                })?,
+            verifier_timeout: start.verifier_timeout_s,
+        })
+    }
+
     pub fn build(
         &self,
         dataset: &Dataset,
