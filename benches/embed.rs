@@ -177,7 +177,7 @@ fn main() {
         None if default_static_dir().join("manifest.json").exists() => default_static_dir(),
         None => {
             let out = scratch.path().join("minilm-static");
-            let distilled = gym::embed::distill::distill(
+            let distilled = gym::embed::static_table::build(
                 &default_minilm_dir(),
                 &default_onnxruntime_path(),
                 &out,

@@ -13,7 +13,7 @@ use gym::delta::privacy::{self, NoiseSource};
 use gym::delta::soup::{self, Rule};
 use gym::finetune::{gguf, train};
 
-use super::delta_eval::{HeldoutArgs, heldout_scores};
+use super::delta_eval::{HeldoutArgs, HeldoutScores, heldout_scores};
 
 #[derive(Debug, Args)]
 pub struct DeltaArgs {
@@ -216,10 +216,10 @@ fn compress(args: &CompressArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Distils the scales of `bits` and prints the logit error before and after, on the calibration
+/// Fits the scales of `bits` to the fine-tuned model and prints the logit error before and after, on the calibration
 /// prompts and on as many held-out ones.
 fn refine(args: &CompressArgs, model: &Path, dense: &Dense, bits: &mut Bits) -> anyhow::Result<()> {
-    use gym::delta::distill;
+    use gym::delta::scale_fit;
     let started = std::time::Instant::now();
     let base = gym::finetune::BaseModel::load(model, &candle_core::Device::Cpu)?;
     let prompts = |split| -> anyhow::Result<Vec<Vec<u32>>> {
@@ -254,8 +254,8 @@ fn refine(args: &CompressArgs, model: &Path, dense: &Dense, bits: &mut Bits) -> 
         bitdelta::error(&weights_before, &recon).relative_l2
     };
     let before = (
-        distill::logit_error(&base.model, dense, bits, &calibration)?,
-        distill::logit_error(&base.model, dense, bits, &heldout)?,
+        scale_fit::logit_error(&base.model, dense, bits, &calibration)?,
+        scale_fit::logit_error(&base.model, dense, bits, &heldout)?,
         weight_error(bits),
     );
     eprintln!(
@@ -263,7 +263,7 @@ fn refine(args: &CompressArgs, model: &Path, dense: &Dense, bits: &mut Bits) -> 
         calibration.len(),
         args.calibration_dataset
     );
-    let losses = distill::refine(
+    let losses = scale_fit::refine(
         &base.model,
         dense,
         bits,
@@ -278,8 +278,8 @@ fn refine(args: &CompressArgs, model: &Path, dense: &Dense, bits: &mut Bits) -> 
         },
     )?;
     let after = (
-        distill::logit_error(&base.model, dense, bits, &calibration)?,
-        distill::logit_error(&base.model, dense, bits, &heldout)?,
+        scale_fit::logit_error(&base.model, dense, bits, &calibration)?,
+        scale_fit::logit_error(&base.model, dense, bits, &heldout)?,
         weight_error(bits),
     );
     println!(
@@ -320,53 +320,21 @@ fn apply(args: &ApplyArgs) -> anyhow::Result<ExitCode> {
 fn soup_cmd(args: &SoupArgs) -> anyhow::Result<ExitCode> {
     let model = args.model.clone().unwrap_or_else(default_model_path);
     let n = args.inputs.len();
-    let mut vectors = Vec::with_capacity(n);
-    let mut layout = None;
-    for path in &args.inputs {
-        let (dense, _) = read_any(path, &model)?;
-        let (values, this) = file::flatten(&dense);
-        match &layout {
-            None => layout = Some(this),
-            Some(first) => anyhow::ensure!(
-                *first == this,
-                "{} adapts other weights (or other shapes) than {}",
-                path.display(),
-                args.inputs[0].display()
-            ),
-        }
-        vectors.push(values);
-    }
-    let layout = layout.expect("at least one input");
-    let f = args.byzantine.unwrap_or(n.saturating_sub(3) / 2);
-    let rule = match args.rule {
-        RuleName::Mean => Rule::Mean,
-        RuleName::Median => Rule::Median,
-        RuleName::Trimmed => Rule::TrimmedMean { trim: args.trim },
-        RuleName::Krum => Rule::Krum { f },
-        RuleName::MultiKrum => Rule::MultiKrum {
-            f,
-            m: args.select.unwrap_or(n.saturating_sub(f)),
-        },
-    };
+    let (mut vectors, layout) = read_contributors(&args.inputs, &model)?;
+    let rule = args.combination_rule(n);
     let noise = match args.seed {
         Some(seed) => NoiseSource::Seed(seed),
         None => NoiseSource::OsEntropy,
     };
     let privacy = match (args.dp_epsilon, args.dp_delta) {
-        (Some(epsilon), Some(delta)) => {
-            let p = privacy::calibrate(rule, n, epsilon, delta, args.clip)?;
-            if let NoiseSource::Seed(seed) = noise {
-                eprintln!(
-                    "warning: --seed {seed} makes the privacy noise reproducible by anyone who \
-                     knows the seed: they can subtract it, so it gives no privacy against them \
-                     (leave out --seed to draw the noise from OS entropy)"
-                );
-            }
-            for v in &mut vectors {
-                privacy::clip(v, args.clip);
-            }
-            Some(p)
-        }
+        (Some(epsilon), Some(delta)) => Some(clip_for_privacy(
+            args,
+            rule,
+            epsilon,
+            delta,
+            noise,
+            &mut vectors,
+        )?),
         _ => None,
     };
     let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
@@ -376,10 +344,6 @@ fn soup_cmd(args: &SoupArgs) -> anyhow::Result<ExitCode> {
     }
     file::write_dense(&args.out, &file::unflatten(&combined.values, &layout))?;
     println!("{n} contributors combined with {rule}");
-    let agreement: Vec<f64> = vectors
-        .iter()
-        .map(|v| soup::cosine(v, &combined.values))
-        .collect();
     let heldout = match args.heldout.eval_heldout {
         Some(limit) => Some(heldout_scores(
             &args.heldout,
@@ -390,12 +354,98 @@ fn soup_cmd(args: &SoupArgs) -> anyhow::Result<ExitCode> {
         )?),
         None => None,
     };
+    print_contributors(&args.inputs, &vectors, &combined, heldout.as_ref());
+    if let Some(p) = privacy {
+        println!(
+            "differential privacy: (ε = {}, δ = {}) Gaussian mechanism, clip {}, sensitivity {:.4e}, σ = {:.4e}, {noise}",
+            p.epsilon, p.delta, p.clip, p.sensitivity, p.sigma
+        );
+    }
+    println!("wrote {}", args.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Each contributor's delta flattened, and the layout they all share.
+fn read_contributors(
+    inputs: &[PathBuf],
+    model: &Path,
+) -> anyhow::Result<(Vec<Vec<f32>>, Vec<(String, usize, usize)>)> {
+    let mut vectors = Vec::with_capacity(inputs.len());
+    let mut layout = None;
+    for path in inputs {
+        let (dense, _) = read_any(path, model)?;
+        let (values, this) = file::flatten(&dense);
+        match &layout {
+            None => layout = Some(this),
+            Some(first) => anyhow::ensure!(
+                *first == this,
+                "{} adapts other weights (or other shapes) than {}",
+                path.display(),
+                inputs[0].display()
+            ),
+        }
+        vectors.push(values);
+    }
+    Ok((vectors, layout.expect("at least one input")))
+}
+
+impl SoupArgs {
+    /// `--rule` for `n` contributors, with its defaults filled in.
+    fn combination_rule(&self, n: usize) -> Rule {
+        let f = self.byzantine.unwrap_or(n.saturating_sub(3) / 2);
+        match self.rule {
+            RuleName::Mean => Rule::Mean,
+            RuleName::Median => Rule::Median,
+            RuleName::Trimmed => Rule::TrimmedMean { trim: self.trim },
+            RuleName::Krum => Rule::Krum { f },
+            RuleName::MultiKrum => Rule::MultiKrum {
+                f,
+                m: self.select.unwrap_or(n.saturating_sub(f)),
+            },
+        }
+    }
+}
+
+/// The Gaussian mechanism for (`epsilon`, `delta`), with every contribution clipped to its
+/// norm.
+fn clip_for_privacy(
+    args: &SoupArgs,
+    rule: Rule,
+    epsilon: f64,
+    delta: f64,
+    noise: NoiseSource,
+    vectors: &mut [Vec<f32>],
+) -> anyhow::Result<privacy::Privacy> {
+    let p = privacy::calibrate(rule, vectors.len(), epsilon, delta, args.clip)?;
+    if let NoiseSource::Seed(seed) = noise {
+        eprintln!(
+            "warning: --seed {seed} makes the privacy noise reproducible by anyone who \
+             knows the seed: they can subtract it, so it gives no privacy against them \
+             (leave out --seed to draw the noise from OS entropy)"
+        );
+    }
+    for v in vectors {
+        privacy::clip(v, args.clip);
+    }
+    Ok(p)
+}
+
+/// One line per contributor: selected or not, its held-out score when measured, its agreement
+/// with the soup and its reward share.
+fn print_contributors(
+    inputs: &[PathBuf],
+    vectors: &[Vec<f32>],
+    combined: &soup::Soup,
+    heldout: Option<&HeldoutScores>,
+) {
+    let agreement: Vec<f64> = vectors
+        .iter()
+        .map(|v| soup::cosine(v, &combined.values))
+        .collect();
     // Quality is the held-out score when measured, else the agreement with the soup.
-    let quality = heldout
-        .as_ref()
-        .map_or(&agreement, |scores| &scores.contributors);
+    let quality = heldout.map_or(&agreement, |scores| &scores.contributors);
     let shares = soup::reward_shares(quality, &combined.selected);
-    if let Some(scores) = &heldout {
+    if let Some(scores) = heldout {
         println!(
             "held-out Mean@{} on {} queries ({:.0} s): base model {:.3}, soup {:.3}",
             scores.k, scores.queries, scores.seconds, scores.base, scores.soup
@@ -406,13 +456,13 @@ fn soup_cmd(args: &SoupArgs) -> anyhow::Result<ExitCode> {
     } else {
         println!("contributor  selected  agreement  distance to soup  reward share  input");
     }
-    for (i, path) in args.inputs.iter().enumerate() {
+    for (i, path) in inputs.iter().enumerate() {
         let selected = if combined.selected.contains(&i) {
             "yes"
         } else {
             "no"
         };
-        let scored = heldout.as_ref().map_or_else(String::new, |scores| {
+        let scored = heldout.map_or_else(String::new, |scores| {
             format!(
                 "{:>8.3}  {:>+7.3}  ",
                 scores.contributors[i],
@@ -429,12 +479,4 @@ fn soup_cmd(args: &SoupArgs) -> anyhow::Result<ExitCode> {
             path.display()
         );
     }
-    if let Some(p) = privacy {
-        println!(
-            "differential privacy: (ε = {}, δ = {}) Gaussian mechanism, clip {}, sensitivity {:.4e}, σ = {:.4e}, {noise}",
-            p.epsilon, p.delta, p.clip, p.sensitivity, p.sigma
-        );
-    }
-    println!("wrote {}", args.out.display());
-    Ok(ExitCode::SUCCESS)
 }

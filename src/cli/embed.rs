@@ -41,18 +41,18 @@ impl DistillArgs {
     #[cfg(feature = "embed")]
     fn run(self) -> anyhow::Result<ExitCode> {
         use anyhow::Context as _;
-        use gym::embed::{distill, lookup, minilm};
+        use gym::embed::{lookup, minilm, static_table};
         let source = self.minilm.unwrap_or_else(minilm::default_minilm_dir);
         let out = self.out.unwrap_or_else(lookup::default_static_dir);
-        let distilled = distill::distill(&source, &minilm::default_onnxruntime_path(), &out)
+        let built = static_table::build(&source, &minilm::default_onnxruntime_path(), &out)
             .with_context(|| format!("distilling {} (run `make setup`)", source.display()))?;
-        let manifest = &distilled.manifest;
+        let manifest = &built.manifest;
         println!(
             "gym embed distill: {} tokens x {} dimensions in {:.1} s -> {}",
             manifest.vocabulary,
             manifest.dimensions,
-            distilled.seconds,
-            distilled.dir.display()
+            built.seconds,
+            built.dir.display()
         );
         println!("table sha256 {}", manifest.table_sha256);
         Ok(ExitCode::SUCCESS)

@@ -9,6 +9,7 @@ use anyhow::Context as _;
 use candle_core::Device;
 use clap::Args;
 use gym::backend::default_model_path;
+use gym::data::Dataset;
 use gym::finetune::lora::LoraConfig;
 use gym::finetune::sft;
 use gym::finetune::train::{self, DataRef, Manifest, ModelRef, TrainConfig};
@@ -96,14 +97,7 @@ impl FinetuneArgs {
             "`{}` is not a run id",
             self.run
         );
-        let targets = self
-            .targets
-            .iter()
-            .map(|t| {
-                Proj::parse(t.trim())
-                    .with_context(|| format!("--targets: `{t}` is not one of q, k, v, o"))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let targets = self.targets()?;
         let run_dir = self.runs_dir.join(&self.run);
         let origin = run_start(&self.runs_dir, &self.run)?;
         let train_set = super::args::dataset::load_spec(&origin.dataset)?;
@@ -111,10 +105,43 @@ impl FinetuneArgs {
         eprintln!("loading {} …", model_path.display());
         let base = BaseModel::load(&model_path, &Device::Cpu)
             .with_context(|| "loading the base model (run `make setup` for the default one)")?;
+        let set = self.sft_set(&run_dir, &origin, &train_set, &model_path)?;
+        let config = self.train_config(targets);
+        let examples = train::tokenize(&base.tokenizer, &set.examples, config.max_answer_tokens)?;
+        let out = self.out.clone().unwrap_or_else(|| run_dir.join("finetune"));
+        let manifest = self.manifest(&model_path, &base, &origin, &set, &config);
+        self.train_and_save(&base, &examples, &config, manifest, &out)?;
+        println!(
+            "compare: gym eval --backend candle --library {} --compare-adapter {}",
+            origin.library,
+            out.display()
+        );
+        Ok(ExitCode::SUCCESS)
+    }
 
+    /// `--targets` as projections.
+    fn targets(&self) -> anyhow::Result<Vec<Proj>> {
+        self.targets
+            .iter()
+            .map(|t| {
+                Proj::parse(t.trim())
+                    .with_context(|| format!("--targets: `{t}` is not one of q, k, v, o"))
+            })
+            .collect()
+    }
+
+    /// The examples to learn from: the journal's solved answers or fresh ones (`--regenerate`),
+    /// at most `--max-examples`.
+    fn sft_set(
+        &self,
+        run_dir: &Path,
+        origin: &gym::run::RunStart,
+        train_set: &Dataset,
+        model_path: &Path,
+    ) -> anyhow::Result<sft::SftSet> {
         let mut set = match self.regenerate {
             None => {
-                let replay = gym::run::journal::read_only(&run_dir)?;
+                let replay = gym::run::journal::read_only(run_dir)?;
                 sft::from_replay(
                     &replay,
                     &train_set.samples,
@@ -122,7 +149,7 @@ impl FinetuneArgs {
                     self.per_query,
                 )?
             }
-            Some(k) => regenerate(&self, &origin, &train_set, &model_path, k)?,
+            Some(k) => regenerate(self, origin, train_set, model_path, k)?,
         };
         if let Some(max) = self.max_examples {
             set.examples.truncate(max.max(1));
@@ -142,7 +169,11 @@ impl FinetuneArgs {
                 String::new()
             }
         );
-        let config = TrainConfig {
+        Ok(set)
+    }
+
+    fn train_config(&self, targets: Vec<Proj>) -> TrainConfig {
+        TrainConfig {
             lora: LoraConfig {
                 rank: self.rank,
                 alpha: self.alpha,
@@ -154,13 +185,22 @@ impl FinetuneArgs {
             batch_size: self.batch_size,
             max_answer_tokens: self.max_answer_tokens,
             seed: self.seed,
-        };
-        let examples = train::tokenize(&base.tokenizer, &set.examples, config.max_answer_tokens)?;
-        let out = self.out.clone().unwrap_or_else(|| run_dir.join("finetune"));
-        let mut manifest = Manifest {
+        }
+    }
+
+    /// The manifest before training: what is trained on what, the figures still empty.
+    fn manifest(
+        &self,
+        model_path: &Path,
+        base: &BaseModel,
+        origin: &gym::run::RunStart,
+        set: &sft::SftSet,
+        config: &TrainConfig,
+    ) -> Manifest {
+        Manifest {
             format: train::MANIFEST_FORMAT.into(),
             base_model: ModelRef {
-                path: model_path.clone(),
+                path: model_path.to_owned(),
                 sha256: base.sha256.clone(),
             },
             data: DataRef {
@@ -178,10 +218,22 @@ impl FinetuneArgs {
             adapter_file: String::new(),
             adapter_sha256: String::new(),
             created_at: String::new(),
-        };
+        }
+    }
+
+    /// Trains with a progress line per step and a checkpoint every `--checkpoint-every` steps,
+    /// then saves the adapter and its manifest in `out`.
+    fn train_and_save(
+        &self,
+        base: &BaseModel,
+        examples: &[train::Example],
+        config: &TrainConfig,
+        mut manifest: Manifest,
+        out: &Path,
+    ) -> anyhow::Result<()> {
         let started = std::time::Instant::now();
         let checkpoint_dir = out.join(train::CHECKPOINT_DIR);
-        let trained = train::train(&base, &examples, &config, &mut |report, lora, losses| {
+        let trained = train::train(base, examples, config, &mut |report, lora, losses| {
             let elapsed = started.elapsed().as_secs_f64();
             let eta = elapsed / report.step as f64 * (report.steps - report.step) as f64;
             println!(
@@ -201,7 +253,7 @@ impl FinetuneArgs {
             &trained.losses,
             trained.seconds,
         );
-        train::save(&out, &trained.lora, &mut manifest)?;
+        train::save(out, &trained.lora, &mut manifest)?;
         let first = trained.losses.first().copied().unwrap_or_default();
         let last = trained.losses.last().copied().unwrap_or_default();
         println!(
@@ -210,12 +262,7 @@ impl FinetuneArgs {
             manifest.trainable_parameters,
             manifest.seconds_per_step
         );
-        println!(
-            "compare: gym eval --backend candle --library {} --compare-adapter {}",
-            origin.library,
-            out.display()
-        );
-        Ok(ExitCode::SUCCESS)
+        Ok(())
     }
 }
 
@@ -233,7 +280,7 @@ fn fill(manifest: &mut Manifest, parameters: usize, losses: &[f64], seconds: f64
 fn regenerate(
     args: &FinetuneArgs,
     origin: &gym::run::RunStart,
-    train_set: &gym::data::Dataset,
+    train_set: &Dataset,
     model_path: &Path,
     k: usize,
 ) -> anyhow::Result<sft::SftSet> {

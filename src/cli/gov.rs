@@ -1,7 +1,7 @@
 //! `gym gov …`: proposals over library diffs, signed votes, execution; on an EVM chain with
 //! `--chain` (feature `chain`, see `gov_chain.rs`).
 
-use std::io::Write as _;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -154,32 +154,15 @@ impl GovArgs {
                 key_file,
                 quorum_bps,
                 voting_period,
-            } => {
-                let voters = read_voters(&voters)?;
-                let signer = read_key_file(&key_file)?;
-                let rules = Rules {
-                    quorum_bps,
-                    voting_period_secs: parse_duration_secs(&voting_period)?,
-                };
-                let count = voters.len();
-                let governance = Governance::init(gov, voters, rules, &signer, Utc::now())?;
-                writeln!(
-                    out,
-                    "Created ledger {} ({}), signed by {}: {count} voters, total weight {}, \
-                     quorum {} bps, voting period {} s.",
-                    governance.path().display(),
-                    governance.genesis().ledger_id,
-                    governance.genesis().initializer,
-                    governance.total_weight(),
-                    rules.quorum_bps,
-                    rules.voting_period_secs
-                )?;
-            }
-            GovCommand::Keygen { out: path } => {
-                let (signer, text) = gym::gov::new_key();
-                write_key(&path, &text)?;
-                writeln!(out, "{}", signer.address())?;
-            }
+            } => init(
+                &mut out,
+                gov,
+                &voters,
+                &key_file,
+                quorum_bps,
+                &voting_period,
+            )?,
+            GovCommand::Keygen { out: path } => keygen(&mut out, &path)?,
             GovCommand::Propose {
                 library,
                 from,
@@ -195,61 +178,17 @@ impl GovArgs {
                 if chain.chain {
                     return chain.propose(gov, libraries, &library, from, to);
                 }
-                let rationale = match rationale_file {
-                    Some(path) => std::fs::read_to_string(&path)
-                        .with_context(|| format!("cannot read {}", path.display()))?,
-                    None => rationale.unwrap_or_default(),
-                };
-                let opened = Library::open(libraries, &library)?;
                 let draft = Draft {
                     library,
                     from,
                     to,
                     title,
-                    rationale,
+                    rationale: read_rationale(rationale, rationale_file)?,
                     author,
                 };
-                let proposal = Governance::propose(gov, &opened, &draft, Utc::now())?;
-                writeln!(
-                    out,
-                    "Proposal {}: {} ({} ops, v{} → v{}, root {}), open until {}.",
-                    proposal.id,
-                    proposal.title,
-                    proposal.ops.len(),
-                    proposal.base_version,
-                    proposal.new_version,
-                    proposal.new_root,
-                    proposal
-                        .deadline
-                        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-                )?;
+                propose(&mut out, gov, libraries, &draft)?;
             }
-            GovCommand::List => {
-                let governance = Governance::open(gov)?;
-                let now = Utc::now();
-                let mut any = false;
-                for tracked in governance.proposals().rev() {
-                    any = true;
-                    let p = &tracked.proposal;
-                    let t = Governance::tally(tracked);
-                    writeln!(
-                        out,
-                        "{:>4}  {:<9}  {}  v{}→v{}  yes {} no {} of {}  {}",
-                        p.id,
-                        governance.state(tracked, now).as_str(),
-                        p.library,
-                        p.base_version,
-                        p.new_version,
-                        t.yes,
-                        t.no,
-                        t.total,
-                        p.title
-                    )?;
-                }
-                if !any {
-                    writeln!(out, "No proposals yet.")?;
-                }
-            }
+            GovCommand::List => list(&mut out, gov)?,
             GovCommand::Show {
                 id,
                 json,
@@ -260,15 +199,7 @@ impl GovArgs {
                 if chain.chain {
                     return chain.show(gov, id);
                 }
-                let governance = Governance::open(gov)?;
-                let tracked = governance.proposal(id)?;
-                let library = Library::open(libraries, &tracked.proposal.library)?;
-                let review = review(&governance, tracked, &library, Utc::now())?;
-                if json {
-                    writeln!(out, "{}", serde_json::to_string_pretty(&review)?)?;
-                } else {
-                    write!(out, "{}", render(&review))?;
-                }
+                show(&mut out, gov, libraries, id, json)?;
             }
             GovCommand::Vote {
                 id,
@@ -315,74 +246,9 @@ impl GovArgs {
                 if chain.chain {
                     return chain.execute(gov, id);
                 }
-                let key_file = key_file.context(
-                    "execute needs --key-file: a voter's or the initializer's key signs the \
-                     execution",
-                )?;
-                let signer = read_key_file(&key_file)?;
-                let governance = Governance::open(gov)?;
-                let library = Library::open(libraries, &governance.proposal(id)?.proposal.library)?;
-                let execution = Governance::execute(gov, id, &library, &signer, Utc::now())?;
-                writeln!(
-                    out,
-                    "Executed proposal {id}, signed by {}: the governed head of `{}` is now \
-                     version {} (root {}); the working head is version {}.",
-                    execution.executor,
-                    execution.library,
-                    execution.version,
-                    execution.root,
-                    library.head_version()
-                )?;
+                execute(&mut out, gov, libraries, id, key_file)?;
             }
-            GovCommand::Verify { initializer } => {
-                let governance = Governance::open(gov)?;
-                let genesis = governance.genesis();
-                if let Some(expected) = initializer
-                    && genesis.initializer != expected
-                {
-                    anyhow::bail!(
-                        "{}: the ledger was made by {}, not by {expected} (--initializer)",
-                        governance.path().display(),
-                        genesis.initializer
-                    );
-                }
-                let executed = governance
-                    .proposals()
-                    .filter(|t| t.execution.is_some())
-                    .count();
-                writeln!(
-                    out,
-                    "Ledger {} verifies: {} entries, {} proposals ({executed} executed), head {}.",
-                    governance.path().display(),
-                    governance.entries(),
-                    governance.proposals().count(),
-                    governance.head_hash()
-                )?;
-                writeln!(
-                    out,
-                    "Ledger id {}, made by {}; the genesis, every vote and every execution are \
-                     signed.",
-                    genesis.ledger_id, genesis.initializer
-                )?;
-                let (bound, entries) = (governance.bound(), governance.entries());
-                if bound < entries {
-                    writeln!(
-                        out,
-                        "Lines {}-{entries} come after the last execution: no signature binds \
-                         them yet, so whoever holds the file could drop them unnoticed until an \
-                         execution does.",
-                        bound + 1
-                    )?;
-                }
-                if let Some(torn) = governance.torn() {
-                    writeln!(
-                        out,
-                        "An incomplete last line ({} bytes at offset {}) from an interrupted \
-                         write is ignored; the next write removes it.",
-                        torn.len, torn.offset
-                    )?;
-                }
-            }
+            GovCommand::Verify { initializer } => verify(&mut out, gov, initializer)?,
             #[cfg(feature = "chain")]
             GovCommand::Deploy(args) => return args.run(gov),
             #[cfg(feature = "chain")]
@@ -392,6 +258,216 @@ impl GovArgs {
         }
         Ok(ExitCode::SUCCESS)
     }
+}
+
+/// `gym gov init`: creates the ledger, signed by the initializer.
+fn init(
+    out: &mut impl Write,
+    gov: &Path,
+    voters: &Path,
+    key_file: &Path,
+    quorum_bps: u16,
+    voting_period: &str,
+) -> anyhow::Result<()> {
+    let voters = read_voters(voters)?;
+    let signer = read_key_file(key_file)?;
+    let rules = Rules {
+        quorum_bps,
+        voting_period_secs: parse_duration_secs(voting_period)?,
+    };
+    let count = voters.len();
+    let governance = Governance::init(gov, voters, rules, &signer, Utc::now())?;
+    writeln!(
+        out,
+        "Created ledger {} ({}), signed by {}: {count} voters, total weight {}, \
+         quorum {} bps, voting period {} s.",
+        governance.path().display(),
+        governance.genesis().ledger_id,
+        governance.genesis().initializer,
+        governance.total_weight(),
+        rules.quorum_bps,
+        rules.voting_period_secs
+    )?;
+    Ok(())
+}
+
+/// The rationale of `gym gov propose`: `--rationale-file`'s text, else `--rationale`'s.
+fn read_rationale(
+    rationale: Option<String>,
+    rationale_file: Option<PathBuf>,
+) -> anyhow::Result<String> {
+    Ok(match rationale_file {
+        Some(path) => std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?,
+        None => rationale.unwrap_or_default(),
+    })
+}
+
+/// `gym gov propose` on the ledger.
+fn propose(
+    out: &mut impl Write,
+    gov: &Path,
+    libraries: &Path,
+    draft: &Draft,
+) -> anyhow::Result<()> {
+    let opened = Library::open(libraries, &draft.library)?;
+    let proposal = Governance::propose(gov, &opened, draft, Utc::now())?;
+    writeln!(
+        out,
+        "Proposal {}: {} ({} ops, v{} → v{}, root {}), open until {}.",
+        proposal.id,
+        proposal.title,
+        proposal.ops.len(),
+        proposal.base_version,
+        proposal.new_version,
+        proposal.new_root,
+        proposal
+            .deadline
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    )?;
+    Ok(())
+}
+
+/// `gym gov list`: one line per proposal, newest first.
+fn list(out: &mut impl Write, gov: &Path) -> anyhow::Result<()> {
+    let governance = Governance::open(gov)?;
+    let now = Utc::now();
+    let mut any = false;
+    for tracked in governance.proposals().rev() {
+        any = true;
+        let p = &tracked.proposal;
+        let t = Governance::tally(tracked);
+        writeln!(
+            out,
+            "{:>4}  {:<9}  {}  v{}→v{}  yes {} no {} of {}  {}",
+            p.id,
+            governance.state(tracked, now).as_str(),
+            p.library,
+            p.base_version,
+            p.new_version,
+            t.yes,
+            t.no,
+            t.total,
+            p.title
+        )?;
+    }
+    if !any {
+        writeln!(out, "No proposals yet.")?;
+    }
+    Ok(())
+}
+
+/// `gym gov show` on the ledger: the proposal's review, as text or JSON.
+fn show(
+    out: &mut impl Write,
+    gov: &Path,
+    libraries: &Path,
+    id: u64,
+    json: bool,
+) -> anyhow::Result<()> {
+    let governance = Governance::open(gov)?;
+    let tracked = governance.proposal(id)?;
+    let library = Library::open(libraries, &tracked.proposal.library)?;
+    let review = review(&governance, tracked, &library, Utc::now())?;
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&review)?)?;
+    } else {
+        write!(out, "{}", render(&review))?;
+    }
+    Ok(())
+}
+
+/// `gym gov execute` on the ledger, signed with `key_file`.
+fn execute(
+    out: &mut impl Write,
+    gov: &Path,
+    libraries: &Path,
+    id: u64,
+    key_file: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let key_file = key_file.context(
+        "execute needs --key-file: a voter's or the initializer's key signs the \
+         execution",
+    )?;
+    let signer = read_key_file(&key_file)?;
+    let governance = Governance::open(gov)?;
+    let library = Library::open(libraries, &governance.proposal(id)?.proposal.library)?;
+    let execution = Governance::execute(gov, id, &library, &signer, Utc::now())?;
+    writeln!(
+        out,
+        "Executed proposal {id}, signed by {}: the governed head of `{}` is now \
+         version {} (root {}); the working head is version {}.",
+        execution.executor,
+        execution.library,
+        execution.version,
+        execution.root,
+        library.head_version()
+    )?;
+    Ok(())
+}
+
+/// `gym gov verify`: the whole ledger re-checked, and what its signatures do not yet bind.
+fn verify(
+    out: &mut impl Write,
+    gov: &Path,
+    initializer: Option<alloy::primitives::Address>,
+) -> anyhow::Result<()> {
+    let governance = Governance::open(gov)?;
+    let genesis = governance.genesis();
+    if let Some(expected) = initializer
+        && genesis.initializer != expected
+    {
+        anyhow::bail!(
+            "{}: the ledger was made by {}, not by {expected} (--initializer)",
+            governance.path().display(),
+            genesis.initializer
+        );
+    }
+    let executed = governance
+        .proposals()
+        .filter(|t| t.execution.is_some())
+        .count();
+    writeln!(
+        out,
+        "Ledger {} verifies: {} entries, {} proposals ({executed} executed), head {}.",
+        governance.path().display(),
+        governance.entries(),
+        governance.proposals().count(),
+        governance.head_hash()
+    )?;
+    writeln!(
+        out,
+        "Ledger id {}, made by {}; the genesis, every vote and every execution are \
+         signed.",
+        genesis.ledger_id, genesis.initializer
+    )?;
+    let (bound, entries) = (governance.bound(), governance.entries());
+    if bound < entries {
+        writeln!(
+            out,
+            "Lines {}-{entries} come after the last execution: no signature binds \
+             them yet, so whoever holds the file could drop them unnoticed until an \
+             execution does.",
+            bound + 1
+        )?;
+    }
+    if let Some(torn) = governance.torn() {
+        writeln!(
+            out,
+            "An incomplete last line ({} bytes at offset {}) from an interrupted \
+             write is ignored; the next write removes it.",
+            torn.len, torn.offset
+        )?;
+    }
+    Ok(())
+}
+
+/// `gym gov keygen`: a new key in `path`, its address printed.
+fn keygen(out: &mut impl Write, path: &Path) -> anyhow::Result<()> {
+    let (signer, text) = gym::gov::new_key();
+    write_key(path, &text)?;
+    writeln!(out, "{}", signer.address())?;
+    Ok(())
 }
 
 /// Creates a key file readable only by its owner, refusing to overwrite one.

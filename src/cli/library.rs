@@ -1,4 +1,5 @@
-//! `gym library …`: the experience library from the command line.
+//! `gym library …`: the experience library from the command line; what `log`, `show` and
+//! `diff` print is in `render.rs`.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -9,11 +10,14 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use gym::library::exchange::{self, ExportFormat};
 use gym::library::{
-    Change, Evidence, ExperienceId, InclusionProof, Library, Op, Provenance, Settings, State,
+    Change, Evidence, ExperienceId, InclusionProof, Library, Op, Provenance, Settings,
     list_libraries, verify,
 };
 
+use self::render::{render_diff, render_log, render_show};
 use super::args::dirs::LibraryDirArgs;
+
+mod render;
 
 /// Arguments shared by every `gym library` command.
 #[derive(Debug, Args)]
@@ -214,28 +218,7 @@ impl LibraryArgs {
                     library.dir().display()
                 )?;
             }
-            LibraryCommand::List => {
-                let names = list_libraries(root)?;
-                if names.is_empty() {
-                    writeln!(out, "No libraries in {}.", root.display())?;
-                }
-                for name in names {
-                    // One damaged library must not hide the others.
-                    match Library::open(root, &name) {
-                        Ok(library) => {
-                            let head = library.head_record();
-                            writeln!(
-                                out,
-                                "{name}\tversion {}\t{} experiences\troot {}",
-                                head.version,
-                                head.count,
-                                head.root.short(12)
-                            )?;
-                        }
-                        Err(error) => writeln!(out, "{name}\tcannot be opened: {error}")?,
-                    }
-                }
-            }
+            LibraryCommand::List => list(root, &mut out)?,
             LibraryCommand::Add {
                 name,
                 text,
@@ -294,35 +277,16 @@ impl LibraryArgs {
                 #[cfg(feature = "chain")]
                 chain,
             } => {
-                let report = verify(root, &name)?;
-                if report.is_ok() {
-                    let root_hex = report
-                        .head_root
-                        .map(|root| root.to_hex())
-                        .unwrap_or_default();
-                    writeln!(
-                        out,
-                        "Library `{name}` verifies: {} versions, every root recomputed, {} active experiences, head root {root_hex}.",
-                        report.versions, report.active
-                    )?;
-                    #[cfg(feature = "chain")]
-                    if chain.chain {
-                        return super::gov_chain::verify_on_chain(
-                            &chain.gov_dir,
-                            &name,
-                            &chain.rpc.rpc_url,
-                        );
-                    }
-                } else {
-                    let mut message = format!(
-                        "library `{name}` does not verify ({} problem(s)):",
-                        report.problems.len()
-                    );
-                    for problem in &report.problems {
-                        write!(message, "\n  {problem}")?;
-                    }
-                    eprintln!("error: {message}");
+                if !verify_files(root, &name, &mut out)? {
                     return Ok(ExitCode::FAILURE);
+                }
+                #[cfg(feature = "chain")]
+                if chain.chain {
+                    return super::gov_chain::verify_on_chain(
+                        &chain.gov_dir,
+                        &name,
+                        &chain.rpc.rpc_url,
+                    );
                 }
             }
             LibraryCommand::Proof {
@@ -330,39 +294,8 @@ impl LibraryArgs {
                 id,
                 version,
                 out: path,
-            } => {
-                let library = Library::open(root, &name)?;
-                let proof = library.prove(id, version)?;
-                let mut json = serde_json::to_string_pretty(&proof)?;
-                json.push('\n');
-                emit(&json, path.as_deref(), &mut out)?;
-            }
-            LibraryCommand::VerifyProof { file } => {
-                let text = std::fs::read_to_string(&file)
-                    .with_context(|| format!("cannot read {}", file.display()))?;
-                let proof: InclusionProof = serde_json::from_str(&text).map_err(|error| {
-                    anyhow::anyhow!(
-                        "{}:{}:{}: not a Gym proof: {error}",
-                        file.display(),
-                        error.line(),
-                        error.column()
-                    )
-                })?;
-                match proof.verify() {
-                    Ok(()) => writeln!(
-                        out,
-                        "Proof holds: {} is in version {} of `{}` with root {}.",
-                        proof.experience.id, proof.version, proof.library, proof.root
-                    )?,
-                    Err(error) => {
-                        eprintln!(
-                            "error: the proof in {} does not hold: {error}",
-                            file.display()
-                        );
-                        return Ok(ExitCode::FAILURE);
-                    }
-                }
-            }
+            } => write_proof(root, &name, id, version, path.as_deref(), &mut out)?,
+            LibraryCommand::VerifyProof { file } => return verify_proof(&file, &mut out),
             LibraryCommand::Export {
                 name,
                 format,
@@ -376,40 +309,147 @@ impl LibraryArgs {
                 emit(&text, path.as_deref(), &mut out)?;
             }
             LibraryCommand::Import { name, file, domain } => {
-                let mut library = Library::open(root, &name)?;
-                let summary = exchange::import(&mut library, &file, domain.as_deref())?;
-                match summary.version {
-                    Some(version) => {
-                        writeln!(
-                            out,
-                            "Imported {} experiences from {} ({}) as version {version}, root {}.",
-                            summary.added,
-                            file.display(),
-                            summary.format,
-                            library.head_record().root
-                        )?;
-                        if let Some(note) = super::governed::note(&name, version) {
-                            eprintln!("{note}");
-                        }
-                    }
-                    None => writeln!(
-                        out,
-                        "Imported nothing from {}: every entry is already in the library.",
-                        file.display()
-                    )?,
-                }
-                for (location, existing) in &summary.duplicates {
-                    match existing {
-                        Some(id) => writeln!(out, "  skipped {location}: same text as {id}")?,
-                        None => {
-                            writeln!(out, "  skipped {location}: same text as an earlier entry")?
-                        }
-                    }
-                }
+                import(root, &name, &file, domain.as_deref(), &mut out)?;
             }
         }
         Ok(ExitCode::SUCCESS)
     }
+}
+
+/// `gym library list`: one line per library, its head or why it cannot be opened.
+fn list(root: &Path, out: &mut impl std::io::Write) -> anyhow::Result<()> {
+    let names = list_libraries(root)?;
+    if names.is_empty() {
+        writeln!(out, "No libraries in {}.", root.display())?;
+    }
+    for name in names {
+        // One damaged library must not hide the others.
+        match Library::open(root, &name) {
+            Ok(library) => {
+                let head = library.head_record();
+                writeln!(
+                    out,
+                    "{name}\tversion {}\t{} experiences\troot {}",
+                    head.version,
+                    head.count,
+                    head.root.short(12)
+                )?;
+            }
+            Err(error) => writeln!(out, "{name}\tcannot be opened: {error}")?,
+        }
+    }
+    Ok(())
+}
+
+/// `gym library verify` from the files: whether the library verifies (its summary printed), or
+/// each problem on standard error.
+fn verify_files(root: &Path, name: &str, out: &mut impl std::io::Write) -> anyhow::Result<bool> {
+    let report = verify(root, name)?;
+    if !report.is_ok() {
+        let mut message = format!(
+            "library `{name}` does not verify ({} problem(s)):",
+            report.problems.len()
+        );
+        for problem in &report.problems {
+            write!(message, "\n  {problem}")?;
+        }
+        eprintln!("error: {message}");
+        return Ok(false);
+    }
+    let root_hex = report
+        .head_root
+        .map(|root| root.to_hex())
+        .unwrap_or_default();
+    writeln!(
+        out,
+        "Library `{name}` verifies: {} versions, every root recomputed, {} active experiences, head root {root_hex}.",
+        report.versions, report.active
+    )?;
+    Ok(true)
+}
+
+/// `gym library verify-proof`: checks the proof in `file` against the root it names.
+fn verify_proof(file: &Path, out: &mut impl std::io::Write) -> anyhow::Result<ExitCode> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let proof: InclusionProof = serde_json::from_str(&text).map_err(|error| {
+        anyhow::anyhow!(
+            "{}:{}:{}: not a Gym proof: {error}",
+            file.display(),
+            error.line(),
+            error.column()
+        )
+    })?;
+    match proof.verify() {
+        Ok(()) => writeln!(
+            out,
+            "Proof holds: {} is in version {} of `{}` with root {}.",
+            proof.experience.id, proof.version, proof.library, proof.root
+        )?,
+        Err(error) => {
+            eprintln!(
+                "error: the proof in {} does not hold: {error}",
+                file.display()
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `gym library proof`: the JSON inclusion proof of `id` in `version` (default: the latest).
+fn write_proof(
+    root: &Path,
+    name: &str,
+    id: ExperienceId,
+    version: Option<u64>,
+    path: Option<&Path>,
+    out: &mut impl std::io::Write,
+) -> anyhow::Result<()> {
+    let library = Library::open(root, name)?;
+    let proof = library.prove(id, version)?;
+    let mut json = serde_json::to_string_pretty(&proof)?;
+    json.push('\n');
+    emit(&json, path, out)
+}
+
+/// `gym library import`: `file` as one new version, and each entry skipped as a duplicate.
+fn import(
+    root: &Path,
+    name: &str,
+    file: &Path,
+    domain: Option<&str>,
+    out: &mut impl std::io::Write,
+) -> anyhow::Result<()> {
+    let mut library = Library::open(root, name)?;
+    let summary = exchange::import(&mut library, file, domain)?;
+    match summary.version {
+        Some(version) => {
+            writeln!(
+                out,
+                "Imported {} experiences from {} ({}) as version {version}, root {}.",
+                summary.added,
+                file.display(),
+                summary.format,
+                library.head_record().root
+            )?;
+            if let Some(note) = super::governed::note(name, version) {
+                eprintln!("{note}");
+            }
+        }
+        None => writeln!(
+            out,
+            "Imported nothing from {}: every entry is already in the library.",
+            file.display()
+        )?,
+    }
+    for (location, existing) in &summary.duplicates {
+        match existing {
+            Some(id) => writeln!(out, "  skipped {location}: same text as {id}")?,
+            None => writeln!(out, "  skipped {location}: same text as an earlier entry")?,
+        }
+    }
+    Ok(())
 }
 
 fn commit_manual(
@@ -447,159 +487,4 @@ fn emit(text: &str, path: Option<&Path>, out: &mut impl std::io::Write) -> anyho
         None => out.write_all(text.as_bytes())?,
     }
     Ok(())
-}
-
-/// `gym library log`: one line per version, newest first.
-pub fn render_log(library: &Library) -> String {
-    let mut text = format!(
-        "{:>7}  {:<24}  {:<12}  {:>6}  {:<12}  {}\n",
-        "version", "created", "ops", "active", "root", "provenance"
-    );
-    for version in library.versions().iter().rev() {
-        let count = |kind: &str| version.ops.iter().filter(|op| op.kind() == kind).count();
-        let ops = format!(
-            "+{} ~{} -{}",
-            count("add"),
-            count("update"),
-            count("delete")
-        );
-        let created = version
-            .created_at
-            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-        writeln!(
-            text,
-            "{:>7}  {created:<24}  {ops:<12}  {:>6}  {:<12}  {}",
-            version.version,
-            version.count,
-            version.root.short(12),
-            version.provenance.summary()
-        )
-        .expect("writing to a String");
-    }
-    text
-}
-
-/// `gym library show`: the experiences of one version.
-pub fn render_show(
-    library: &Library,
-    version: u64,
-    state: &State,
-    all: bool,
-) -> anyhow::Result<String> {
-    let record = library.version(version)?;
-    let mut text = format!(
-        "Library `{}` version {version} (latest {}): {} active experiences, root {}\n",
-        library.name(),
-        library.head_version(),
-        state.active_count(),
-        record.root
-    );
-    let experiences: Vec<_> = if all {
-        state.all().collect()
-    } else {
-        state.active().collect()
-    };
-    for experience in experiences {
-        let deleted = if experience.is_active() {
-            ""
-        } else {
-            " (deleted)"
-        };
-        writeln!(
-            text,
-            "{} [{}] ({:.2}){deleted} {}",
-            experience.id, experience.domain, experience.confidence, experience.text
-        )?;
-        let usage = experience.usage;
-        // Shown once there is served feedback, so libraries without any read as before.
-        let served = if usage.served_good + usage.served_bad > 0 {
-            format!(
-                " · served good {} · served bad {}",
-                usage.served_good, usage.served_bad
-            )
-        } else {
-            String::new()
-        };
-        writeln!(
-            text,
-            "       v{}..v{} {} · injected {} · helpful {} · harmful {}{served}",
-            experience.created_in,
-            experience.updated_in,
-            experience.provenance.summary(),
-            usage.injected,
-            usage.helpful,
-            usage.harmful
-        )?;
-        // Shown once measured (`gym library credit`), so libraries without any read as before.
-        if let Some(credit) = &usage.credit {
-            let stale = if experience.is_active() && credit.version < experience.updated_in {
-                format!(
-                    " · measured before its update in v{}",
-                    experience.updated_in
-                )
-            } else {
-                String::new()
-            };
-            writeln!(
-                text,
-                "       {} · measured {}{stale}",
-                credit.summary(),
-                credit
-                    .measured_at
-                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-            )?;
-        }
-    }
-    Ok(text)
-}
-
-/// `gym library diff`: the composed ops, with old texts for updates and deletes.
-pub fn render_diff(name: &str, a: u64, b: u64, from: &State, ops: &[Op]) -> String {
-    let count = |kind: &str| ops.iter().filter(|op| op.kind() == kind).count();
-    let mut text = format!(
-        "diff `{name}` {a}..{b}: {} added, {} updated, {} deleted\n",
-        count("add"),
-        count("update"),
-        count("delete")
-    );
-    for op in ops {
-        let line = match op {
-            Op::Add {
-                id,
-                text,
-                domain,
-                confidence,
-                ..
-            } => format!("+ {id} [{domain}] ({confidence:.2}) {text}"),
-            Op::Update {
-                id,
-                text,
-                domain,
-                confidence,
-                ..
-            } => {
-                let old = from
-                    .get_active(*id)
-                    .expect("an update's experience is active in `from`");
-                format!(
-                    "~ {id} [{}] ({:.2}) {}\n  {} [{domain}] ({confidence:.2}) {text}",
-                    old.domain,
-                    old.confidence,
-                    old.text,
-                    " ".repeat(id.to_string().len())
-                )
-            }
-            Op::Delete { id, .. } => {
-                let old = from
-                    .get_active(*id)
-                    .expect("a delete's experience is active in `from`");
-                format!(
-                    "- {id} [{}] ({:.2}) {}",
-                    old.domain, old.confidence, old.text
-                )
-            }
-        };
-        writeln!(text, "{line}").expect("writing to a String");
-    }
-    text
 }

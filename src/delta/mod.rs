@@ -1,15 +1,15 @@
 //! Weight deltas between a fine-tuned model and its base: 1-bit compression ([`bitdelta`]),
 //! robust combination of many contributors' deltas ([`soup`]) and differential privacy for the
 //! combination ([`privacy`]). The cores work on plain f32 slices and are always built; reading
-//! and writing delta files ([`file`]) and distilling BitDelta's scales against the fine-tuned
-//! model ([`distill`]) need the `finetune` feature.
+//! and writing delta files ([`file`]) and fitting BitDelta's scales to the fine-tuned model
+//! ([`scale_fit`]) need the `finetune` feature.
 
 pub mod bitdelta;
 #[cfg(feature = "finetune")]
-pub mod distill;
-#[cfg(feature = "finetune")]
 pub mod file;
 pub mod privacy;
+#[cfg(feature = "finetune")]
+pub mod scale_fit;
 pub mod soup;
 
 /// Why a delta operation failed.

@@ -10,7 +10,7 @@
 //! | `tokenizer.json` | the Hugging Face tokenizer whose ids index the rows |
 //! | `manifest.json` | the SHA-256 of both files (checked at load), and how the table was made |
 //!
-//! `gym embed distill` builds one from the MiniLM model ([`super::distill`]). Its vectors live
+//! `gym embed distill` builds one from the MiniLM model ([`super::static_table`]). Its vectors live
 //! in their own space, not MiniLM's: a library searched with static query vectors must have its
 //! experiences embedded by the same table, which [`crate::serve::Retriever`] does when it is
 //! given this embedder.

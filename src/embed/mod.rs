@@ -6,19 +6,19 @@
 //! |---|---|---|
 //! | [`minilm::MiniLmEmbedder`] | `embed` (default) | in process: int8 MiniLM-L6 on ONNX Runtime (fastembed), 384 dimensions |
 //! | [`openai::OpenAiEmbedder`] | always | any OpenAI-compatible `/v1/embeddings` endpoint |
-//! | [`lookup::StaticEmbedder`] | `embed` | in process: a token lookup table distilled from MiniLM ([`distill`]), no forward pass |
+//! | [`lookup::StaticEmbedder`] | `embed` | in process: a token lookup table distilled from MiniLM ([`static_table`]), no forward pass |
 //!
 //! [`Embedder`] is synchronous because the default runs on the CPU in this process; async
 //! callers wrap it in `tokio::task::spawn_blocking`.
 
-#[cfg(feature = "embed")]
-pub mod distill;
 mod error;
 #[cfg(feature = "embed")]
 pub mod lookup;
 #[cfg(feature = "embed")]
 pub mod minilm;
 pub mod openai;
+#[cfg(feature = "embed")]
+pub mod static_table;
 #[cfg(test)]
 pub(crate) mod testing;
 

@@ -160,6 +160,31 @@ struct Span {
 /// Reads an untrusted archive within `limits`: every entry's path and bytes, in order.
 /// Refuses anything [`write`] would not have written byte for byte.
 pub fn read(bytes: &[u8], limits: &Limits) -> Result<Vec<Entry>, PackError> {
+    check_archive_size(bytes, limits)?;
+    let mut archive = tar::Archive::new(bytes);
+    let iter = archive
+        .entries()
+        .map_err(|error| PackError::Malformed {
+            message: error.to_string(),
+        })?
+        .raw(true);
+    let mut read = Reading {
+        limits,
+        entries: Vec::new(),
+        spans: Vec::new(),
+        seen: std::collections::HashSet::new(),
+        total: 0,
+    };
+    for item in iter {
+        let entry = item.map_err(|error| read.header_error(bytes, &error))?;
+        read.take(entry)?;
+    }
+    check_canonical(bytes, &read.entries, &read.spans)?;
+    Ok(read.entries)
+}
+
+/// Refuses an archive larger than any whose entries fit `limits`, before reading it.
+fn check_archive_size(bytes: &[u8], limits: &Limits) -> Result<(), PackError> {
     if bytes.len() as u64 > limits.max_archive_bytes() {
         return Err(PackError::TooLarge {
             message: format!(
@@ -171,69 +196,40 @@ pub fn read(bytes: &[u8], limits: &Limits) -> Result<Vec<Entry>, PackError> {
             ),
         });
     }
-    let mut archive = tar::Archive::new(bytes);
-    let iter = archive
-        .entries()
-        .map_err(|error| PackError::Malformed {
-            message: error.to_string(),
-        })?
-        .raw(true);
-    let mut entries: Vec<Entry> = Vec::new();
-    let mut spans: Vec<Span> = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    let mut total: u64 = 0;
-    for item in iter {
-        let next_header = spans.last().map_or(0, |s| s.end);
-        let mut entry = item.map_err(|error| {
-            let place = match spans.last() {
-                Some(last) => format!("after `{}`", last.path),
-                None => "the first".to_owned(),
-            };
-            PackError::Malformed {
-                message: format!(
-                    "{error} in the header of entry {} ({place}, at byte {next_header}, {})",
-                    spans.len() + 1,
-                    describe_header(bytes, next_header)
-                ),
-            }
-        })?;
+    Ok(())
+}
+
+/// The entries of an archive read so far, and what the limits have counted.
+struct Reading<'a> {
+    limits: &'a Limits,
+    entries: Vec<Entry>,
+    spans: Vec<Span>,
+    seen: std::collections::HashSet<String>,
+    total: u64,
+}
+
+impl Reading<'_> {
+    /// An error in the header after the entries read so far, placed by entry and byte.
+    fn header_error(&self, bytes: &[u8], error: &std::io::Error) -> PackError {
+        let next_header = self.spans.last().map_or(0, |s| s.end);
+        let place = match self.spans.last() {
+            Some(last) => format!("after `{}`", last.path),
+            None => "the first".to_owned(),
+        };
+        PackError::Malformed {
+            message: format!(
+                "{error} in the header of entry {} ({place}, at byte {next_header}, {})",
+                self.spans.len() + 1,
+                describe_header(bytes, next_header)
+            ),
+        }
+    }
+
+    /// Checks the next entry against the limits and the rules for paths, then reads its bytes.
+    fn take<R: std::io::Read>(&mut self, mut entry: tar::Entry<'_, R>) -> Result<(), PackError> {
         let path = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
-        if entries.len() >= limits.max_entries {
-            return Err(PackError::TooLarge {
-                message: format!("more than {} entries", limits.max_entries),
-            });
-        }
-        if let Some(kind) = kind_name(entry.header().entry_type()) {
-            return Err(PackError::Unsafe {
-                path,
-                reason: format!("{kind}; a pack holds only regular files"),
-            });
-        }
-        check_path(&path)?;
-        if !seen.insert(path.clone()) {
-            return Err(PackError::Unsafe {
-                path,
-                reason: "the path appears twice".to_owned(),
-            });
-        }
         let size = entry.size();
-        if size > limits.max_entry_bytes {
-            return Err(PackError::TooLarge {
-                message: format!(
-                    "`{path}` is {size} bytes, over the limit of {} bytes per file",
-                    limits.max_entry_bytes
-                ),
-            });
-        }
-        total += size;
-        if total > limits.max_total_bytes {
-            return Err(PackError::TooLarge {
-                message: format!(
-                    "the files add up to more than {} bytes (at `{path}`)",
-                    limits.max_total_bytes
-                ),
-            });
-        }
+        self.check(&path, entry.header().entry_type(), size)?;
         let start = entry.raw_header_position();
         let content_at = entry.raw_file_position();
         let mut content = Vec::with_capacity(size as usize);
@@ -251,35 +247,83 @@ pub fn read(bytes: &[u8], limits: &Limits) -> Result<Vec<Entry>, PackError> {
                 ),
             });
         }
-        spans.push(Span {
+        self.spans.push(Span {
             path: path.clone(),
             start,
             end: content_at + size.div_ceil(BLOCK) * BLOCK,
         });
-        entries.push(Entry {
+        self.entries.push(Entry {
             path,
             bytes: content,
         });
+        Ok(())
     }
-    let canonical = write(&entries)?;
-    if canonical != bytes {
-        let at = canonical
-            .iter()
-            .zip(bytes)
-            .take_while(|(a, b)| a == b)
-            .count() as u64;
-        let place = match spans.iter().find(|s| (s.start..s.end).contains(&at)) {
-            Some(span) if at < span.start + BLOCK => format!("in the header of `{}`", span.path),
-            Some(span) => format!("in `{}` or its padding", span.path),
-            None => "after the last entry".to_owned(),
-        };
-        return Err(PackError::Malformed {
-            message: format!(
-                "byte {at} ({place}) differs from the form Gym writes (edited, or not written by Gym)"
-            ),
-        });
+
+    /// Refuses an entry past the entry limit, one that is not a regular file, an unsafe or
+    /// repeated path, and a size over the per-entry or total limit.
+    fn check(&mut self, path: &str, kind: tar::EntryType, size: u64) -> Result<(), PackError> {
+        let limits = self.limits;
+        if self.entries.len() >= limits.max_entries {
+            return Err(PackError::TooLarge {
+                message: format!("more than {} entries", limits.max_entries),
+            });
+        }
+        if let Some(kind) = kind_name(kind) {
+            return Err(PackError::Unsafe {
+                path: path.to_owned(),
+                reason: format!("{kind}; a pack holds only regular files"),
+            });
+        }
+        check_path(path)?;
+        if !self.seen.insert(path.to_owned()) {
+            return Err(PackError::Unsafe {
+                path: path.to_owned(),
+                reason: "the path appears twice".to_owned(),
+            });
+        }
+        if size > limits.max_entry_bytes {
+            return Err(PackError::TooLarge {
+                message: format!(
+                    "`{path}` is {size} bytes, over the limit of {} bytes per file",
+                    limits.max_entry_bytes
+                ),
+            });
+        }
+        self.total += size;
+        if self.total > limits.max_total_bytes {
+            return Err(PackError::TooLarge {
+                message: format!(
+                    "the files add up to more than {} bytes (at `{path}`)",
+                    limits.max_total_bytes
+                ),
+            });
+        }
+        Ok(())
     }
-    Ok(entries)
+}
+
+/// Refuses `bytes` unless [`write`] writes `entries` as exactly those bytes, naming the entry
+/// the first difference falls in.
+fn check_canonical(bytes: &[u8], entries: &[Entry], spans: &[Span]) -> Result<(), PackError> {
+    let canonical = write(entries)?;
+    if canonical == bytes {
+        return Ok(());
+    }
+    let at = canonical
+        .iter()
+        .zip(bytes)
+        .take_while(|(a, b)| a == b)
+        .count() as u64;
+    let place = match spans.iter().find(|s| (s.start..s.end).contains(&at)) {
+        Some(span) if at < span.start + BLOCK => format!("in the header of `{}`", span.path),
+        Some(span) => format!("in `{}` or its padding", span.path),
+        None => "after the last entry".to_owned(),
+    };
+    Err(PackError::Malformed {
+        message: format!(
+            "byte {at} ({place}) differs from the form Gym writes (edited, or not written by Gym)"
+        ),
+    })
 }
 
 /// The name field of the header at `offset`, for an error about that header.

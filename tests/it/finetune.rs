@@ -238,8 +238,8 @@ fn regenerated_answers_train_an_adapter() {
 #[test]
 fn distilled_bitdelta_scales_match_the_fine_tuned_logits_better() {
     use gym::delta::bitdelta::{Matrix, compress};
-    use gym::delta::distill;
     use gym::delta::file::{Bits, Dense};
+    use gym::delta::scale_fit;
     use gym::finetune::Proj;
     use rand::{Rng as _, SeedableRng as _};
 
@@ -276,9 +276,9 @@ fn distilled_bitdelta_scales_match_the_fine_tuned_logits_better() {
                 .unwrap()
         })
         .collect();
-    let before = distill::logit_error(&base.model, &dense, &bits, &prompts).unwrap();
+    let before = scale_fit::logit_error(&base.model, &dense, &bits, &prompts).unwrap();
     let start_scales = bits["blk.0.attn_q.weight"].scales.clone();
-    let losses = distill::refine(
+    let losses = scale_fit::refine(
         &base.model,
         &dense,
         &mut bits,
@@ -288,7 +288,7 @@ fn distilled_bitdelta_scales_match_the_fine_tuned_logits_better() {
         &mut |step, loss| eprintln!("refine step {step}: {loss:.4e}"),
     )
     .unwrap();
-    let after = distill::logit_error(&base.model, &dense, &bits, &prompts).unwrap();
+    let after = scale_fit::logit_error(&base.model, &dense, &bits, &prompts).unwrap();
     eprintln!("logit MSE {before:.4e} -> {after:.4e}; curve {losses:?}");
     assert_eq!(losses.len(), 4);
     assert!(

@@ -90,21 +90,40 @@ struct StepFigures {
 
 pub(super) fn run(dir: &Path, config: &LlamaConfig, json: bool) -> anyhow::Result<ExitCode> {
     let replay = gym::run::journal::read_only(dir)?;
-    // A step resumed midway timed only the calls made after the resume, while its report
-    // counts the tokens of all of them.
-    let mut reports: Vec<&StepReport> = replay
-        .reports
-        .values()
-        .filter(|r| !r.resumed_midway)
-        .collect();
+    let reports = steps_in_one_go(replay.reports.values(), dir)?;
+    let totals = stage_totals(&reports, dir)?;
+    let comparison = Comparison::measure(config, totals, &reports)?;
+    if json {
+        comparison.print_json(dir, config);
+    } else {
+        comparison.print_table(dir, config);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The run's steps that ended in one go, in order: a step resumed midway timed only the calls
+/// made after the resume, while its report counts the tokens of all of them.
+fn steps_in_one_go<'a>(
+    reports: impl Iterator<Item = &'a StepReport>,
+    dir: &Path,
+) -> anyhow::Result<Vec<&'a StepReport>> {
+    let mut reports: Vec<&StepReport> = reports.filter(|r| !r.resumed_midway).collect();
     reports.sort_by_key(|r| (r.epoch, r.step));
     anyhow::ensure!(
         !reports.is_empty(),
         "no step of the run in {} has ended in one go yet: nothing to compare",
         dir.display()
     );
+    Ok(reports)
+}
+
+/// Each stage's work over `reports`, counting the steps that made calls of it.
+fn stage_totals(
+    reports: &[&StepReport],
+    dir: &Path,
+) -> anyhow::Result<BTreeMap<Stage, StageTotals>> {
     let mut totals: BTreeMap<Stage, StageTotals> = BTreeMap::new();
-    for report in &reports {
+    for report in reports {
         for (stage, stats) in &report.stages {
             if stats.attempts == 0 {
                 continue;
@@ -119,82 +138,92 @@ pub(super) fn run(dir: &Path, config: &LlamaConfig, json: bool) -> anyhow::Resul
         "the run in {} made no stage call on record",
         dir.display()
     );
-    let stages: Vec<Stage> = totals.keys().copied().collect();
-    let shapes: Vec<Shape> = stages.iter().map(|s| totals[s].shape()).collect();
-    eprintln!(
-        "timing llama.cpp alone on {} shape(s) of {} …",
-        shapes.len(),
-        config.model_path.display()
-    );
-    let timed: Vec<Shape> = shapes
-        .iter()
-        .flat_map(|shape| [*shape, shape.all_shared()])
-        .collect();
-    let measured = ceiling::measure(config, &timed)?;
-    let rates: BTreeMap<Stage, Rates> = stages
-        .iter()
-        .copied()
-        .zip(measured.iter().step_by(2).copied())
-        .collect();
-    let all_shared_rates: BTreeMap<Stage, Rates> = stages
-        .iter()
-        .copied()
-        .zip(measured.iter().skip(1).step_by(2).copied())
-        .collect();
+    Ok(totals)
+}
 
-    let steps: Vec<StepFigures> = reports
-        .iter()
-        .map(|report| {
-            let (mut calls, mut evaluated, mut generated) = (0, 0, 0);
-            let (mut seconds, mut all_shared_seconds) = (0.0, 0.0);
-            for (stage, stats) in &report.stages {
-                let Some(rates) = rates.get(stage) else {
-                    continue;
-                };
-                let usage = &stats.usage;
-                let prompt = usage
-                    .prompt_tokens
-                    .saturating_sub(usage.cached_prompt_tokens);
-                calls += stats.calls;
-                evaluated += prompt;
-                generated += usage.completion_tokens;
-                seconds += rates.seconds(prompt, usage.completion_tokens);
-                all_shared_seconds +=
-                    all_shared_rates[stage].seconds(prompt, usage.completion_tokens);
-            }
-            StepFigures {
-                step: report.step,
-                calls,
-                prompt_tokens_evaluated: evaluated,
-                generated_tokens: generated,
-                ceiling_seconds: seconds,
-                all_shared_ceiling_seconds: all_shared_seconds,
-                gym_seconds: report.stage_seconds,
-                ratio: report.stage_seconds / seconds.max(f64::MIN_POSITIVE),
-            }
+/// The run's stage work beside llama.cpp's ceiling for it: per stage, per step and in all.
+struct Comparison {
+    totals: BTreeMap<Stage, StageTotals>,
+    stages: Vec<Stage>,
+    shapes: Vec<Shape>,
+    rates: BTreeMap<Stage, Rates>,
+    all_shared_rates: BTreeMap<Stage, Rates>,
+    steps: Vec<StepFigures>,
+    ceiling: f64,
+    gym: f64,
+    ratio: f64,
+    all_shared: f64,
+    all_shared_ratio: f64,
+}
+
+impl Comparison {
+    /// Times each stage's shape on llama.cpp alone, and each step's work at those rates.
+    fn measure(
+        config: &LlamaConfig,
+        totals: BTreeMap<Stage, StageTotals>,
+        reports: &[&StepReport],
+    ) -> anyhow::Result<Self> {
+        let stages: Vec<Stage> = totals.keys().copied().collect();
+        let shapes: Vec<Shape> = stages.iter().map(|s| totals[s].shape()).collect();
+        eprintln!(
+            "timing llama.cpp alone on {} shape(s) of {} …",
+            shapes.len(),
+            config.model_path.display()
+        );
+        let timed: Vec<Shape> = shapes
+            .iter()
+            .flat_map(|shape| [*shape, shape.all_shared()])
+            .collect();
+        let measured = ceiling::measure(config, &timed)?;
+        let rates: BTreeMap<Stage, Rates> = stages
+            .iter()
+            .copied()
+            .zip(measured.iter().step_by(2).copied())
+            .collect();
+        let all_shared_rates: BTreeMap<Stage, Rates> = stages
+            .iter()
+            .copied()
+            .zip(measured.iter().skip(1).step_by(2).copied())
+            .collect();
+        let steps: Vec<StepFigures> = reports
+            .iter()
+            .map(|report| StepFigures::at(report, &rates, &all_shared_rates))
+            .collect();
+        let ceiling: f64 = steps.iter().map(|s| s.ceiling_seconds).sum();
+        let gym: f64 = steps.iter().map(|s| s.gym_seconds).sum();
+        let all_shared: f64 = steps.iter().map(|s| s.all_shared_ceiling_seconds).sum();
+        Ok(Self {
+            totals,
+            stages,
+            shapes,
+            rates,
+            all_shared_rates,
+            steps,
+            ceiling,
+            gym,
+            ratio: gym / ceiling.max(f64::MIN_POSITIVE),
+            all_shared,
+            all_shared_ratio: gym / all_shared.max(f64::MIN_POSITIVE),
         })
-        .collect();
-    let ceiling: f64 = steps.iter().map(|s| s.ceiling_seconds).sum();
-    let gym: f64 = steps.iter().map(|s| s.gym_seconds).sum();
-    let ratio = gym / ceiling.max(f64::MIN_POSITIVE);
-    let all_shared: f64 = steps.iter().map(|s| s.all_shared_ceiling_seconds).sum();
-    let all_shared_ratio = gym / all_shared.max(f64::MIN_POSITIVE);
+    }
 
-    if json {
-        let stages: BTreeMap<String, serde_json::Value> = stages
+    fn print_json(&self, dir: &Path, config: &LlamaConfig) {
+        let stages: BTreeMap<String, serde_json::Value> = self
+            .stages
             .iter()
             .enumerate()
             .map(|(i, stage)| {
+                let shape = &self.shapes[i];
                 let value = serde_json::json!({
-                    "work": totals[stage].to_json(),
+                    "work": self.totals[stage].to_json(),
                     "shape": {
-                        "prompt_tokens": shapes[i].prompt_tokens,
-                        "shared_tokens": shapes[i].shared_tokens,
-                        "width": shapes[i].width,
-                        "new_tokens": shapes[i].new_tokens,
+                        "prompt_tokens": shape.prompt_tokens,
+                        "shared_tokens": shape.shared_tokens,
+                        "width": shape.width,
+                        "new_tokens": shape.new_tokens,
                     },
-                    "rates": rates[stage],
-                    "all_shared_rates": all_shared_rates[stage],
+                    "rates": self.rates[stage],
+                    "all_shared_rates": self.all_shared_rates[stage],
                 });
                 (stage.as_str().to_owned(), value)
             })
@@ -205,67 +234,106 @@ pub(super) fn run(dir: &Path, config: &LlamaConfig, json: bool) -> anyhow::Resul
                 "run": dir.display().to_string(),
                 "model": config.model_path.display().to_string(),
                 "stages": stages,
-                "steps": steps,
-                "ceiling_seconds": ceiling,
-                "gym_seconds": gym,
-                "ratio": ratio,
-                "all_shared_ceiling_seconds": all_shared,
-                "all_shared_ratio": all_shared_ratio,
+                "steps": self.steps,
+                "ceiling_seconds": self.ceiling,
+                "gym_seconds": self.gym,
+                "ratio": self.ratio,
+                "all_shared_ceiling_seconds": self.all_shared,
+                "all_shared_ratio": self.all_shared_ratio,
             })
         );
-        return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "stage work of the run in {} against llama.cpp alone on this machine ({}):",
-        dir.display(),
-        config.model_path.display()
-    );
-    println!(
-        "stage        calls  attempts  prompt tok  reused  generated  width  shared  prefill tok/s  decode tok/s"
-    );
-    for (i, stage) in stages.iter().enumerate() {
-        let t = &totals[stage].stats;
-        let r = &rates[stage];
+
+    fn print_table(&self, dir: &Path, config: &LlamaConfig) {
         println!(
-            "{:<12} {:>5} {:>9} {:>11} {:>7} {:>10} {:>6} {:>7} {:>14.1} {:>13.1}",
-            stage.as_str(),
-            t.calls,
-            t.attempts,
-            t.usage.prompt_tokens,
-            t.usage.cached_prompt_tokens,
-            t.usage.completion_tokens,
-            shapes[i].width,
-            shapes[i].shared_tokens,
-            r.prefill_tokens_per_second,
-            r.decode_tokens_per_second
+            "stage work of the run in {} against llama.cpp alone on this machine ({}):",
+            dir.display(),
+            config.model_path.display()
+        );
+        println!(
+            "stage        calls  attempts  prompt tok  reused  generated  width  shared  prefill tok/s  decode tok/s"
+        );
+        for (i, stage) in self.stages.iter().enumerate() {
+            let t = &self.totals[stage].stats;
+            let r = &self.rates[stage];
+            println!(
+                "{:<12} {:>5} {:>9} {:>11} {:>7} {:>10} {:>6} {:>7} {:>14.1} {:>13.1}",
+                stage.as_str(),
+                t.calls,
+                t.attempts,
+                t.usage.prompt_tokens,
+                t.usage.cached_prompt_tokens,
+                t.usage.completion_tokens,
+                self.shapes[i].width,
+                self.shapes[i].shared_tokens,
+                r.prefill_tokens_per_second,
+                r.decode_tokens_per_second
+            );
+        }
+        println!("step  calls  prompt tok evaluated  generated    ceiling        Gym    ratio");
+        let steps = &self.steps;
+        for s in steps {
+            println!(
+                "{:>4} {:>6} {:>21} {:>10} {:>8.1} s {:>8.1} s {:>7.2}x",
+                s.step,
+                s.calls,
+                s.prompt_tokens_evaluated,
+                s.generated_tokens,
+                s.ceiling_seconds,
+                s.gym_seconds,
+                s.ratio
+            );
+        }
+        println!(
+            "all  {:>6} {:>21} {:>10} {:>8.1} s {:>8.1} s {:>7.2}x",
+            steps.iter().map(|s| s.calls).sum::<u64>(),
+            steps.iter().map(|s| s.prompt_tokens_evaluated).sum::<u64>(),
+            steps.iter().map(|s| s.generated_tokens).sum::<u64>(),
+            self.ceiling,
+            self.gym,
+            self.ratio
+        );
+        println!(
+            "with every prompt shared whole by its step's calls (llama-batched-bench -pps): ceiling {:.1} s, ratio {:.2}x",
+            self.all_shared, self.all_shared_ratio
         );
     }
-    println!("step  calls  prompt tok evaluated  generated    ceiling        Gym    ratio");
-    for s in &steps {
-        println!(
-            "{:>4} {:>6} {:>21} {:>10} {:>8.1} s {:>8.1} s {:>7.2}x",
-            s.step,
-            s.calls,
-            s.prompt_tokens_evaluated,
-            s.generated_tokens,
-            s.ceiling_seconds,
-            s.gym_seconds,
-            s.ratio
-        );
+}
+
+impl StepFigures {
+    /// One step's stage work at llama.cpp's rates for each stage's shape.
+    fn at(
+        report: &StepReport,
+        rates: &BTreeMap<Stage, Rates>,
+        all_shared_rates: &BTreeMap<Stage, Rates>,
+    ) -> Self {
+        let (mut calls, mut evaluated, mut generated) = (0, 0, 0);
+        let (mut seconds, mut all_shared_seconds) = (0.0, 0.0);
+        for (stage, stats) in &report.stages {
+            let Some(rates) = rates.get(stage) else {
+                continue;
+            };
+            let usage = &stats.usage;
+            let prompt = usage
+                .prompt_tokens
+                .saturating_sub(usage.cached_prompt_tokens);
+            calls += stats.calls;
+            evaluated += prompt;
+            generated += usage.completion_tokens;
+            seconds += rates.seconds(prompt, usage.completion_tokens);
+            all_shared_seconds += all_shared_rates[stage].seconds(prompt, usage.completion_tokens);
+        }
+        Self {
+            step: report.step,
+            calls,
+            prompt_tokens_evaluated: evaluated,
+            generated_tokens: generated,
+            ceiling_seconds: seconds,
+            all_shared_ceiling_seconds: all_shared_seconds,
+            gym_seconds: report.stage_seconds,
+            ratio: report.stage_seconds / seconds.max(f64::MIN_POSITIVE),
+        }
     }
-    println!(
-        "all  {:>6} {:>21} {:>10} {:>8.1} s {:>8.1} s {:>7.2}x",
-        steps.iter().map(|s| s.calls).sum::<u64>(),
-        steps.iter().map(|s| s.prompt_tokens_evaluated).sum::<u64>(),
-        steps.iter().map(|s| s.generated_tokens).sum::<u64>(),
-        ceiling,
-        gym,
-        ratio
-    );
-    println!(
-        "with every prompt shared whole by its step's calls (llama-batched-bench -pps): ceiling {all_shared:.1} s, ratio {all_shared_ratio:.2}x"
-    );
-    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

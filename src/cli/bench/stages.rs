@@ -1,13 +1,29 @@
 //! `gym bench stages`: one step's stage calls on the distiller model, sent together and one at
-//! a time, each mode held against llama.cpp's own ceiling for the same token counts.
+//! a time, each mode held against llama.cpp's own ceiling for the same token counts. The step
+//! is a synthetic one (`letters.rs`); `--run` holds a run's own step instead (`run_ceiling.rs`).
 
+#[cfg(feature = "llama")]
+use std::path::Path;
 use std::process::ExitCode;
+#[cfg(feature = "llama")]
+use std::time::Instant;
 
 use clap::Args;
-
-/// The distiller model `gym bench stages` loads by default, under `$GYM_MODELS_DIR`.
 #[cfg(feature = "llama")]
-const DISTILLER_MODEL_FILE: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
+use futures::future::join_all;
+#[cfg(feature = "llama")]
+use gym::backend::llama::{LlamaBackend, LlamaConfig};
+#[cfg(feature = "llama")]
+use gym::backend::{Backend, Sampling, Usage};
+#[cfg(feature = "llama")]
+use gym::data::Sample;
+#[cfg(feature = "llama")]
+use gym::distill::{self, DistillConfig, ProposedOp, StageOutcome};
+#[cfg(feature = "llama")]
+use gym::rollout::RolloutGroup;
+
+#[cfg(feature = "llama")]
+mod letters;
 
 #[derive(Debug, Args)]
 pub(super) struct StagesBench {
@@ -162,27 +178,14 @@ struct Ceiling {
 impl StagesBench {
     #[cfg(feature = "llama")]
     pub(super) fn run(self) -> anyhow::Result<ExitCode> {
-        use std::time::Instant;
-
-        use futures::future::join_all;
-        use gym::backend::llama::{LlamaBackend, LlamaConfig};
-        use gym::backend::{Backend, FinishReason, Sampling, Usage};
-        use gym::data::Sample;
-        use gym::distill::{self, DistillConfig, StageOutcome};
-        use gym::rollout::{RolloutGroup, ScoredAnswer};
-
         anyhow::ensure!(
             self.queries >= 1 && self.group >= 1 && self.max_tokens >= 1,
             "--queries, --group and --max-tokens must be at least 1"
         );
-        let path = self.model.as_ref().map_or_else(
-            || {
-                std::env::var_os("GYM_MODELS_DIR")
-                    .map_or_else(|| "models".into(), std::path::PathBuf::from)
-                    .join(DISTILLER_MODEL_FILE)
-            },
-            Into::into,
-        );
+        let path = self
+            .model
+            .as_ref()
+            .map_or_else(gym::backend::default_distill_model_path, Into::into);
         // The model as both modes and the ceiling load it.
         let mut config = LlamaConfig::new(&path);
         config.threads = self.threads;
@@ -191,9 +194,6 @@ impl StagesBench {
         if let Some(run) = &self.run {
             return super::run_ceiling::run(run, &config, self.json);
         }
-        // A model of its own for each mode, so neither starts with the prompt prefixes the
-        // other left in the KV cache.
-        let load = || -> anyhow::Result<LlamaBackend> { Ok(LlamaBackend::load(config.clone())?) };
         let rt = crate::cli::args::backend::runtime()?;
         let cfg = DistillConfig {
             attempts: 1,
@@ -203,247 +203,153 @@ impl StagesBench {
             },
             ..DistillConfig::default()
         };
-
-        // A letter-counting step: G answers per word, some right and some wrong.
-        const WORDS: [&str; 8] = [
-            "strawberry",
-            "bookkeeper",
-            "mississippi",
-            "occurrence",
-            "committee",
-            "bubblegum",
-            "assessment",
-            "parallel",
-        ];
-        let queries = self.queries * self.steps as usize;
-        let steps: Vec<(Sample, RolloutGroup)> = (0..queries)
-            .map(|q| {
-                let word = WORDS[q % WORDS.len()];
-                let letter = word.chars().max_by_key(|&c| word.matches(c).count()).unwrap_or('a');
-                let count = word.matches(letter).count();
-                let sample = Sample {
-                    id: format!("letters-{q}"),
-                    question: format!(
-                        "How many times does the letter '{letter}' appear in the word '{word}'? \
-                         Answer with a number."
-                    ),
-                    answer: count.to_string(),
-                };
-                let answers = (0..self.group)
-                    .map(|a| {
-                        let right = a % 2 == 0;
-                        let said = if right { count } else { count + 1 + a % 3 };
-                        let spelled: Vec<String> = word
-                            .chars()
-                            .enumerate()
-                            .map(|(i, c)| format!("{}. {c}{}", i + 1, if c == letter { " <-" } else { "" }))
-                            .collect();
-                        let text = if right {
-                            format!(
-                                "Let me spell the word letter by letter:\n{}\nThe arrows mark each '{letter}', \
-                                 so the letter appears {said} times.\n\nAnswer: {said}",
-                                spelled.join("\n")
-                            )
-                        } else {
-                            format!(
-                                "The word '{word}' has double letters, and '{letter}' is one of \
-                                 the common ones, so counting by sound it appears about {said} \
-                                 times.\n\nAnswer: {said}"
-                            )
-                        };
-                        ScoredAnswer {
-                            tokens: (text.len() / 4) as u32,
-                            text,
-                            reward: if right { 1.0 } else { 0.0 },
-                            reason: if right {
-                                String::new()
-                            } else {
-                                format!("expected {count}, got {said}")
-                            },
-                            seed: 1000 + a as u64,
-                            finish: FinishReason::Stop,
-                            verifier_failed: false,
-                            steps: Vec::new(),
-                            hit_step_limit: false,
-                        }
-                    })
-                    .collect();
-                let group = RolloutGroup {
-                    sample_id: sample.id.clone(),
-                    answers,
-                    usage: Usage::default(),
-                    cost_usd: Some(0.0),
-                    retries: 0,
-                };
-                (sample, group)
-            })
-            .collect();
-        let summaries: Vec<String> = (0..self.group)
-            .map(|a| {
-                if a % 2 == 0 {
-                    "The attempt spelled the word out and counted each occurrence, which gave \
-                     the right total."
-                        .to_owned()
-                } else {
-                    "The attempt guessed from how the word sounds instead of counting the \
-                     letters, and overcounted."
-                        .to_owned()
-                }
-            })
-            .collect();
-
-        fn text<T>(outcome: &StageOutcome<T>) -> String {
-            outcome.raw_outputs.join("\u{1f}")
-        }
-        let cfg = &cfg;
-        // Warm up caches and thread pools so the first timed call is not an outlier.
-        let warm = gym::backend::GroupRequest {
-            tools: Vec::new(),
-            tool_choice: Default::default(),
-            messages: vec![gym::backend::ChatMessage::user("Hi")],
-            n: 1,
-            sampling: Sampling {
-                max_tokens: 4,
-                ..Sampling::default()
-            },
+        let work = StepWork {
+            steps: letters::steps(self.queries * self.steps as usize, self.group),
+            summaries: letters::summaries(self.group),
         };
-        let measure = |batched: bool| -> anyhow::Result<StagesFigures> {
-            let backend = load()?;
-            rt.block_on(backend.generate(&warm))?;
-            let mut figures = StagesFigures::default();
-            let stats_before = backend.stats();
-            let reused_before = stats_before.prompt_tokens_reused;
-            let backend: &dyn Backend = &backend;
-            // A stage's calls sent together (one round) or one at a time.
-            fn all_or_each<F: std::future::Future>(
-                rt: &tokio::runtime::Runtime,
-                batched: bool,
-                calls: impl Iterator<Item = F>,
-            ) -> Vec<F::Output> {
-                if batched {
-                    rt.block_on(join_all(calls))
-                } else {
-                    calls.map(|call| rt.block_on(call)).collect()
-                }
-            }
-            let reused = || backend.stats().prompt_tokens_reused;
-            // Adds what one round (or string of calls) of a stage did to its work.
-            fn count<T>(
-                work: &mut StageWork,
-                outcomes: &[StageOutcome<T>],
-                started: Instant,
-                reused: u64,
-            ) {
-                work.calls += outcomes.len();
-                for outcome in outcomes {
-                    work.prompt_tokens += outcome.usage.prompt_tokens;
-                    work.generated_tokens += outcome.usage.completion_tokens;
-                }
-                work.prompt_tokens_reused += reused;
-                work.seconds += started.elapsed().as_secs_f64();
-            }
-            let (mut summarized, mut extracted) = (Vec::new(), Vec::new());
-            for step in steps.chunks(self.queries) {
-                let (started, before) = (Instant::now(), reused());
-                let summarize = step.iter().flat_map(|(sample, group)| {
-                    group
-                        .answers
-                        .iter()
-                        .map(move |answer| distill::summarize(backend, sample, answer, cfg))
-                });
-                let outcomes = all_or_each(&rt, batched, summarize);
-                count(
-                    &mut figures.summarize,
-                    &outcomes,
-                    started,
-                    reused() - before,
-                );
-                summarized.extend(outcomes);
-                let (started, before) = (Instant::now(), reused());
-                let extract = step.iter().map(|(sample, group)| {
-                    distill::extract(backend, sample, group, &summaries, cfg)
-                });
-                let outcomes = all_or_each(&rt, batched, extract);
-                count(&mut figures.extract, &outcomes, started, reused() - before);
-                extracted.extend(outcomes);
-            }
-            figures.summarize.calls_per_round = if batched {
-                self.queries * self.group
-            } else {
-                1
-            };
-            figures.extract.calls_per_round = if batched { self.queries } else { 1 };
-            figures.summarize_seconds = figures.summarize.seconds;
-            figures.extract_seconds = figures.extract.seconds;
-            figures.seconds = figures.summarize_seconds + figures.extract_seconds;
-            let mut usage = Usage::default();
-            for outcome in &summarized {
-                usage += outcome.usage;
-            }
-            for outcome in &extracted {
-                usage += outcome.usage;
-            }
-            figures.calls = summarized.len() + extracted.len();
-            figures.prompt_tokens = usage.prompt_tokens;
-            figures.generated_tokens = usage.completion_tokens;
-            figures.prompt_tokens_reused = backend.stats().prompt_tokens_reused - reused_before;
-            figures.phases = Phases::between(&stats_before, &backend.stats());
-            figures.tokens_per_second =
-                (usage.prompt_tokens + usage.completion_tokens) as f64 / figures.seconds;
-            figures.generated_tokens_per_second = usage.completion_tokens as f64 / figures.seconds;
-            figures.outputs = vec![
-                summarized.iter().map(text).collect(),
-                extracted.iter().map(text).collect(),
-            ];
-            Ok(figures)
-        };
-        let mut batched = measure(true)?;
-        let mut sequential = measure(false)?;
+        let mut batched = self.measure(&rt, &config, &cfg, &work, true)?;
+        let mut sequential = self.measure(&rt, &config, &cfg, &work, false)?;
         // llama.cpp alone on the same shapes, after both modes' models are gone.
-        let modes = [&batched, &sequential];
-        let shapes: Vec<_> = modes
-            .iter()
-            .flat_map(|f| [f.summarize.shape(), f.extract.shape()])
-            .flat_map(|shape| [shape, shape.all_shared()])
-            .collect();
-        let rates = gym::backend::llama::ceiling::measure(&config, &shapes)?;
-        for (figures, rates) in [&mut batched, &mut sequential]
-            .into_iter()
-            .zip(rates.chunks(4))
-        {
-            let seconds = figures.summarize.ceiling_seconds(&rates[0])
-                + figures.extract.ceiling_seconds(&rates[2]);
-            let all_shared_seconds = figures.summarize.ceiling_seconds(&rates[1])
-                + figures.extract.ceiling_seconds(&rates[3]);
-            figures.ceiling = Some(Ceiling {
-                summarize: rates[0],
-                extract: rates[2],
-                seconds,
-                ratio: figures.seconds / seconds,
-                all_shared_seconds,
-                all_shared_ratio: figures.seconds / all_shared_seconds,
-            });
-        }
-        let speedup = sequential.seconds / batched.seconds;
-        let same = batched.outputs == sequential.outputs;
+        add_ceilings(&config, &mut batched, &mut sequential)?;
         if self.json {
-            println!(
-                "{}",
-                serde_json::json!({
-                    "model": path.display().to_string(),
-                    "queries": self.queries,
-                    "steps": self.steps,
-                    "kept_prefixes": self.kept_prefixes,
-                    "group": self.group,
-                    "max_tokens": self.max_tokens,
-                    "batched": batched,
-                    "sequential": sequential,
-                    "speedup": speedup,
-                    "same_outputs": same,
-                })
-            );
-            return Ok(ExitCode::SUCCESS);
+            self.print_json(&path, &batched, &sequential);
+        } else {
+            self.print_table(&path, &batched, &sequential);
         }
+        Ok(ExitCode::SUCCESS)
+    }
+
+    #[cfg(not(feature = "llama"))]
+    pub(super) fn run(self) -> anyhow::Result<ExitCode> {
+        anyhow::bail!("`gym bench stages` needs the `llama` feature")
+    }
+}
+
+/// What the stage calls of every step are made from: its queries with their answers, and the
+/// answers' summaries extract is shown.
+#[cfg(feature = "llama")]
+struct StepWork {
+    steps: Vec<(Sample, RolloutGroup)>,
+    summaries: Vec<String>,
+}
+
+#[cfg(feature = "llama")]
+impl StagesBench {
+    /// One mode: every step's summarize calls, then its extract calls, sent together
+    /// (`batched`) or one at a time, on a model of its own, so that neither mode starts with
+    /// the prompt prefixes the other left in the KV cache.
+    fn measure(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        config: &LlamaConfig,
+        cfg: &DistillConfig,
+        work: &StepWork,
+        batched: bool,
+    ) -> anyhow::Result<StagesFigures> {
+        let backend = LlamaBackend::load(config.clone())?;
+        warm_up(rt, &backend)?;
+        let mut figures = StagesFigures::default();
+        let stats_before = backend.stats();
+        let reused_before = stats_before.prompt_tokens_reused;
+        let (summarized, extracted) =
+            self.call_stages(rt, &backend, cfg, work, batched, &mut figures);
+        figures.summarize.calls_per_round = if batched {
+            self.queries * self.group
+        } else {
+            1
+        };
+        figures.extract.calls_per_round = if batched { self.queries } else { 1 };
+        figures.summarize_seconds = figures.summarize.seconds;
+        figures.extract_seconds = figures.extract.seconds;
+        figures.seconds = figures.summarize_seconds + figures.extract_seconds;
+        let mut usage = Usage::default();
+        for outcome in &summarized {
+            usage += outcome.usage;
+        }
+        for outcome in &extracted {
+            usage += outcome.usage;
+        }
+        figures.calls = summarized.len() + extracted.len();
+        figures.prompt_tokens = usage.prompt_tokens;
+        figures.generated_tokens = usage.completion_tokens;
+        figures.prompt_tokens_reused = backend.stats().prompt_tokens_reused - reused_before;
+        figures.phases = Phases::between(&stats_before, &backend.stats());
+        figures.tokens_per_second =
+            (usage.prompt_tokens + usage.completion_tokens) as f64 / figures.seconds;
+        figures.generated_tokens_per_second = usage.completion_tokens as f64 / figures.seconds;
+        figures.outputs = vec![
+            summarized.iter().map(joined_outputs).collect(),
+            extracted.iter().map(joined_outputs).collect(),
+        ];
+        Ok(figures)
+    }
+
+    /// Every step's summarize calls, then its extract calls, each stage's work counted into
+    /// `figures`; returns the outcomes of both stages.
+    fn call_stages(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        backend: &LlamaBackend,
+        cfg: &DistillConfig,
+        work: &StepWork,
+        batched: bool,
+        figures: &mut StagesFigures,
+    ) -> (
+        Vec<StageOutcome<String>>,
+        Vec<StageOutcome<Vec<ProposedOp>>>,
+    ) {
+        let reused = || backend.stats().prompt_tokens_reused;
+        let backend: &dyn Backend = backend;
+        let (mut summarized, mut extracted) = (Vec::new(), Vec::new());
+        for step in work.steps.chunks(self.queries) {
+            let (started, before) = (Instant::now(), reused());
+            let summarize = step.iter().flat_map(|(sample, group)| {
+                group
+                    .answers
+                    .iter()
+                    .map(move |answer| distill::summarize(backend, sample, answer, cfg))
+            });
+            let outcomes = all_or_each(rt, batched, summarize);
+            count(
+                &mut figures.summarize,
+                &outcomes,
+                started,
+                reused() - before,
+            );
+            summarized.extend(outcomes);
+            let (started, before) = (Instant::now(), reused());
+            let extract = step.iter().map(|(sample, group)| {
+                distill::extract(backend, sample, group, &work.summaries, cfg)
+            });
+            let outcomes = all_or_each(rt, batched, extract);
+            count(&mut figures.extract, &outcomes, started, reused() - before);
+            extracted.extend(outcomes);
+        }
+        (summarized, extracted)
+    }
+
+    fn print_json(&self, path: &Path, batched: &StagesFigures, sequential: &StagesFigures) {
+        println!(
+            "{}",
+            serde_json::json!({
+                "model": path.display().to_string(),
+                "queries": self.queries,
+                "steps": self.steps,
+                "kept_prefixes": self.kept_prefixes,
+                "group": self.group,
+                "max_tokens": self.max_tokens,
+                "batched": batched,
+                "sequential": sequential,
+                "speedup": sequential.seconds / batched.seconds,
+                "same_outputs": batched.outputs == sequential.outputs,
+            })
+        );
+    }
+
+    /// Both modes side by side: tokens and time, where the time went, and each stage against
+    /// llama.cpp's ceiling.
+    fn print_table(&self, path: &Path, batched: &StagesFigures, sequential: &StagesFigures) {
+        let queries = self.queries * self.steps as usize;
         println!(
             "stages benchmark: {}, {} step(s) of {} queries x {} answers: {} summarize + {} extract calls, at most {} tokens each, {} kept prefixes",
             path.display(),
@@ -458,7 +364,8 @@ impl StagesBench {
         println!(
             "mode        prompt tok  reused  generated   summarize    extract      total     tok/s  gen tok/s"
         );
-        for (name, f) in [("batched", &batched), ("sequential", &sequential)] {
+        let modes = [("batched", batched), ("sequential", sequential)];
+        for (name, f) in modes {
             println!(
                 "{name:<11} {:>10} {:>7} {:>10} {:>10.2} s {:>8.2} s {:>8.2} s {:>9.1} {:>10.1}",
                 f.prompt_tokens,
@@ -472,10 +379,15 @@ impl StagesBench {
             );
         }
         println!(
-            "speed-up of batched stage calls: {speedup:.2}x (same outputs in both modes: {})",
-            if same { "yes" } else { "no" }
+            "speed-up of batched stage calls: {:.2}x (same outputs in both modes: {})",
+            sequential.seconds / batched.seconds,
+            if batched.outputs == sequential.outputs {
+                "yes"
+            } else {
+                "no"
+            }
         );
-        for (name, f) in [("batched", &batched), ("sequential", &sequential)] {
+        for (name, f) in modes {
             let p = &f.phases;
             println!(
                 "{name:<11} where the time went: llama.cpp prompts {:.2} s, decode {:.2} s in {} steps ({:.2} sequences each), drawing tokens {:.2} s, the rest {:.2} s",
@@ -487,46 +399,125 @@ impl StagesBench {
                 (f.seconds - p.prefill_seconds - p.decode_seconds - p.sample_seconds).max(0.0)
             );
         }
-        println!(
-            "llama.cpp's own ceiling on this machine for the same token counts (prompt tokens Gym evaluated at its prefill rate, generated tokens at its batched-decode rate for the round's width, as much of each prompt shared as Gym's calls borrowed):"
-        );
-        println!(
-            "mode        stage       width  prefill tok/s  decode tok/s    ceiling        Gym    ratio"
-        );
-        for (name, f) in [("batched", &batched), ("sequential", &sequential)] {
-            let Some(ceiling) = &f.ceiling else { continue };
-            for (stage, work, rates) in [
-                ("summarize", &f.summarize, &ceiling.summarize),
-                ("extract", &f.extract, &ceiling.extract),
-            ] {
-                let seconds = work.ceiling_seconds(rates);
-                println!(
-                    "{name:<11} {stage:<11} {:>5} {:>14.1} {:>13.1} {:>8.2} s {:>8.2} s {:>7.2}x",
-                    work.calls_per_round,
-                    rates.prefill_tokens_per_second,
-                    rates.decode_tokens_per_second,
-                    seconds,
-                    work.seconds,
-                    work.seconds / seconds
-                );
-            }
-            println!(
-                "{name:<11} {:<11} {:>5} {:>14} {:>13} {:>8.2} s {:>8.2} s {:>7.2}x",
-                "both", "", "", "", ceiling.seconds, f.seconds, ceiling.ratio
-            );
-        }
-        for (name, f) in [("batched", &batched), ("sequential", &sequential)] {
-            let Some(ceiling) = &f.ceiling else { continue };
-            println!(
-                "{name:<11} with every prompt shared whole by its round (llama-batched-bench -pps): ceiling {:.2} s, ratio {:.2}x",
-                ceiling.all_shared_seconds, ceiling.all_shared_ratio
-            );
-        }
-        Ok(ExitCode::SUCCESS)
+        print_ceilings(&modes);
     }
+}
 
-    #[cfg(not(feature = "llama"))]
-    pub(super) fn run(self) -> anyhow::Result<ExitCode> {
-        anyhow::bail!("`gym bench stages` needs the `llama` feature")
+/// Each mode's stages against llama.cpp's own ceiling for the same token counts.
+#[cfg(feature = "llama")]
+fn print_ceilings(modes: &[(&str, &StagesFigures)]) {
+    println!(
+        "llama.cpp's own ceiling on this machine for the same token counts (prompt tokens Gym evaluated at its prefill rate, generated tokens at its batched-decode rate for the round's width, as much of each prompt shared as Gym's calls borrowed):"
+    );
+    println!(
+        "mode        stage       width  prefill tok/s  decode tok/s    ceiling        Gym    ratio"
+    );
+    for &(name, f) in modes {
+        let Some(ceiling) = &f.ceiling else { continue };
+        for (stage, work, rates) in [
+            ("summarize", &f.summarize, &ceiling.summarize),
+            ("extract", &f.extract, &ceiling.extract),
+        ] {
+            let seconds = work.ceiling_seconds(rates);
+            println!(
+                "{name:<11} {stage:<11} {:>5} {:>14.1} {:>13.1} {:>8.2} s {:>8.2} s {:>7.2}x",
+                work.calls_per_round,
+                rates.prefill_tokens_per_second,
+                rates.decode_tokens_per_second,
+                seconds,
+                work.seconds,
+                work.seconds / seconds
+            );
+        }
+        println!(
+            "{name:<11} {:<11} {:>5} {:>14} {:>13} {:>8.2} s {:>8.2} s {:>7.2}x",
+            "both", "", "", "", ceiling.seconds, f.seconds, ceiling.ratio
+        );
     }
+    for &(name, f) in modes {
+        let Some(ceiling) = &f.ceiling else { continue };
+        println!(
+            "{name:<11} with every prompt shared whole by its round (llama-batched-bench -pps): ceiling {:.2} s, ratio {:.2}x",
+            ceiling.all_shared_seconds, ceiling.all_shared_ratio
+        );
+    }
+}
+
+/// Warms up caches and thread pools so the first timed call is not an outlier.
+#[cfg(feature = "llama")]
+fn warm_up(rt: &tokio::runtime::Runtime, backend: &LlamaBackend) -> anyhow::Result<()> {
+    let warm = gym::backend::GroupRequest {
+        tools: Vec::new(),
+        tool_choice: Default::default(),
+        messages: vec![gym::backend::ChatMessage::user("Hi")],
+        n: 1,
+        sampling: Sampling {
+            max_tokens: 4,
+            ..Sampling::default()
+        },
+    };
+    rt.block_on(backend.generate(&warm))?;
+    Ok(())
+}
+
+/// A stage's calls sent together (one round) or one at a time.
+#[cfg(feature = "llama")]
+fn all_or_each<F: std::future::Future>(
+    rt: &tokio::runtime::Runtime,
+    batched: bool,
+    calls: impl Iterator<Item = F>,
+) -> Vec<F::Output> {
+    if batched {
+        rt.block_on(join_all(calls))
+    } else {
+        calls.map(|call| rt.block_on(call)).collect()
+    }
+}
+
+/// Adds what one round (or string of calls) of a stage did to its work.
+#[cfg(feature = "llama")]
+fn count<T>(work: &mut StageWork, outcomes: &[StageOutcome<T>], started: Instant, reused: u64) {
+    work.calls += outcomes.len();
+    for outcome in outcomes {
+        work.prompt_tokens += outcome.usage.prompt_tokens;
+        work.generated_tokens += outcome.usage.completion_tokens;
+    }
+    work.prompt_tokens_reused += reused;
+    work.seconds += started.elapsed().as_secs_f64();
+}
+
+/// A call's raw outputs (one per attempt), compared between the modes.
+#[cfg(feature = "llama")]
+fn joined_outputs<T>(outcome: &StageOutcome<T>) -> String {
+    outcome.raw_outputs.join("\u{1f}")
+}
+
+/// Times both modes' stage shapes on llama.cpp alone and holds each mode against them.
+#[cfg(feature = "llama")]
+fn add_ceilings(
+    config: &LlamaConfig,
+    batched: &mut StagesFigures,
+    sequential: &mut StagesFigures,
+) -> anyhow::Result<()> {
+    let shapes: Vec<_> = [&*batched, &*sequential]
+        .iter()
+        .flat_map(|f| [f.summarize.shape(), f.extract.shape()])
+        .flat_map(|shape| [shape, shape.all_shared()])
+        .collect();
+    let rates = gym::backend::llama::ceiling::measure(config, &shapes)?;
+    for (figures, rates) in [batched, sequential].into_iter().zip(rates.chunks(4)) {
+        let seconds = figures.summarize.ceiling_seconds(&rates[0])
+            + figures.extract.ceiling_seconds(&rates[2]);
+        let all_shared_seconds = figures.summarize.ceiling_seconds(&rates[1])
+            + figures.extract.ceiling_seconds(&rates[3]);
+        figures.ceiling = Some(Ceiling {
+            summarize: rates[0],
+            extract: rates[2],
+            seconds,
+            ratio: figures.seconds / seconds,
+            all_shared_seconds,
+            all_shared_ratio: figures.seconds / all_shared_seconds,
+        });
+    }
+    Ok(())
 }

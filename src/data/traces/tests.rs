@@ -100,14 +100,17 @@ fn openai_chat_lines_take_the_last_assistant_message_as_the_reference() {
     assert_eq!(report.count(LeftOut::NoQuestion), 1);
 }
 
-#[test]
-fn otlp_spans_in_every_convention_become_queries_named_by_trace_and_span() {
+/// The trace id every test span carries.
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+
+/// A span in the current GenAI convention: the messages as JSON in attributes.
+fn current_convention_span() -> Value {
     let input = json!([
         {"role": "system", "parts": [{"type": "text", "content": "You are a helpful bot"}]},
         {"role": "user", "parts": [{"type": "text", "content": "Tell me a joke about OpenTelemetry"}]}
     ]);
     let output = json!([{"role": "assistant", "parts": [{"type": "text", "content": "Because it traces the fun!"}], "finish_reason": "stop"}]);
-    let current = span(
+    span(
         "00f067aa0ba902b7",
         vec![
             attr("gen_ai.operation.name", s("chat")),
@@ -116,8 +119,12 @@ fn otlp_spans_in_every_convention_become_queries_named_by_trace_and_span() {
             attr("gen_ai.output.messages", s(&output.to_string())),
         ],
         vec![],
-    );
-    let indexed = span(
+    )
+}
+
+/// A span with the older indexed `gen_ai.prompt.N` / `gen_ai.completion.N` attributes.
+fn indexed_attributes_span() -> Value {
+    span(
         "00f067aa0ba902b8",
         vec![
             attr("gen_ai.prompt.0.role", s("user")),
@@ -126,24 +133,37 @@ fn otlp_spans_in_every_convention_become_queries_named_by_trace_and_span() {
             attr("gen_ai.completion.0.content", s("Paris")),
         ],
         vec![],
-    );
-    let with_events = span(
+    )
+}
+
+/// A span with the messages in per-message events.
+fn message_events_span() -> Value {
+    span(
         "00f067aa0ba902b9",
         vec![attr("gen_ai.system", s("az.ai.inference"))],
         vec![
             json!({"name": "gen_ai.user.message", "attributes": [attr("gen_ai.event.content", s(r#"{"role": "user", "content": "Spell cat backwards."}"#))]}),
             json!({"name": "gen_ai.choice", "attributes": [attr("gen_ai.event.content", s(r#"{"message": {"content": "tac"}, "finish_reason": "stop", "index": 0}"#))]}),
         ],
-    );
-    let legacy = span(
+    )
+}
+
+/// A span with the oldest `gen_ai.content.prompt` / `gen_ai.content.completion` events.
+fn legacy_events_span() -> Value {
+    span(
         "00f067aa0ba902c0",
         vec![],
         vec![
             json!({"name": "gen_ai.content.prompt", "attributes": [attr("gen_ai.prompt", s(r#"[{"role": "user", "content": "Say hi."}]"#))]}),
             json!({"name": "gen_ai.content.completion", "attributes": [attr("gen_ai.completion", s(r#"[{"role": "assistant", "content": "hi"}]"#))]}),
         ],
-    );
-    let structured = span(
+    )
+}
+
+/// A span in the current convention whose input messages are a structured OTLP value, not a
+/// JSON string.
+fn structured_value_span() -> Value {
+    span(
         "00f067aa0ba902c1",
         vec![
             attr(
@@ -159,7 +179,12 @@ fn otlp_spans_in_every_convention_become_queries_named_by_trace_and_span() {
             ),
         ],
         vec![],
-    );
+    )
+}
+
+/// One span in each convention Gym reads, then one that is not a GenAI span and one without
+/// an answer.
+fn spans_in_every_convention() -> Vec<Value> {
     let http = span(
         "00f067aa0ba902c2",
         vec![attr("http.method", s("POST"))],
@@ -170,80 +195,101 @@ fn otlp_spans_in_every_convention_become_queries_named_by_trace_and_span() {
         vec![attr("gen_ai.prompt.0.content", s("No answer logged"))],
         vec![],
     );
-    let dir = tempfile::tempdir().unwrap();
-    let document = otlp(vec![
-        current,
-        indexed,
-        with_events,
-        legacy,
-        structured,
+    vec![
+        current_convention_span(),
+        indexed_attributes_span(),
+        message_events_span(),
+        legacy_events_span(),
+        structured_value_span(),
         http,
         unanswered,
-    ]);
+    ]
+}
+
+/// The queries of [`spans_in_every_convention`], named by trace and span.
+fn queries_in_every_convention() -> Vec<(String, String, String)> {
+    [
+        (
+            "00f067aa0ba902b7",
+            "Tell me a joke about OpenTelemetry",
+            "Because it traces the fun!",
+        ),
+        ("00f067aa0ba902b8", "Capital of France?", "Paris"),
+        ("00f067aa0ba902b9", "Spell cat backwards.", "tac"),
+        ("00f067aa0ba902c0", "Say hi.", "hi"),
+        ("00f067aa0ba902c1", "One plus one?", "2"),
+    ]
+    .into_iter()
+    .map(|(span, question, answer)| {
+        (
+            format!("{TRACE}:{span}"),
+            question.to_owned(),
+            answer.to_owned(),
+        )
+    })
+    .collect()
+}
+
+#[test]
+fn otlp_spans_in_every_convention_become_queries_named_by_trace_and_span() {
+    let dir = tempfile::tempdir().unwrap();
+    let document = otlp(spans_in_every_convention());
     let pretty = write(
         &dir,
         "export.json",
         &serde_json::to_string_pretty(&document).unwrap(),
     );
     let dataset = load_all(&pretty, None).unwrap();
-    let got = triples(&dataset);
-    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
-    assert_eq!(
-        got,
-        [
-            (
-                format!("{trace}:00f067aa0ba902b7"),
-                "Tell me a joke about OpenTelemetry".into(),
-                "Because it traces the fun!".into()
-            ),
-            (
-                format!("{trace}:00f067aa0ba902b8"),
-                "Capital of France?".into(),
-                "Paris".into()
-            ),
-            (
-                format!("{trace}:00f067aa0ba902b9"),
-                "Spell cat backwards.".into(),
-                "tac".into()
-            ),
-            (
-                format!("{trace}:00f067aa0ba902c0"),
-                "Say hi.".into(),
-                "hi".into()
-            ),
-            (
-                format!("{trace}:00f067aa0ba902c1"),
-                "One plus one?".into(),
-                "2".into()
-            ),
-        ]
-    );
+    assert_eq!(triples(&dataset), queries_in_every_convention());
     let report = dataset.source.unwrap();
     assert_eq!(report.format, "otlp");
     assert_eq!(report.records, 6, "GenAI spans");
     assert_eq!(report.count(LeftOut::NotGenAi), 1);
     assert_eq!(report.count(LeftOut::NoAnswer), 1);
-
-    // The same spans as the collector's file exporter writes them: one document per line.
-    let lines = format!(
-        "{}\n{}\n",
-        otlp(vec![
-            document["resourceSpans"][0]["scopeSpans"][0]["spans"][0].clone()
-        ]),
-        otlp(vec![
-            document["resourceSpans"][0]["scopeSpans"][0]["spans"][1].clone()
-        ]),
-    );
-    let jsonl = write(&dir, "export.jsonl", &lines);
-    assert_eq!(triples(&load_all(&jsonl, None).unwrap()), got[..2]);
 }
 
 #[test]
-fn bad_records_are_errors_naming_the_file_and_line_or_span() {
+fn otlp_documents_one_per_line_as_the_collector_writes_them_are_read_too() {
     let dir = tempfile::tempdir().unwrap();
-    let good_chat = json!({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]});
-    let good_span = span("aa", vec![attr("gen_ai.prompt.0.content", s("q"))], vec![]);
-    let cases: Vec<(&str, String, Option<TraceFormat>, &str)> = vec![
+    let spans = spans_in_every_convention();
+    let lines = format!(
+        "{}\n{}\n",
+        otlp(vec![spans[0].clone()]),
+        otlp(vec![spans[1].clone()]),
+    );
+    let jsonl = write(&dir, "export.jsonl", &lines);
+    assert_eq!(
+        triples(&load_all(&jsonl, None).unwrap()),
+        queries_in_every_convention()[..2]
+    );
+}
+
+/// Loads each case's text from a file of its name, in its format, and checks that the error
+/// contains the expected words.
+fn assert_errors(cases: Vec<(&str, String, Option<TraceFormat>, &str)>) {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text, format, expected) in cases {
+        let path = write(&dir, name, &text);
+        let error = load_all(&path, format).unwrap_err().to_string();
+        assert!(
+            error.contains(expected),
+            "{name}: {error}\nexpected: {expected}"
+        );
+    }
+}
+
+fn good_chat() -> Value {
+    json!({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})
+}
+
+fn good_span() -> Value {
+    span("aa", vec![attr("gen_ai.prompt.0.content", s("q"))], vec![])
+}
+
+#[test]
+fn bad_chat_records_are_errors_naming_the_file_and_line() {
+    let good_chat = good_chat();
+    assert_errors(vec![
         (
             "c.jsonl",
             format!("{good_chat}\n{{oops\n"),
@@ -281,18 +327,13 @@ fn bad_records_are_errors_naming_the_file_and_line_or_span() {
             None,
             "line 2: duplicate id \"a\" (first used on line 1)",
         ),
-        (
-            "c.jsonl",
-            format!("{}\n", json!({"prompt": "x"})),
-            None,
-            "cannot tell the trace format: the first record is an object with neither",
-        ),
-        (
-            "c.jsonl",
-            "\n\n".into(),
-            None,
-            "cannot tell the trace format: the file is empty",
-        ),
+    ]);
+}
+
+#[test]
+fn bad_otlp_records_are_errors_naming_the_file_and_line_or_span() {
+    let good_span = good_span();
+    assert_errors(vec![
         (
             "o.jsonl",
             format!("{}\n{{\n", otlp(vec![good_span.clone()])),
@@ -345,19 +386,29 @@ fn bad_records_are_errors_naming_the_file_and_line_or_span() {
             None,
             "p.json: line 3 column 5: invalid JSON",
         ),
+    ]);
+}
+
+#[test]
+fn a_file_in_no_trace_format_or_not_the_one_given_is_an_error() {
+    assert_errors(vec![
+        (
+            "c.jsonl",
+            format!("{}\n", json!({"prompt": "x"})),
+            None,
+            "cannot tell the trace format: the first record is an object with neither",
+        ),
+        (
+            "c.jsonl",
+            "\n\n".into(),
+            None,
+            "cannot tell the trace format: the file is empty",
+        ),
         (
             "f.jsonl",
-            format!("{good_chat}\n"),
+            format!("{}\n", good_chat()),
             Some(TraceFormat::Otlp),
             "no samples",
         ),
-    ];
-    for (name, text, format, expected) in cases {
-        let path = write(&dir, name, &text);
-        let error = load_all(&path, format).unwrap_err().to_string();
-        assert!(
-            error.contains(expected),
-            "{name}: {error}\nexpected: {expected}"
-        );
-    }
+    ]);
 }

@@ -204,29 +204,37 @@ fn reads_every_codec_across_row_groups() {
     }
 }
 
-#[test]
-fn numbers_become_answers_as_jsonl_numbers_do() {
-    let fixture = Fixture::new(
+/// Ids and answers as Parquet numbers: an integer and a float column.
+fn number_fixture() -> Fixture {
+    Fixture::new(
         "n.parquet",
         &[
             Column::Int("id", vec![Some(7), Some(8), Some(9)]),
             questions(&["a", "b", "c"]),
             Column::Float("answer", vec![Some(2.5), Some(3.0), Some(-0.125)]),
         ],
-    );
+    )
+}
+
+#[test]
+fn numbers_become_answers_as_jsonl_numbers_do() {
+    let fixture = number_fixture();
     let parquet = fixture.load().unwrap();
     let jsonl = fixture.dir.path().join("n.jsonl");
-    std::fs::write(
-        &jsonl,
-        "{\"id\": 7, \"question\": \"a\", \"answer\": 2.5}\n\
-         {\"id\": 8, \"question\": \"b\", \"answer\": 3.0}\n\
-         {\"id\": 9, \"question\": \"c\", \"answer\": -0.125}\n",
-    )
-    .unwrap();
+    let lines = [
+        r#"{"id": 7, "question": "a", "answer": 2.5}"#,
+        r#"{"id": 8, "question": "b", "answer": 3.0}"#,
+        r#"{"id": 9, "question": "c", "answer": -0.125}"#,
+    ];
+    std::fs::write(&jsonl, lines.map(|line| format!("{line}\n")).concat()).unwrap();
     let jsonl = load(&DatasetSpec::new(jsonl.to_str().unwrap())).unwrap();
     assert_eq!(parquet.samples, jsonl.samples);
+}
+
+#[test]
+fn integer_ids_and_float_answers_become_their_text() {
     assert_eq!(
-        triples(&parquet),
+        triples(&number_fixture().load().unwrap()),
         [("7", "a", "2.5"), ("8", "b", "3.0"), ("9", "c", "-0.125")]
     );
 }

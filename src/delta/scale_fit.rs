@@ -1,5 +1,5 @@
-//! Distilling BitDelta's row scales against the fine-tuned model (`gym delta compress
-//! --refine-steps N`), as the BitDelta paper does: the compressed model `W + diag(s)·sign(Δ)`
+//! Fitting BitDelta's row scales to the fine-tuned model (`gym delta compress --refine-steps
+//! N`), the scale distillation of the BitDelta paper: the compressed model `W + diag(s)·sign(Δ)`
 //! is trained, over its scales alone, to reproduce the logits of the fine-tuned model `W + Δ`
 //! on calibration prompts (mean squared logit error, AdamW). A scale is parameterised relative
 //! to its mean-|Δ| start, `s = s₀ · (1 + u)`, so one learning rate suits deltas of any size.

@@ -1,9 +1,10 @@
-//! Builds a [`StaticEmbedder`](super::lookup::StaticEmbedder) table from the MiniLM model Gym
-//! already ships, by the model2vec method: every vocabulary token is run through MiniLM alone
-//! (`[CLS] token [SEP]`, mean-pooled, what MiniLM's sentence vector of that one token is), the
-//! rows are centred on their mean (the direction every MiniLM output shares says nothing about
-//! a text), and each row is weighted by `a / (a + p)` where `p` is the token's probability under
-//! a Zipf law over its vocabulary rank (SIF weighting, `a` = 1e-4): frequent tokens weigh less.
+//! Builds the token table a [`StaticEmbedder`](super::lookup::StaticEmbedder) looks vectors up
+//! in (`gym embed distill`), from the MiniLM model Gym already ships, by model2vec's
+//! distillation: every vocabulary token is run through MiniLM alone (`[CLS] token [SEP]`,
+//! mean-pooled, what MiniLM's sentence vector of that one token is), the rows are centred on
+//! their mean (the direction every MiniLM output shares says nothing about a text), and each
+//! row is weighted by `a / (a + p)` where `p` is the token's probability under a Zipf law over
+//! its vocabulary rank (SIF weighting, `a` = 1e-4): frequent tokens weigh less.
 //!
 //! No hub is reachable to fetch a ready-made model2vec model, and no package ships one; the
 //! distillation needs only the files `make setup` already fetched. It runs ONNX Runtime with
@@ -31,18 +32,18 @@ const BATCH: usize = 512;
 /// ONNX Runtime threads: fixed, so that the reductions run in the same order on every machine.
 const THREADS: usize = 2;
 
-/// What [`distill`] wrote.
+/// What [`build`] wrote.
 #[derive(Debug, Clone)]
-pub struct Distilled {
+pub struct BuiltTable {
     pub dir: PathBuf,
     pub manifest: Manifest,
     pub seconds: f64,
 }
 
-/// Distils the MiniLM model in `minilm_dir` (run on the ONNX Runtime library at `onnxruntime`)
-/// into a static model in `out`, replacing any there. The manifest is written last, so an
+/// Builds the table from the MiniLM model in `minilm_dir` (run on the ONNX Runtime library at
+/// `onnxruntime`) into a static model in `out`, replacing any there. The manifest is written last, so an
 /// interrupted run leaves a directory [`StaticEmbedder::load`] refuses.
-pub fn distill(minilm_dir: &Path, onnxruntime: &Path, out: &Path) -> Result<Distilled, EmbedError> {
+pub fn build(minilm_dir: &Path, onnxruntime: &Path, out: &Path) -> Result<BuiltTable, EmbedError> {
     let started = Instant::now();
     let tokenizer_path = minilm_dir.join(TOKENIZER_FILE);
     let tokenizer_bytes = read(&tokenizer_path)?;
@@ -134,7 +135,7 @@ pub fn distill(minilm_dir: &Path, onnxruntime: &Path, out: &Path) -> Result<Dist
     write_atomically(&out.join(TABLE_FILE), &view)?;
     write_atomically(&out.join(TOKENIZER_FILE), &tokenizer_bytes)?;
     write_atomically(&out.join(MANIFEST_FILE), &manifest_json)?;
-    Ok(Distilled {
+    Ok(BuiltTable {
         dir: out.to_owned(),
         manifest,
         seconds: started.elapsed().as_secs_f64(),
