@@ -365,11 +365,11 @@ fn soup_cmd(args: &SoupArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Where each matrix lies in a flattened delta: its name, rows and columns (`file::flatten`).
+type Layout = Vec<(String, usize, usize)>;
+
 /// Each contributor's delta flattened, and the layout they all share.
-fn read_contributors(
-    inputs: &[PathBuf],
-    model: &Path,
-) -> anyhow::Result<(Vec<Vec<f32>>, Vec<(String, usize, usize)>)> {
+fn read_contributors(inputs: &[PathBuf], model: &Path) -> anyhow::Result<(Vec<Vec<f32>>, Layout)> {
     let mut vectors = Vec::with_capacity(inputs.len());
     let mut layout = None;
     for path in inputs {

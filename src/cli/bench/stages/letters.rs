@@ -53,7 +53,7 @@ pub(super) fn steps(queries: usize, group: usize) -> Vec<(Sample, RolloutGroup)>
 /// The `a`th answer to how often `letter` appears in `word` (`count` times): spelled out and
 /// right when `a` is even, guessed by sound and over the count when it is odd.
 fn answer(word: &str, letter: char, count: usize, a: usize) -> ScoredAnswer {
-    let right = a % 2 == 0;
+    let right = a.is_multiple_of(2);
     let said = if right { count } else { count + 1 + a % 3 };
     let spelled: Vec<String> = word
         .chars()
@@ -95,7 +95,7 @@ fn answer(word: &str, letter: char, count: usize, a: usize) -> ScoredAnswer {
 pub(super) fn summaries(group: usize) -> Vec<String> {
     (0..group)
         .map(|a| {
-            if a % 2 == 0 {
+            if a.is_multiple_of(2) {
                 "The attempt spelled the word out and counted each occurrence, which gave \
                  the right total."
                     .to_owned()
