@@ -15,7 +15,7 @@ use gym::library::{Digest, Library, LibraryRef};
 use gym::pack::receipt::{DatasetRef, Evaluation, ModelRef};
 use gym::pack::{Limits, Measured, Results, Verified};
 use gym::reward::VerifierSpec;
-use gym::rollout::eval::{Condition, Control, EvalReport, library_conditions};
+use gym::rollout::eval::{Condition, ControlCondition, EvalReport, library_conditions};
 use gym::rollout::prompt::PromptExperience;
 use gym::rollout::stats::Estimate;
 
@@ -306,7 +306,7 @@ pub struct Described<'a> {
     pub sampling: Sampling,
     pub reward: Option<&'a VerifierSpec>,
     pub k: usize,
-    pub control: Control,
+    pub control: ControlCondition,
     pub concurrency: usize,
     pub conditions: &'a [Condition],
     /// Which experiences each query was shown (`None`: all).

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use gym::rollout::eval::Control;
+use gym::rollout::eval::ControlCondition;
 
 use super::GrpoArgs;
 use crate::cli::backend_args::{BackendArgs, BackendKind};
@@ -155,7 +155,7 @@ pub(crate) struct RunEvaluation {
     pub sampling: gym::backend::Sampling,
     pub backend: BackendArgs,
     pub k: usize,
-    pub control: Control,
+    pub control: ControlCondition,
     pub concurrency: usize,
     /// Experiences shown per query (`--retrieve`; 0: all).
     pub retrieve: usize,
