@@ -15,6 +15,12 @@ use crate::distill::{self, Proposal, ProposedOp, StageOutcome};
 use crate::library::{Change, Evidence};
 use crate::rollout::RolloutGroup;
 
+/// Stage 1's summaries, by query id and answer index.
+type Summaries = BTreeMap<(String, usize), StageOutcome<String>>;
+
+/// Proposals, one list per group (or per propose call).
+type ByGroup = Vec<Vec<Proposal>>;
+
 /// Lessons grouped by support (see [`integrate::by_support`]): extract's, with the twins
 /// merged among them, and propose's guesses.
 pub(super) struct Supported {
@@ -31,7 +37,7 @@ impl StepRun<'_, '_, '_> {
     pub(super) async fn summarize(
         &mut self,
         kept: &[(&Sample, &RolloutGroup)],
-    ) -> Result<Flow<BTreeMap<(String, usize), StageOutcome<String>>>, RunError> {
+    ) -> Result<Flow<Summaries>, RunError> {
         let cfg = &self.runner.config.distill;
         let backend = &self.runner.distill_backend;
         let items = kept
@@ -75,8 +81,8 @@ impl StepRun<'_, '_, '_> {
     pub(super) async fn extract(
         &mut self,
         kept: &[(&Sample, &RolloutGroup)],
-        summaries: &BTreeMap<(String, usize), StageOutcome<String>>,
-    ) -> Result<Flow<(Vec<Vec<Proposal>>, usize)>, RunError> {
+        summaries: &Summaries,
+    ) -> Result<Flow<(ByGroup, usize)>, RunError> {
         let (backend, cfg) = (&self.runner.distill_backend, &self.runner.config.distill);
         let limit = self.runner.config.stage_parallel;
         let extracted =
@@ -106,7 +112,7 @@ impl StepRun<'_, '_, '_> {
     pub(super) async fn propose(
         &mut self,
         groups: &BTreeMap<String, RolloutGroup>,
-    ) -> Result<Flow<(BTreeSet<String>, Vec<Vec<Proposal>>)>, RunError> {
+    ) -> Result<Flow<(BTreeSet<String>, ByGroup)>, RunError> {
         let answered: Vec<_> = self
             .queries
             .iter()
