@@ -307,22 +307,12 @@ impl Builder {
         name: &str,
         at: &At<'_>,
     ) -> Result<String, GrammarError> {
-        let invalid = |message: String| GrammarError::Invalid {
-            pointer: at.pointer(),
-            message,
-        };
-        let count = |key: &str| -> Result<Option<u64>, GrammarError> {
-            object
-                .get(key)
-                .map(|v| {
-                    v.as_u64()
-                        .ok_or_else(|| invalid(format!("`{key}` must be a non-negative integer")))
-                })
-                .transpose()
-        };
         match ty {
             "string" => {
-                let (min, max) = (count("minLength")?, count("maxLength")?);
+                let (min, max) = (
+                    count(object, "minLength", at)?,
+                    count(object, "maxLength", at)?,
+                );
                 if min.is_none() && max.is_none() {
                     return Ok("string".into());
                 }
@@ -335,127 +325,156 @@ impl Builder {
             "integer" => Ok("integer".into()),
             "boolean" => Ok("boolean".into()),
             "null" => Ok("null".into()),
-            "array" => {
-                let item = match object.get("items") {
-                    Some(items) => {
-                        let rule = format!("{name}-item");
-                        let body = self.node(items, &rule, &at.child(Step::Items))?;
-                        self.define(rule, body)
-                    }
-                    None => "value".into(),
-                };
-                let (min, max) = (count("minItems")?.unwrap_or(0), count("maxItems")?);
-                if max.is_some_and(|max| max < min) {
-                    return Err(invalid("`maxItems` is less than `minItems`".into()));
-                }
-                if max == Some(0) {
-                    return Ok("\"[\" ws \"]\"".into());
-                }
-                let rest = repeat(min.saturating_sub(1), max.map(|m| m - 1));
-                let body = format!("{item} ws (\",\" ws {item} ws){rest}");
-                if min == 0 {
-                    Ok(format!("\"[\" ws ({body})? \"]\""))
-                } else {
-                    Ok(format!("\"[\" ws {body} \"]\""))
-                }
+            "array" => self.array(object, name, at),
+            "object" => self.object(object, name, at),
+            other => Err(GrammarError::Invalid {
+                pointer: at.pointer(),
+                message: format!("unknown type `{other}`"),
+            }),
+        }
+    }
+
+    /// An array of `items` (any value without), `minItems` to `maxItems` of them.
+    fn array(
+        &mut self,
+        object: &serde_json::Map<String, Value>,
+        name: &str,
+        at: &At<'_>,
+    ) -> Result<String, GrammarError> {
+        let invalid = |message: String| GrammarError::Invalid {
+            pointer: at.pointer(),
+            message,
+        };
+        let item = match object.get("items") {
+            Some(items) => {
+                let rule = format!("{name}-item");
+                let body = self.node(items, &rule, &at.child(Step::Items))?;
+                self.define(rule, body)
             }
-            "object" => {
-                let empty = serde_json::Map::new();
-                let properties = match object.get("properties") {
-                    Some(Value::Object(p)) => p,
-                    Some(_) => return Err(invalid("`properties` must be an object".into())),
-                    None => &empty,
-                };
-                if properties.is_empty() {
-                    return Ok("object".into());
+            None => "value".into(),
+        };
+        let (min, max) = (
+            count(object, "minItems", at)?.unwrap_or(0),
+            count(object, "maxItems", at)?,
+        );
+        if max.is_some_and(|max| max < min) {
+            return Err(invalid("`maxItems` is less than `minItems`".into()));
+        }
+        if max == Some(0) {
+            return Ok("\"[\" ws \"]\"".into());
+        }
+        let rest = repeat(min.saturating_sub(1), max.map(|m| m - 1));
+        let body = format!("{item} ws (\",\" ws {item} ws){rest}");
+        if min == 0 {
+            Ok(format!("\"[\" ws ({body})? \"]\""))
+        } else {
+            Ok(format!("\"[\" ws {body} \"]\""))
+        }
+    }
+
+    /// An object of its `properties`, the `required` ones first in their order.
+    fn object(
+        &mut self,
+        object: &serde_json::Map<String, Value>,
+        name: &str,
+        at: &At<'_>,
+    ) -> Result<String, GrammarError> {
+        let invalid = |message: String| GrammarError::Invalid {
+            pointer: at.pointer(),
+            message,
+        };
+        let empty = serde_json::Map::new();
+        let properties = match object.get("properties") {
+            Some(Value::Object(p)) => p,
+            Some(_) => return Err(invalid("`properties` must be an object".into())),
+            None => &empty,
+        };
+        if properties.is_empty() {
+            return Ok("object".into());
+        }
+        let required: Vec<&str> = match object.get("required") {
+            Some(Value::Array(r)) => r
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .ok_or_else(|| invalid("`required` entries must be strings".into()))
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err(invalid("`required` must be an array".into())),
+            None => Vec::new(),
+        };
+        if let Some(missing) = required.iter().find(|r| !properties.contains_key(**r)) {
+            return Err(invalid(format!(
+                "`required` names `{missing}`, which is not a property"
+            )));
+        }
+        // Required properties come in the order `required` lists them (a JSON object's
+        // keys have no order, and the order matters to a model writing them: a
+        // condition before its strategy); optional ones follow in `properties` order.
+        // A key's place is looked up, not searched for, so sorting stays n log n.
+        let mut place: HashMap<&str, usize> = HashMap::with_capacity(required.len());
+        for (index, key) in required.iter().enumerate() {
+            place.entry(*key).or_insert(index);
+        }
+        let mut ordered: Vec<(usize, (&String, &Value))> = properties.iter().enumerate().collect();
+        ordered.sort_by_key(|(_, (key, _))| place.get(key.as_str()).copied().unwrap_or(usize::MAX));
+        let mut pairs = Vec::new();
+        for (i, (key, sub)) in ordered {
+            let rule = format!("{name}-{}", rule_name(key, i));
+            let body = self.node(sub, &rule, &at.child(Step::Property(key)))?;
+            let value = self.define(rule, body);
+            let pair = format!(
+                "{} ws \":\" ws {value} ws",
+                literal(&json_text(&Value::String(key.clone())))
+            );
+            pairs.push((place.contains_key(key.as_str()), pair));
+        }
+        let (mandatory, optional): (Vec<_>, Vec<_>) = pairs.into_iter().partition(|(r, _)| *r);
+        let optional: Vec<String> = optional.into_iter().map(|(_, p)| p).collect();
+        let mut body = String::from("\"{\" ws ");
+        if mandatory.is_empty() {
+            self.optional_chain(name, &optional);
+            let _ = write!(body, "({name}-from0)?");
+        } else {
+            let joined: Vec<&str> = mandatory.iter().map(|(_, p)| p.as_str()).collect();
+            body.push_str(&joined.join(" \",\" ws "));
+            for p in &optional {
+                let _ = write!(body, " (\",\" ws {p})?");
+            }
+        }
+        body.push_str(" \"}\"");
+        Ok(body)
+    }
+
+    /// Defines `{name}-from0`, an object's properties when all are `optional`: any of them
+    /// may come first, and the ones after it keep their order.
+    fn optional_chain(&mut self, name: &str, optional: &[String]) {
+        // Any optional property may come first; the ones after it keep their order.
+        // `-from{k}` is "one or more of properties k.., in order" and `-after{k}`
+        // "each of properties k.. or not, in order, each after a comma". Each rule
+        // names the next rather than spelling out the rest, so the grammar grows
+        // linearly with the properties (spelled out for every possible first
+        // property it grew with their square: about 20 GB for 30,000).
+        let last = optional.len() - 1;
+        for (k, pair) in optional.iter().enumerate() {
+            if k == last {
+                self.define(format!("{name}-from{k}"), pair.clone());
+                if k > 0 {
+                    self.define(format!("{name}-after{k}"), format!("(\",\" ws {pair})?"));
                 }
-                let required: Vec<&str> = match object.get("required") {
-                    Some(Value::Array(r)) => r
-                        .iter()
-                        .map(|v| {
-                            v.as_str()
-                                .ok_or_else(|| invalid("`required` entries must be strings".into()))
-                        })
-                        .collect::<Result<_, _>>()?,
-                    Some(_) => return Err(invalid("`required` must be an array".into())),
-                    None => Vec::new(),
-                };
-                if let Some(missing) = required.iter().find(|r| !properties.contains_key(**r)) {
-                    return Err(invalid(format!(
-                        "`required` names `{missing}`, which is not a property"
-                    )));
-                }
-                // Required properties come in the order `required` lists them (a JSON object's
-                // keys have no order, and the order matters to a model writing them: a
-                // condition before its strategy); optional ones follow in `properties` order.
-                // A key's place is looked up, not searched for, so sorting stays n log n.
-                let mut place: HashMap<&str, usize> = HashMap::with_capacity(required.len());
-                for (index, key) in required.iter().enumerate() {
-                    place.entry(*key).or_insert(index);
-                }
-                let mut ordered: Vec<(usize, (&String, &Value))> =
-                    properties.iter().enumerate().collect();
-                ordered.sort_by_key(|(_, (key, _))| {
-                    place.get(key.as_str()).copied().unwrap_or(usize::MAX)
-                });
-                let mut pairs = Vec::new();
-                for (i, (key, sub)) in ordered {
-                    let rule = format!("{name}-{}", rule_name(key, i));
-                    let body = self.node(sub, &rule, &at.child(Step::Property(key)))?;
-                    let value = self.define(rule, body);
-                    let pair = format!(
-                        "{} ws \":\" ws {value} ws",
-                        literal(&json_text(&Value::String(key.clone())))
+            } else {
+                let next = k + 1;
+                self.define(
+                    format!("{name}-from{k}"),
+                    format!("{pair} {name}-after{next} | {name}-from{next}"),
+                );
+                if k > 0 {
+                    self.define(
+                        format!("{name}-after{k}"),
+                        format!("(\",\" ws {pair})? {name}-after{next}"),
                     );
-                    pairs.push((place.contains_key(key.as_str()), pair));
                 }
-                let (mandatory, optional): (Vec<_>, Vec<_>) =
-                    pairs.into_iter().partition(|(r, _)| *r);
-                let optional: Vec<String> = optional.into_iter().map(|(_, p)| p).collect();
-                let mut body = String::from("\"{\" ws ");
-                if mandatory.is_empty() {
-                    // Any optional property may come first; the ones after it keep their order.
-                    // `-from{k}` is "one or more of properties k.., in order" and `-after{k}`
-                    // "each of properties k.. or not, in order, each after a comma". Each rule
-                    // names the next rather than spelling out the rest, so the grammar grows
-                    // linearly with the properties (spelled out for every possible first
-                    // property it grew with their square: about 20 GB for 30,000).
-                    let last = optional.len() - 1;
-                    for (k, pair) in optional.iter().enumerate() {
-                        if k == last {
-                            self.define(format!("{name}-from{k}"), pair.clone());
-                            if k > 0 {
-                                self.define(
-                                    format!("{name}-after{k}"),
-                                    format!("(\",\" ws {pair})?"),
-                                );
-                            }
-                        } else {
-                            let next = k + 1;
-                            self.define(
-                                format!("{name}-from{k}"),
-                                format!("{pair} {name}-after{next} | {name}-from{next}"),
-                            );
-                            if k > 0 {
-                                self.define(
-                                    format!("{name}-after{k}"),
-                                    format!("(\",\" ws {pair})? {name}-after{next}"),
-                                );
-                            }
-                        }
-                    }
-                    let _ = write!(body, "({name}-from0)?");
-                } else {
-                    let joined: Vec<&str> = mandatory.iter().map(|(_, p)| p.as_str()).collect();
-                    body.push_str(&joined.join(" \",\" ws "));
-                    for p in &optional {
-                        let _ = write!(body, " (\",\" ws {p})?");
-                    }
-                }
-                body.push_str(" \"}\"");
-                Ok(body)
             }
-            other => Err(invalid(format!("unknown type `{other}`"))),
         }
     }
 
@@ -463,6 +482,23 @@ impl Builder {
         self.rules.insert(rule.clone(), body);
         rule
     }
+}
+
+/// The non-negative integer `key` of `object`, if it has one.
+fn count(
+    object: &serde_json::Map<String, Value>,
+    key: &str,
+    at: &At<'_>,
+) -> Result<Option<u64>, GrammarError> {
+    object
+        .get(key)
+        .map(|v| {
+            v.as_u64().ok_or_else(|| GrammarError::Invalid {
+                pointer: at.pointer(),
+                message: format!("`{key}` must be a non-negative integer"),
+            })
+        })
+        .transpose()
 }
 
 fn repeat(min: u64, max: Option<u64>) -> String {

@@ -12,7 +12,7 @@ use gym::data::{self, Dataset, Split};
 use gym::library::{Library, LibraryRef};
 use gym::reward::Verifier;
 use gym::rollout::eval::{
-    Condition, Control, EvalReport, EvalSettings, QueryResult, Resume, evaluate_resuming,
+    Condition, ControlCondition, EvalReport, EvalSettings, QueryResult, Resume, evaluate_resuming,
     library_conditions,
 };
 use gym::rollout::eval_journal::EvalJournal;
@@ -37,7 +37,7 @@ pub struct EvalArgs {
     /// length and form as the experiences, so a format nudge is not taken for learning) or
     /// `none`. Only with --library.
     #[arg(long, value_enum, default_value = "placebo")]
-    control: Control,
+    control: ControlCondition,
 
     /// Evaluate one group at a time, so every answer is a function of its seed alone (batch
     /// composition changes llama.cpp's numerics); slower. Same as --parallel 1.

@@ -10,7 +10,8 @@ use chrono::Utc;
 use clap::{Args, Subcommand};
 use gym::gov::review::{render, review};
 use gym::gov::{
-    Ballot, Choice, Draft, Governance, Rules, parse_duration_secs, read_key_file, read_voters,
+    Ballot, Choice, Draft, Governance, Rules, Voted, parse_duration_secs, read_key_file,
+    read_voters,
 };
 use gym::library::Library;
 
@@ -221,9 +222,11 @@ impl GovArgs {
                     writeln!(out, "{}", serde_json::to_string(&ballot)?)?;
                     return Ok(ExitCode::SUCCESS);
                 }
-                let cast = Governance::vote(gov, &ballot, Utc::now())?;
-                let governance = Governance::open(gov)?;
-                let t = Governance::tally(governance.proposal(id)?);
+                let Voted {
+                    vote: cast,
+                    tally: t,
+                    ..
+                } = Governance::vote(gov, &ballot, Utc::now())?;
                 writeln!(
                     out,
                     "Recorded {choice} from {} (weight {}) on proposal {id}: yes {} / no {} of {} \

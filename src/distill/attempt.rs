@@ -132,9 +132,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::distill::testing::Replay;
+    use crate::distill::testing::ScriptedModel;
 
-    fn call(backend: &Replay, attempts: u32) -> Call<'_> {
+    fn call(backend: &ScriptedModel, attempts: u32) -> Call<'_> {
         Call {
             backend,
             prompt: "Say something.".into(),
@@ -156,7 +156,7 @@ mod tests {
 
     #[tokio::test]
     async fn retries_until_an_output_reads_counting_each_failure() {
-        let backend = Replay::new([Err("connection reset"), Ok("nope"), Ok("42"), Ok("7")]);
+        let backend = ScriptedModel::new([Err("connection reset"), Ok("nope"), Ok("42"), Ok("7")]);
         let outcome = call(&backend, 3).run(read_number).await;
         assert_eq!(outcome.value, Some(42));
         assert_eq!(
@@ -192,7 +192,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_stage_that_never_reads_has_no_value() {
-        let backend = Replay::new([Ok("a"), Ok("b")]);
+        let backend = ScriptedModel::new([Ok("a"), Ok("b")]);
         let outcome = call(&backend, 2).run(read_number).await;
         assert_eq!(outcome.value, None);
         assert_eq!((outcome.attempts, outcome.parse_failures), (2, 2));
@@ -201,7 +201,7 @@ mod tests {
 
     #[tokio::test]
     async fn retries_change_seed_and_warm_up() {
-        let backend = Replay::new([Ok("x"), Ok("y")]);
+        let backend = ScriptedModel::new([Ok("x"), Ok("y")]);
         let call = call(&backend, 2);
         let _ = call.run(read_number).await;
         let requests = backend.requests();
@@ -221,7 +221,7 @@ mod tests {
 
     #[tokio::test]
     async fn zero_attempts_still_ask_once() {
-        let backend = Replay::new([Ok("5")]);
+        let backend = ScriptedModel::new([Ok("5")]);
         let outcome = call(&backend, 0).run(read_number).await;
         assert_eq!((outcome.value, outcome.attempts), (Some(5), 1));
     }

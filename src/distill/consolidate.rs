@@ -29,7 +29,7 @@ use super::ops::{Rules, read_ops};
 use super::outcome::StageOutcome;
 use super::prompt::{CONSOLIDATE, render};
 use super::proposal::{Proposal, ProposedOp, union_evidence};
-use super::resolve::normalize;
+use super::text::normalize;
 use crate::backend::Backend;
 use crate::library::{Evidence, State};
 
@@ -293,7 +293,7 @@ pub fn consolidate_schema(proposals: &[Proposal], cfg: &DistillConfig) -> Value 
 mod tests {
     use super::*;
     use crate::backend::json_schema_to_gbnf;
-    use crate::distill::testing::{Replay, id, library};
+    use crate::distill::testing::{ScriptedModel, id, library};
 
     fn proposal(op: ProposedOp, query: &str, rewards: &[f64]) -> Proposal {
         Proposal {
@@ -322,7 +322,7 @@ mod tests {
     }
 
     async fn run(script: &[Result<&str, &str>]) -> StageOutcome<Vec<Proposal>> {
-        let backend = Replay::new(script.iter().copied());
+        let backend = ScriptedModel::new(script.iter().copied());
         consolidate(&backend, &batch(), &library(), &DistillConfig::default()).await
     }
 
@@ -441,7 +441,7 @@ mod tests {
         assert_eq!(ops[0].evidence.query_ids, vec!["q1", "q2"]);
         // Two proposals of a batch of two may well be one lesson.
         let two = &batch()[..2];
-        let backend = Replay::new([Ok(r#"{"keep": [{"lesson": 1, "same_as": [2]}]}"#)]);
+        let backend = ScriptedModel::new([Ok(r#"{"keep": [{"lesson": 1, "same_as": [2]}]}"#)]);
         let merged = consolidate(&backend, two, &library(), &DistillConfig::default()).await;
         assert_eq!(
             merged.value.unwrap()[0].evidence.query_ids,
@@ -459,7 +459,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_empty_batch_asks_nothing() {
-        let backend = Replay::new([]);
+        let backend = ScriptedModel::new([]);
         let outcome = consolidate(&backend, &[], &library(), &DistillConfig::default()).await;
         assert_eq!((outcome.value, outcome.attempts), (Some(Vec::new()), 0));
         assert!(backend.requests().is_empty());

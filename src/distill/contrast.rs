@@ -16,6 +16,7 @@
 //! these facts need each number as written ("reaches 42") and where it stands in its line.
 
 use super::prompt::grade;
+use super::text::capitalized;
 use crate::rollout::ScoredAnswer;
 
 /// Most facts shown for one group.
@@ -192,14 +193,6 @@ fn attempts(indices: &[usize]) -> String {
         [one] => format!("attempt {one} (wrong)"),
         [init @ .., last] => format!("attempts {} and {last} (wrong)", init.join(", ")),
         [] => String::new(),
-    }
-}
-
-fn capitalized(text: &str) -> String {
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(first) => first.to_uppercase().chain(chars).collect(),
-        None => String::new(),
     }
 }
 

@@ -4,7 +4,7 @@
 //! a run of common words ("a problem asks how many times") is how any lesson of the kind
 //! opens, so only runs with content words count.
 
-use super::resolve::normalize;
+use super::text::normalize;
 
 /// Whether `text` (three words or more) appears in `template`: small models copy a prompt's
 /// example instead of writing their own.

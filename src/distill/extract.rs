@@ -20,8 +20,9 @@ use super::contrast::group_facts;
 use super::error::ParseError;
 use super::ops::{Rules, read_ops};
 use super::outcome::StageOutcome;
-use super::prompt::{EXTRACT, EXTRACT_TOOLS, PARTLY, clip, grade, grader_note, render};
+use super::prompt::{EXTRACT, EXTRACT_TOOLS, PARTLY, grade, grader_note, render};
 use super::proposal::ProposedOp;
+use super::text::clip;
 use crate::backend::Backend;
 use crate::data::Sample;
 use crate::library::State;
@@ -265,14 +266,14 @@ pub fn extract_schema(cfg: &DistillConfig) -> Value {
 mod tests {
     use super::*;
     use crate::backend::json_schema_to_gbnf;
-    use crate::distill::testing::{Replay, group, sample};
+    use crate::distill::testing::{ScriptedModel, group, sample};
 
     fn summaries() -> Vec<String> {
         vec!["It multiplied 3 by 4.".into(), String::new()]
     }
 
-    async fn run(script: &[Result<&str, &str>]) -> (StageOutcome<Vec<ProposedOp>>, Replay) {
-        let backend = Replay::new(script.iter().copied());
+    async fn run(script: &[Result<&str, &str>]) -> (StageOutcome<Vec<ProposedOp>>, ScriptedModel) {
+        let backend = ScriptedModel::new(script.iter().copied());
         let outcome = extract(
             &backend,
             &sample(),

@@ -26,7 +26,7 @@ use super::ops::{Rules, parse_id, read_ops};
 use super::outcome::StageOutcome;
 use super::prompt::{INTEGRATE, render};
 use super::proposal::ProposedOp;
-use super::resolve::normalize;
+use super::text::normalize;
 use crate::backend::Backend;
 use crate::library::{DEFAULT_DOMAIN, ExperienceId, State};
 

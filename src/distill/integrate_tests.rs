@@ -1,6 +1,6 @@
 use super::*;
 use crate::backend::json_schema_to_gbnf;
-use crate::distill::testing::{Replay, id, library};
+use crate::distill::testing::{ScriptedModel, id, library};
 
 fn candidate() -> ProposedOp {
     ProposedOp::Add {
@@ -23,8 +23,8 @@ fn neighbour(n: u32, similarity: f32, near_duplicate: bool) -> Neighbour {
 async fn run(
     neighbours: &[Neighbour],
     script: &[Result<&str, &str>],
-) -> (StageOutcome<Decision>, Replay) {
-    let backend = Replay::new(script.iter().copied());
+) -> (StageOutcome<Decision>, ScriptedModel) {
+    let backend = ScriptedModel::new(script.iter().copied());
     let outcome = integrate(
         &backend,
         &candidate(),

@@ -39,6 +39,7 @@ mod resolve;
 mod summarize;
 #[cfg(test)]
 pub(crate) mod testing;
+mod text;
 
 use serde::{Deserialize, Serialize};
 
@@ -60,10 +61,11 @@ pub use proposal::{Proposal, ProposedOp, group_evidence, union_evidence};
 pub use propose::{
     PROBLEMS_SHOWN, failed_problems, propose, propose_key, propose_prompt, propose_schema,
 };
-pub use resolve::{DeleteRules, Resolution, normalize, resolve};
+pub use resolve::{DeleteRules, Resolution, resolve};
 pub use summarize::{
     parse_summary, summarize, summarize_prompt, summary_schema, worth_summarizing,
 };
+pub use text::normalize;
 
 /// Two groups must agree before an experience is deleted.
 pub const DEFAULT_DELETE_QUORUM: usize = 2;

@@ -13,9 +13,9 @@ use super::copying::{copied_from, is_content_word, quotes_problem, shares_a_run}
 use super::error::ParseError;
 use super::generalize::generalize;
 use super::json::extract_json;
-use super::lint::{first_sentence, glued_lessons, lesson_flaw};
+use super::lint::{glued_lessons, lesson_flaw};
 use super::proposal::ProposedOp;
-use super::resolve::normalize;
+use super::text::{clean_text, first_sentence, lower_first_word, normalize};
 use crate::library::{ExperienceId, State};
 
 /// What the reader checks items against.
@@ -353,23 +353,6 @@ fn compose(map: &Map<String, Value>) -> Option<String> {
     ))
 }
 
-/// "Count the letters" → "count the letters", "A word" → "a word", as they read inside
-/// "When …, …."; acronyms, names in capitals and "I" stay as they are.
-fn lower_first_word(text: &str) -> String {
-    let word = text.split_whitespace().next().unwrap_or("");
-    let mut chars = word.chars();
-    let capitalized = chars.next().is_some_and(char::is_uppercase)
-        && chars.all(|c| !c.is_uppercase())
-        && word != "I";
-    match text.chars().next() {
-        Some(first) if capitalized => first
-            .to_lowercase()
-            .chain(text[first.len_utf8()..].chars())
-            .collect(),
-        _ => text.to_owned(),
-    }
-}
-
 /// Proposal numbers: `[1, 3]`, `2`, `"1, 3"`, `["#1", "P3"]`.
 fn numbers(value: &Value) -> Vec<usize> {
     static DIGITS: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\d+").expect("valid regex"));
@@ -422,36 +405,6 @@ pub(crate) fn parse_id(text: &str) -> Option<ExperienceId> {
         return None;
     }
     ExperienceId::new(digits.parse().ok()?)
-}
-
-/// Whitespace and control characters collapsed, wrapping quotes and Markdown emphasis gone.
-pub(crate) fn clean_text(text: &str) -> String {
-    let collapsed: String = text
-        .split(|c: char| c.is_whitespace() || c.is_control())
-        .filter(|w| !w.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let mut text = collapsed.as_str();
-    loop {
-        let before = text;
-        for (open, close) in [
-            ("\"", "\""),
-            ("'", "'"),
-            ("“", "”"),
-            ("`", "`"),
-            ("**", "**"),
-            ("__", "__"),
-        ] {
-            if text.len() > open.len() + close.len()
-                && let Some(inner) = text.strip_prefix(open).and_then(|t| t.strip_suffix(close))
-            {
-                text = inner.trim();
-            }
-        }
-        if text == before {
-            return text.to_owned();
-        }
-    }
 }
 
 /// A leading `[E0003]` or `E0003:` tag (a library line copied back, or the id of a delete

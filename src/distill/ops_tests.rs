@@ -246,14 +246,6 @@ fn ids_read_in_every_spelling() {
     }
 }
 
-#[test]
-fn texts_are_cleaned_not_rewritten() {
-    assert_eq!(clean_text("  \"When a,\n  b.\"  "), "When a, b.");
-    assert_eq!(clean_text("**“When a, b.”**"), "When a, b.");
-    assert_eq!(clean_text("\"\""), "\"\"");
-    assert_eq!(clean_text("When \u{7}a, b."), "When a, b.");
-}
-
 /// Stage 2 and 3 replies SmolLM2-135M gave under the JSON-schema grammar in a real run: valid
 /// JSON, but no lesson in any of them. Every item is dropped with its reason.
 #[test]

@@ -3,6 +3,7 @@
 
 use sha2::{Digest, Sha256};
 
+use super::text::clip;
 use crate::backend::FinishReason;
 use crate::library::State;
 use crate::rollout::ScoredAnswer;
@@ -128,23 +129,6 @@ pub fn grader_note(reason: &str, answer: &ScoredAnswer, max_chars: usize) -> Str
     }
 }
 
-/// `text` trimmed and, when longer than `max_chars`, its head and tail around ` … `.
-///
-/// The tail is kept longer than the head: an answer's final result is at its end. A small
-/// model's context is short, and a rambling answer must not push the task out of it.
-pub fn clip(text: &str, max_chars: usize) -> String {
-    let text = text.trim();
-    let count = text.chars().count();
-    if count <= max_chars {
-        return text.to_owned();
-    }
-    let head = max_chars / 3;
-    let tail = max_chars - head;
-    let start: String = text.chars().take(head).collect();
-    let end: String = text.chars().skip(count - tail).collect();
-    format!("{} … {}", start.trim_end(), end.trim_start())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,10 +216,7 @@ mod tests {
     }
 
     #[test]
-    fn long_texts_keep_head_and_tail() {
-        assert_eq!(clip("  short ", 10), "short");
-        let clipped = clip("abcdefghijklmnopqrstuvwxyz", 9);
-        assert_eq!(clipped, "abc … uvwxyz");
+    fn grades_name_the_reward() {
         assert_eq!(grade(1.0), "correct");
         assert_eq!(grade(0.0), "wrong");
         assert_eq!(grade(0.5), "partly correct");

@@ -22,8 +22,9 @@ use super::attempt::Call;
 use super::extract::extract_schema;
 use super::ops::{Rules, read_ops};
 use super::outcome::StageOutcome;
-use super::prompt::{PROPOSE, clip, render};
+use super::prompt::{PROPOSE, render};
 use super::proposal::ProposedOp;
+use super::text::clip;
 use crate::backend::{Backend, Sampling};
 use crate::data::Sample;
 use crate::library::State;
@@ -214,7 +215,7 @@ pub fn propose_schema(max: usize, cfg: &DistillConfig) -> Value {
 mod tests {
     use super::*;
     use crate::backend::json_schema_to_gbnf;
-    use crate::distill::testing::{Replay, answer, group, problem, sample};
+    use crate::distill::testing::{ScriptedModel, answer, group, problem, sample};
 
     #[test]
     fn failed_problems_come_most_wrong_first_and_never_all_right_ones() {
@@ -298,7 +299,7 @@ mod tests {
             {"topic": "letter count", "when": "counting the occurrences of a specific letter in a word", "do": "Start with the first letter and count up how many times it appears. Move to the second letter, count up how many times it appears, then add this to the first count. Continue this process for all letters in the word."},
             {"topic": "letter count", "when": "counting the occurrences of a letter in a word", "do": "Write the word one letter per line, mark each match, then count the marks."}
         ]}"#;
-        let backend = Replay::new([Ok(reply)]);
+        let backend = ScriptedModel::new([Ok(reply)]);
         let outcome = propose(&backend, &[&sample()], &[], 2, 0, &DistillConfig::default()).await;
         let ops = outcome.value.clone().expect("a usable reply");
         let texts: Vec<&str> = ops.iter().filter_map(ProposedOp::text).collect();
@@ -329,7 +330,7 @@ mod tests {
             {"topic": "letter counting", "when": "counting letters in strawberry", "do": "Count the r letters one at a time."},
             {"topic": "letter counting", "when": "a word has double letters", "do": "Count each letter of a double letter separately."}
         ]}"#;
-        let backend = Replay::new([Ok(reply)]);
+        let backend = ScriptedModel::new([Ok(reply)]);
         let outcome = propose(&backend, &[&a, &b], &[], 1, 0, &DistillConfig::default()).await;
         let ops = outcome.value.clone().expect("a usable reply");
         assert_eq!(ops.len(), 1, "{outcome:?}");
@@ -349,11 +350,11 @@ mod tests {
         let requests = backend.requests();
         assert!(requests[0].sampling.temperature >= MIN_TEMPERATURE);
         // A second call on the same problems draws on another seed.
-        let again = Replay::new([Ok(reply)]);
+        let again = ScriptedModel::new([Ok(reply)]);
         propose(&again, &[&a, &b], &[], 1, 1, &DistillConfig::default()).await;
         assert_ne!(again.requests()[0].sampling.seed, requests[0].sampling.seed);
 
-        let backend = Replay::new([Ok(r#"{"procedure": "none needed", "lessons": []}"#)]);
+        let backend = ScriptedModel::new([Ok(r#"{"procedure": "none needed", "lessons": []}"#)]);
         let outcome = propose(&backend, &[&a], &[], 2, 0, &DistillConfig::default()).await;
         assert_eq!(outcome.value, Some(Vec::new()));
     }

@@ -21,8 +21,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::ops::{clean_text, is_placeholder};
+use super::ops::is_placeholder;
 use super::proposal::{Proposal, ProposedOp, union_evidence};
+use super::text::{clean_text, normalize};
+
 use crate::library::{Change, Evidence, ExperienceId, State};
 
 /// What [`resolve`] made of a batch.
@@ -32,16 +34,6 @@ pub struct Resolution {
     pub changes: Vec<Change>,
     /// Proposals left out, with the reason.
     pub dropped: Vec<(Proposal, String)>,
-}
-
-/// Lower-case words of letters and digits, so texts differing only in case, spacing or
-/// punctuation compare equal.
-pub fn normalize(text: &str) -> String {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|word| !word.is_empty())
-        .map(str::to_lowercase)
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 enum Slot {

@@ -341,10 +341,3 @@ fn messy_batches_always_give_changes_the_library_accepts() {
         );
     }
 }
-
-#[test]
-fn normalized_texts_ignore_case_spacing_and_punctuation() {
-    assert_eq!(normalize("  When X,  do Y!! "), "when x do y");
-    assert_eq!(normalize("..."), "");
-    assert_eq!(normalize("Wenn Ä, dann Ö."), "wenn ä dann ö");
-}

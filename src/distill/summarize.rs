@@ -12,9 +12,9 @@ use super::attempt::Call;
 use super::copying::copied_from;
 use super::error::ParseError;
 use super::json::extract_json;
-use super::ops::clean_text;
 use super::outcome::StageOutcome;
-use super::prompt::{SUMMARIZE, SUMMARIZE_TOOLS, clip, grade, grader_note, render};
+use super::prompt::{SUMMARIZE, SUMMARIZE_TOOLS, grade, grader_note, render};
+use super::text::{clean_text, clip, cut_at_word};
 use crate::backend::Backend;
 use crate::data::Sample;
 use crate::rollout::ScoredAnswer;
@@ -135,7 +135,7 @@ pub fn parse_summary(output: &str) -> Result<String, ParseError> {
     if copied_from(SUMMARIZE, &text) {
         return Err(ParseError::CopiedPrompt);
     }
-    Ok(shorten(&text))
+    Ok(cut_at_word(&text, KEEP_MAX_CHARS))
 }
 
 /// The summary string in a JSON value: under a known key, else the longest string in it.
@@ -166,7 +166,7 @@ fn summary_in(value: &Value) -> Option<String> {
 /// Prose without code fences, a `Summary:` label or a half-written JSON opening.
 fn prose(output: &str) -> String {
     static LABEL: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r#"(?i)^[\s#*_`"{]*(?:summary|answer)\s*[*_"]*\s*[:=\-]\s*[*_"]*\s*"#)
+        Regex::new("(?i)^[\\s#*_`\"{]*(?:summary|answer)\\s*[*_\"]*\\s*[:=\\-]\\s*[*_\"]*\\s*")
             .expect("valid regex")
     });
     let lines: Vec<&str> = output
@@ -180,30 +180,11 @@ fn prose(output: &str) -> String {
         .to_owned()
 }
 
-/// `text` cut at a word boundary to [`KEEP_MAX_CHARS`], marked with `…` when cut.
-fn shorten(text: &str) -> String {
-    if text.chars().count() <= KEEP_MAX_CHARS {
-        return text.to_owned();
-    }
-    let mut out = String::new();
-    for word in text.split_whitespace() {
-        if out.chars().count() + word.chars().count() + 1 > KEEP_MAX_CHARS {
-            break;
-        }
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        out.push_str(word);
-    }
-    out.push_str(" …");
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::backend::json_schema_to_gbnf;
-    use crate::distill::testing::{Replay, answer, sample};
+    use crate::distill::testing::{ScriptedModel, answer, sample};
 
     #[test]
     fn summaries_read_from_json_or_prose() {
@@ -289,7 +270,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_reply_is_retried_and_the_next_one_kept() {
-        let backend = Replay::new([Ok("{}"), Ok(r#"{"summary": "It added 3 and 4."}"#)]);
+        let backend = ScriptedModel::new([Ok("{}"), Ok(r#"{"summary": "It added 3 and 4."}"#)]);
         let outcome = summarize(
             &backend,
             &sample(),

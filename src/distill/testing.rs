@@ -25,13 +25,13 @@ type Script = Mutex<VecDeque<Result<String, String>>>;
 /// small models were seen to write. Every request the stages made is kept for inspection.
 ///
 /// Must be created inside a Tokio runtime (the server runs on it).
-pub(crate) struct Replay {
+pub(crate) struct ScriptedModel {
     script: Arc<Script>,
     requests: Mutex<Vec<GroupRequest>>,
     backend: OpenAiBackend,
 }
 
-impl Replay {
+impl ScriptedModel {
     pub(crate) fn new<'a>(script: impl IntoIterator<Item = Result<&'a str, &'a str>>) -> Self {
         let script: Arc<Script> = Arc::new(Mutex::new(
             script
@@ -118,7 +118,7 @@ async fn replay(AxumState(script): AxumState<Arc<Script>>, body: String) -> Resp
     .into_response()
 }
 
-impl Backend for Replay {
+impl Backend for ScriptedModel {
     fn model(&self) -> &str {
         "replay"
     }

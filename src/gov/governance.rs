@@ -78,6 +78,14 @@ pub struct Draft {
     pub author: String,
 }
 
+/// A vote just recorded, and where its proposal stands with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Voted {
+    pub vote: CastVote,
+    pub tally: Tally,
+    pub state: ProposalState,
+}
+
 /// A ledger folded into proposals, votes and governed heads.
 #[derive(Debug, Clone)]
 pub struct Governance {
@@ -428,20 +436,27 @@ impl Governance {
         })
     }
 
-    /// Records a signed vote arriving at `now` in the ledger in `dir`.
-    pub fn vote(dir: &Path, ballot: &Ballot, now: DateTime<Utc>) -> Result<CastVote, GovError> {
+    /// Records a signed vote arriving at `now` in the ledger in `dir`; returns it with its
+    /// proposal's tally and state at `now` once it counts, so no caller re-reads the ledger.
+    pub fn vote(dir: &Path, ballot: &Ballot, now: DateTime<Utc>) -> Result<Voted, GovError> {
+        let mut voted = None;
         Self::transact(dir, |governance| {
             let weight = governance.check_vote(ballot, now)?;
-            Ok(Record::Vote(CastVote {
+            let cast = CastVote {
                 ballot: ballot.clone(),
                 weight,
                 received_at: now,
-            }))
-        })
-        .map(|record| match record {
-            Record::Vote(cast) => cast,
-            _ => unreachable!("vote appends a vote"),
-        })
+            };
+            let mut tracked = governance.proposal(ballot.proposal)?.clone();
+            tracked.votes.push(cast.clone());
+            voted = Some(Voted {
+                tally: Self::tally(&tracked),
+                state: governance.state(&tracked, now),
+                vote: cast.clone(),
+            });
+            Ok(Record::Vote(cast))
+        })?;
+        Ok(voted.expect("a vote that was appended was counted"))
     }
 
     /// Executes proposal `id`: checks that `executor` is a voter or the initializer, that the

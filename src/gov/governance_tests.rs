@@ -88,8 +88,8 @@ impl Fixture {
         id: u64,
         choice: Choice,
         at: DateTime<Utc>,
-    ) -> Result<(), GovError> {
-        Governance::vote(&self.gov, &self.ballot(voter, id, choice), at).map(drop)
+    ) -> Result<Voted, GovError> {
+        Governance::vote(&self.gov, &self.ballot(voter, id, choice), at)
     }
 
     fn execute(&self, id: u64, at: DateTime<Utc>) -> Result<Execution, GovError> {
@@ -125,8 +125,13 @@ fn votes_below_then_above_66_percent_and_execute_moves_the_governed_head() {
         matches!(error, GovError::Execute(ExecuteRejected::VotingOpen { .. })),
         "{error}"
     );
-    f.vote(2, 1, Choice::Yes, f.at(4)).unwrap();
-    // 70 yes of 100: decided before the deadline.
+    let voted = f.vote(2, 1, Choice::Yes, f.at(4)).unwrap();
+    // 70 yes of 100: decided before the deadline, as the vote's own tally says.
+    assert_eq!(
+        (voted.vote.weight, voted.tally.yes, voted.tally.no),
+        (30, 70, 30)
+    );
+    assert_eq!(voted.state, ProposalState::Succeeded);
     let governance = Governance::open(&f.gov).unwrap();
     let tracked = governance.proposal(1).unwrap();
     assert_eq!(governance.state(tracked, f.at(5)), ProposalState::Succeeded);

@@ -68,7 +68,7 @@ pub mod vote;
 pub mod voters;
 
 pub use error::{ExecuteRejected, GovError, VoteRejected};
-pub use governance::{Draft, Governance, Governed, LEDGER_FILE, Tracked};
+pub use governance::{Draft, Governance, Governed, LEDGER_FILE, Tracked, Voted};
 pub use record::{CastVote, Execution, Genesis, Proposal, Record, Rules, SUPERMAJORITY_PERCENT};
 pub use tally::{ProposalState, Tally};
 pub use vote::{Ballot, Choice, VoteSubject, new_key, read_key_file};

@@ -170,57 +170,15 @@ pub fn import(
                 strip_position(&e.to_string()),
             )
         })?;
-        let candidates = export
-            .experiences
-            .into_iter()
-            .enumerate()
-            .map(|(index, experience)| {
-                let location = format!("experiences[{index}] ({})", experience.id);
-                let text = limits
-                    .check_text(&experience.text)
-                    .map_err(|e| error(format!("{location}.text"), e.to_string()))?;
-                let domain = match &default_domain {
-                    Some(domain) => domain.clone(),
-                    None => check_domain(&experience.domain)
-                        .map_err(|e| error(format!("{location}.domain"), e.to_string()))?,
-                };
-                let confidence = check_confidence(experience.confidence)
-                    .map_err(|e| error(format!("{location}.confidence"), e.to_string()))?;
-                Ok((location, text, domain, confidence, experience.evidence))
-            })
-            .collect::<Result<Vec<_>, LibraryError>>()?;
-        ("gym-json", candidates)
+        (
+            "gym-json",
+            gym_candidates(export, limits, default_domain.as_deref(), &error)?,
+        )
     } else {
-        let candidates = entries
-            .0
-            .into_iter()
-            .map(|(key, value)| {
-                let location = format!("key \"{key}\"");
-                let Some(text) = value.as_str() else {
-                    return Err(error(
-                        location,
-                        format!(
-                            "the value is {}, expected the experience text as a string",
-                            kind_of(&value)
-                        ),
-                    ));
-                };
-                let text = limits
-                    .check_text(text)
-                    .map_err(|e| error(location.clone(), e.to_string()))?;
-                let domain = default_domain
-                    .clone()
-                    .unwrap_or_else(|| super::record::DEFAULT_DOMAIN.to_owned());
-                Ok((
-                    location,
-                    text,
-                    domain,
-                    super::record::DEFAULT_CONFIDENCE,
-                    Evidence::default(),
-                ))
-            })
-            .collect::<Result<Vec<_>, LibraryError>>()?;
-        ("youtu", candidates)
+        (
+            "youtu",
+            youtu_candidates(entries, limits, default_domain.as_deref(), &error)?,
+        )
     };
     if candidates.is_empty() {
         return Err(error(
@@ -228,8 +186,106 @@ pub fn import(
             "there are no experiences in the file".to_owned(),
         ));
     }
+    let (changes, duplicates) = new_adds(library.head(), candidates);
+    let added = changes.len();
+    let version = if changes.is_empty() {
+        None
+    } else {
+        let provenance = Provenance::Import {
+            file: path.display().to_string(),
+            format: format.to_owned(),
+        };
+        Some(library.commit(&changes, provenance)?.version)
+    };
+    Ok(ImportSummary {
+        format,
+        version,
+        added,
+        duplicates,
+    })
+}
+
+/// An entry of an import file, checked: where it is in the file, its text, domain,
+/// confidence and evidence.
+type Candidate = (String, String, String, f64, Evidence);
+
+/// How an import names a bad entry: where it is, and what is wrong with it.
+type ImportError<'a> = dyn Fn(String, String) -> LibraryError + 'a;
+
+/// The entries of a Gym JSON export, each in `default_domain` if given, else its own.
+fn gym_candidates(
+    export: JsonExport,
+    limits: Limits,
+    default_domain: Option<&str>,
+    error: &ImportError<'_>,
+) -> Result<Vec<Candidate>, LibraryError> {
+    export
+        .experiences
+        .into_iter()
+        .enumerate()
+        .map(|(index, experience)| {
+            let location = format!("experiences[{index}] ({})", experience.id);
+            let text = limits
+                .check_text(&experience.text)
+                .map_err(|e| error(format!("{location}.text"), e.to_string()))?;
+            let domain = match default_domain {
+                Some(domain) => domain.to_owned(),
+                None => check_domain(&experience.domain)
+                    .map_err(|e| error(format!("{location}.domain"), e.to_string()))?,
+            };
+            let confidence = check_confidence(experience.confidence)
+                .map_err(|e| error(format!("{location}.confidence"), e.to_string()))?;
+            Ok((location, text, domain, confidence, experience.evidence))
+        })
+        .collect()
+}
+
+/// The entries of a youtu-agent dict (`{"G0": "text"}`), each in `default_domain` if given.
+fn youtu_candidates(
+    entries: OrderedObject,
+    limits: Limits,
+    default_domain: Option<&str>,
+    error: &ImportError<'_>,
+) -> Result<Vec<Candidate>, LibraryError> {
+    entries
+        .0
+        .into_iter()
+        .map(|(key, value)| {
+            let location = format!("key \"{key}\"");
+            let Some(text) = value.as_str() else {
+                return Err(error(
+                    location,
+                    format!(
+                        "the value is {}, expected the experience text as a string",
+                        kind_of(&value)
+                    ),
+                ));
+            };
+            let text = limits
+                .check_text(text)
+                .map_err(|e| error(location.clone(), e.to_string()))?;
+            let domain = default_domain
+                .unwrap_or(super::record::DEFAULT_DOMAIN)
+                .to_owned();
+            Ok((
+                location,
+                text,
+                domain,
+                super::record::DEFAULT_CONFIDENCE,
+                Evidence::default(),
+            ))
+        })
+        .collect()
+}
+
+/// The adds of the `candidates` whose text is not active in `state` nor earlier in the file,
+/// and the entries skipped as duplicates (with the id of the active one).
+fn new_adds(
+    state: &State,
+    candidates: Vec<Candidate>,
+) -> (Vec<Change>, Vec<(String, Option<ExperienceId>)>) {
     let mut seen = std::collections::BTreeMap::new();
-    for experience in library.head().active() {
+    for experience in state.active() {
         seen.insert(experience.text.clone(), Some(experience.id));
     }
     let mut changes = Vec::new();
@@ -247,22 +303,7 @@ pub fn import(
             evidence,
         });
     }
-    let added = changes.len();
-    let version = if changes.is_empty() {
-        None
-    } else {
-        let provenance = Provenance::Import {
-            file: path.display().to_string(),
-            format: format.to_owned(),
-        };
-        Some(library.commit(&changes, provenance)?.version)
-    };
-    Ok(ImportSummary {
-        format,
-        version,
-        added,
-        duplicates,
-    })
+    (changes, duplicates)
 }
 
 fn kind_of(value: &serde_json::Value) -> &'static str {

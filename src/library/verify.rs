@@ -117,77 +117,32 @@ pub fn verify_within(root: &Path, name: &str, leaf_budget: u64) -> Result<Report
             });
         }
     };
-    let mut state = State::new();
-    let mut parent: Option<Version> = None;
-    // Once a version fails, later roots cannot be recomputed; later files are still checked
-    // on their own (form and hash) so every damaged file is named.
-    let mut replaying = true;
-    let mut roots_checked = 0;
-    let mut leaves_hashed: u64 = 0;
+    let mut history = History {
+        state: State::new(),
+        parent: None,
+        replaying: true,
+        roots_checked: 0,
+        leaves_hashed: 0,
+        leaf_budget,
+        problems,
+    };
     for (number, path) in &files {
-        let version: Version = match read_canonical(path) {
-            Ok(version) => version,
+        match read_canonical(path) {
+            Ok(version) => history.check(*number, path, version),
             Err(error) => {
-                problems.push(from_error(Some(*number), error));
-                replaying = false;
-                parent = None;
-                continue;
-            }
-        };
-        let problem = |message: String| Problem {
-            file: path.clone(),
-            version: Some(*number),
-            message,
-        };
-        let linked = if replaying {
-            check_version(&version, *number, parent.as_ref())
-        } else {
-            check_hash(&version)
-        };
-        if let Err(message) = linked {
-            problems.push(problem(message));
-            replaying = false;
-        }
-        if replaying {
-            match state.apply(version.version, &version.provenance, &version.ops) {
-                Ok(undo) => drop(undo),
-                Err((index, error)) => {
-                    problems.push(problem(format!("op {} does not apply: {error}", index + 1)));
-                    replaying = false;
-                }
+                history.problems.push(from_error(Some(*number), error));
+                history.replaying = false;
+                history.parent = None;
             }
         }
-        if replaying {
-            leaves_hashed = leaves_hashed.saturating_add(state.active_count() as u64);
-            if leaves_hashed > leaf_budget {
-                problems.push(problem(format!(
-                    "checking the roots up to this version means hashing {leaves_hashed} leaves \
-                     (every version's experiences), more than the {leaf_budget} allowed"
-                )));
-                replaying = false;
-            }
-        }
-        if replaying {
-            let root = state.root();
-            if root != version.root {
-                problems.push(problem(format!(
-                    "root is {} but the experiences give {root}",
-                    version.root
-                )));
-                replaying = false;
-            } else if state.active_count() != version.count {
-                problems.push(problem(format!(
-                    "count is {} but the experiences give {}",
-                    version.count,
-                    state.active_count()
-                )));
-                replaying = false;
-            } else {
-                roots_checked += 1;
-            }
-        }
-        parent = Some(version);
     }
+    let History {
+        state,
+        replaying,
+        roots_checked,
+        mut problems,
+        ..
+    } = history;
     if let (Some(usage), true) = (usage, replaying)
         && let Some(id) = usage.keys().find(|id| state.get(**id).is_none())
     {
@@ -206,6 +161,87 @@ pub fn verify_within(root: &Path, name: &str, leaf_budget: u64) -> Result<Report
         head_root,
         problems,
     })
+}
+
+/// The versions of a library read in order, each checked against the one before and replayed
+/// onto the experiences so far.
+struct History {
+    state: State,
+    parent: Option<Version>,
+    /// Once a version fails, later roots cannot be recomputed; later files are still checked
+    /// on their own (form and hash) so every damaged file is named.
+    replaying: bool,
+    roots_checked: usize,
+    leaves_hashed: u64,
+    leaf_budget: u64,
+    problems: Vec<Problem>,
+}
+
+impl History {
+    /// Checks `version` (number `number`, read from `path`): its link to its parent (only its
+    /// own hash once replay stopped), its ops, the leaf budget, its root and count.
+    fn check(&mut self, number: u64, path: &Path, version: Version) {
+        let problem = |message: String| Problem {
+            file: path.to_owned(),
+            version: Some(number),
+            message,
+        };
+        let linked = if self.replaying {
+            check_version(&version, number, self.parent.as_ref())
+        } else {
+            check_hash(&version)
+        };
+        if let Err(message) = linked {
+            self.problems.push(problem(message));
+            self.replaying = false;
+        }
+        if self.replaying {
+            match self
+                .state
+                .apply(version.version, &version.provenance, &version.ops)
+            {
+                Ok(undo) => drop(undo),
+                Err((index, error)) => {
+                    self.problems
+                        .push(problem(format!("op {} does not apply: {error}", index + 1)));
+                    self.replaying = false;
+                }
+            }
+        }
+        if self.replaying {
+            self.leaves_hashed = self
+                .leaves_hashed
+                .saturating_add(self.state.active_count() as u64);
+            if self.leaves_hashed > self.leaf_budget {
+                self.problems.push(problem(format!(
+                    "checking the roots up to this version means hashing {} leaves \
+                     (every version's experiences), more than the {} allowed",
+                    self.leaves_hashed, self.leaf_budget
+                )));
+                self.replaying = false;
+            }
+        }
+        if self.replaying {
+            let root = self.state.root();
+            if root != version.root {
+                self.problems.push(problem(format!(
+                    "root is {} but the experiences give {root}",
+                    version.root
+                )));
+                self.replaying = false;
+            } else if self.state.active_count() != version.count {
+                self.problems.push(problem(format!(
+                    "count is {} but the experiences give {}",
+                    version.count,
+                    self.state.active_count()
+                )));
+                self.replaying = false;
+            } else {
+                self.roots_checked += 1;
+            }
+        }
+        self.parent = Some(version);
+    }
 }
 
 /// The file an error names, and the rest of its message.

@@ -13,7 +13,7 @@ use super::receipt::{DatasetRef, Evaluation, ModelRef};
 use crate::backend::Sampling;
 use crate::data::{Dataset, DatasetSpec};
 use crate::library::Digest;
-use crate::rollout::eval::{Condition, Control, EvalReport};
+use crate::rollout::eval::{Condition, ControlCondition, EvalReport};
 use crate::rollout::retrieval::Retrieval;
 
 /// What `gym eval --report FILE` writes and `gym pack --eval FILE` reads.
@@ -110,7 +110,7 @@ pub struct Described<'a> {
     /// The reward as given; `None`: the dataset's own.
     pub reward: Option<String>,
     pub k: usize,
-    pub control: Control,
+    pub control: ControlCondition,
     pub concurrency: usize,
     pub conditions: &'a [Condition],
     /// Which experiences each query was shown (`None`: all).

@@ -23,7 +23,7 @@ use super::error::PackError;
 use crate::backend::Sampling;
 use crate::gov::vote::{recover_canonical_signer, sign_message};
 use crate::library::Digest;
-use crate::rollout::eval::{Control, EvalReport};
+use crate::rollout::eval::{ControlCondition, EvalReport};
 use crate::rollout::stats::Estimate;
 
 /// The receipt's `format`.
@@ -139,7 +139,7 @@ pub struct Evaluation {
     /// Answers per query.
     pub k: usize,
     /// The control beside the library.
-    pub control: Control,
+    pub control: ControlCondition,
     /// Groups in flight at once (on llama.cpp, batch composition changes the numerics).
     pub concurrency: usize,
     /// Experiences each query was shown, its nearest by MiniLM cosine (`gym eval --retrieve`);

@@ -57,7 +57,7 @@ impl Condition {
 /// What a library's gain is compared with besides the bare model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Control {
+pub enum ControlCondition {
     /// A neutral text of the same length and form as the experiences (see [`super::placebo`]).
     #[default]
     Placebo,
@@ -71,11 +71,11 @@ pub enum Control {
 pub fn library_conditions(
     label: impl Into<String>,
     experiences: Vec<PromptExperience>,
-    control: Control,
+    control: ControlCondition,
     seed: u64,
 ) -> Vec<Condition> {
     let mut conditions = vec![Condition::without_library()];
-    if control == Control::Placebo && !experiences.is_empty() {
+    if control == ControlCondition::Placebo && !experiences.is_empty() {
         conditions.push(Condition {
             label: "placebo".into(),
             experiences: super::placebo::placebo(&experiences, seed),

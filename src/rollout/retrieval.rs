@@ -235,7 +235,7 @@ pub(crate) mod tests {
         use crate::data::Sample;
         use crate::reward::ExactVerifier;
         use crate::rollout::credit::tests::{HELPS, HURTS, LessonModel, lessons, settings};
-        use crate::rollout::eval::{Control, EvalSettings, evaluate, library_conditions};
+        use crate::rollout::eval::{ControlCondition, EvalSettings, evaluate, library_conditions};
 
         let samples: Vec<Sample> = [
             ("s", "Spell it out: how many r?"),
@@ -253,7 +253,7 @@ pub(crate) mod tests {
             (library[0].text.as_str(), library[1].text.as_str()),
             (HELPS, HURTS)
         );
-        let conditions = library_conditions("with lessons", library, Control::Placebo, 0);
+        let conditions = library_conditions("with lessons", library, ControlCondition::Placebo, 0);
         let evaluated = |retrieval: Option<Arc<Retrieval>>| {
             let settings = EvalSettings {
                 retrieval,

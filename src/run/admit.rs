@@ -160,13 +160,69 @@ pub(super) async fn admit(
         tried: Vec::new(),
         spent: Spent::default(),
     };
+    let current = PromptExperience::active(state);
+    let (indices, mut lessons) = triable(runner, batch, state, &changes, solved, &current);
+    if runner.config.admit_placebo {
+        against_placebo(&mut lessons, &current, at.number);
+    }
+    if lessons.is_empty() {
+        admission.kept = changes;
+        return Ok(Some(admission));
+    }
+    announce(runner, at.number, &lessons);
+    if !runner.control.proceed().await {
+        return Ok(None);
+    }
+    // Whether each tried change is a guess, which must score higher (see the function docs).
+    let guess: Vec<bool> = indices
+        .iter()
+        .map(|&index| is_guess(&changes[index], guesses))
+        .collect();
+    let Some(mut rounds) = draw_rounds(runner, at, &lessons, &guess, &mut admission.spent).await?
+    else {
+        return Ok(None);
+    };
+    let verdicts = rounds.verdicts(runner, &lessons, &changes, &indices);
+    for (change, verdict) in changes.into_iter().zip(verdicts) {
+        let Some((verdict, reason, i)) = verdict else {
+            admission.kept.push(change);
+            continue;
+        };
+        tell_verdict(
+            runner,
+            at.number,
+            &change,
+            &verdict,
+            &lessons[i],
+            &rounds.deltas[i],
+        );
+        admission
+            .tried
+            .push(JudgedChange::of(&change, &verdict, verdict.accepted));
+        if verdict.accepted {
+            admission.kept.push(change);
+        } else {
+            admission.left_out.push((change, verdict, reason));
+        }
+    }
+    Ok(Some(admission))
+}
+
+/// The lesson of each triable change of `changes` (one with source problems in `batch`, and
+/// under `--admit-batch` more of the batch's not yet `solved`), and the change's index. One
+/// the library refuses is not tried: the gate and the commit say why.
+fn triable<'b>(
+    runner: &Runner,
+    batch: &'b [Sample],
+    state: &State,
+    changes: &[Change],
+    solved: &BTreeSet<String>,
+    current: &[PromptExperience],
+) -> (Vec<usize>, Vec<Lesson<'b>>) {
     let sources = runner.config.admit;
     let limits = Limits {
         max_words: runner.library.settings().max_words,
     };
-    let current = PromptExperience::active(state);
-    // The lesson of each triable change, and the change's index. One the library refuses is
-    // not tried: the gate and the commit say why.
     let (mut indices, mut lessons) = (Vec::new(), Vec::new());
     for (index, change) in changes.iter().enumerate() {
         let mut problems = source_problems(change, batch, sources);
@@ -182,34 +238,31 @@ pub(super) async fn admit(
             lessons.push(Lesson {
                 label: label(change),
                 shown,
-                control: (CONTROL.to_string(), current.clone()),
+                control: (CONTROL.to_string(), current.to_vec()),
                 problems,
             });
         }
     }
-    if runner.config.admit_placebo {
-        against_placebo(&mut lessons, &current, at.number);
-    }
-    if lessons.is_empty() {
-        admission.kept = changes;
-        return Ok(Some(admission));
-    }
+    (indices, lessons)
+}
+
+/// Says in the log what step `step` is about to try.
+fn announce(runner: &Runner, step: u32, lessons: &[Lesson<'_>]) {
     let problems: usize = lessons.iter().map(|l| l.problems.len()).sum();
-    let answers = runner.config.admit_answers();
     let rounds = runner.config.admit_rounds();
     runner.events.emit(RunEvent::Log {
         level: "info".into(),
         text: format!(
             "step {}: trying {} lesson(s) on the problems they were learned from{} ({problems} \
              with and up to as many without, {} answers each{}) …",
-            at.number,
+            step,
             lessons.len(),
             if runner.config.admit_batch {
                 " and others of the batch"
             } else {
                 ""
             },
-            answers,
+            runner.config.admit_answers(),
             if rounds > 1 {
                 format!(", up to {rounds} rounds")
             } else {
@@ -217,23 +270,34 @@ pub(super) async fn admit(
             }
         ),
     });
-    if !runner.control.proceed().await {
-        return Ok(None);
-    }
+}
 
-    // Whether each tried change is a guess, which must score higher (see the function docs).
-    let guess: Vec<bool> = indices
-        .iter()
-        .map(|&index| is_guess(&changes[index], guesses))
-        .collect();
-    // Round by round, the lessons still in: each round's groups, and for each lesson its Δ in
-    // each round it was drawn in and why it failed the last, if it did.
-    let mut groups_of_round: Vec<Vec<QueryResult>> = Vec::new();
-    let mut failed: Vec<Option<&'static str>> = vec![None; lessons.len()];
-    let mut round_deltas: Vec<Vec<f64>> = vec![Vec::new(); lessons.len()];
-    for round in 0..rounds {
+/// The trial's rounds: each round's groups, and for each lesson its Δ in each round it was
+/// drawn in and why it failed the last, if it did.
+struct Rounds {
+    groups: Vec<Vec<QueryResult>>,
+    failed: Vec<Option<&'static str>>,
+    deltas: Vec<Vec<f64>>,
+}
+
+/// Draws the trial round by round, each round only the lessons still in (`guess`: whether
+/// each is a guess, which must score higher), adding what the answers spent to `spent`.
+/// `None` when a stop came first.
+async fn draw_rounds(
+    runner: &Runner,
+    at: &mut Step<'_>,
+    lessons: &[Lesson<'_>],
+    guess: &[bool],
+    spent: &mut Spent,
+) -> Result<Option<Rounds>, RunError> {
+    let mut rounds = Rounds {
+        groups: Vec::new(),
+        failed: vec![None; lessons.len()],
+        deltas: vec![Vec::new(); lessons.len()],
+    };
+    for round in 0..runner.config.admit_rounds() {
         let still: Vec<usize> = (0..lessons.len())
-            .filter(|&i| failed[i].is_none())
+            .filter(|&i| rounds.failed[i].is_none())
             .collect();
         if still.is_empty() {
             break;
@@ -242,11 +306,11 @@ pub(super) async fn admit(
         let Some(tried) = trial_round(runner, at, &subset, round).await? else {
             return Ok(None);
         };
-        admission.spent.tokens += tried.usage;
-        admission.spent.cost_usd += tried.cost_usd;
+        spent.tokens += tried.usage;
+        spent.cost_usd += tried.cost_usd;
         for (&i, verdict) in still.iter().zip(&tried.verdicts) {
-            round_deltas[i].push(verdict.delta);
-            failed[i] = if !verdict.accepted {
+            rounds.deltas[i].push(verdict.delta);
+            rounds.failed[i] = if !verdict.accepted {
                 Some(LEFT_OUT)
             } else if (guess[i] || runner.config.admit_must_score_higher()) && verdict.delta <= 0.0
             {
@@ -259,72 +323,84 @@ pub(super) async fn admit(
                 None
             };
         }
-        groups_of_round.push(tried.groups);
+        rounds.groups.push(tried.groups);
     }
+    Ok(Some(rounds))
+}
 
-    let mut verdicts: Vec<Option<(Validation, &'static str, usize)>> = vec![None; changes.len()];
-    for (i, lesson) in lessons.iter().enumerate() {
-        let pairs: Vec<_> = groups_of_round[..round_deltas[i].len()]
-            .iter()
-            .map(|groups| pairs(lesson, groups))
-            .collect();
-        let mut verdict = judge(&pairs, answers);
-        if failed[i].is_none()
-            && runner.config.admit_must_clear_zero(&changes[indices[i]])
-            && verdict.delta_low <= 0.0
-        {
-            failed[i] = Some(NOT_CLEAR);
+impl Rounds {
+    /// Each change's pooled verdict over the rounds its lesson was drawn in, with the reason
+    /// it is left out if it is and the lesson's index (`None`: not tried). `indices` maps
+    /// each lesson to its change.
+    fn verdicts(
+        &mut self,
+        runner: &Runner,
+        lessons: &[Lesson<'_>],
+        changes: &[Change],
+        indices: &[usize],
+    ) -> Vec<Option<(Validation, &'static str, usize)>> {
+        let answers = runner.config.admit_answers();
+        let mut verdicts = vec![None; changes.len()];
+        for (i, lesson) in lessons.iter().enumerate() {
+            let pairs: Vec<_> = self.groups[..self.deltas[i].len()]
+                .iter()
+                .map(|groups| pairs(lesson, groups))
+                .collect();
+            let mut verdict = judge(&pairs, answers);
+            if self.failed[i].is_none()
+                && runner.config.admit_must_clear_zero(&changes[indices[i]])
+                && verdict.delta_low <= 0.0
+            {
+                self.failed[i] = Some(NOT_CLEAR);
+            }
+            verdict.accepted = self.failed[i].is_none();
+            verdicts[indices[i]] = Some((verdict, self.failed[i].unwrap_or(LEFT_OUT), i));
         }
-        verdict.accepted = failed[i].is_none();
-        verdicts[indices[i]] = Some((verdict, failed[i].unwrap_or(LEFT_OUT), i));
+        verdicts
     }
-    for (change, verdict) in changes.into_iter().zip(verdicts) {
-        let Some((verdict, reason, i)) = verdict else {
-            admission.kept.push(change);
-            continue;
-        };
-        let lesson = &lessons[i];
-        let rounds_told = if rounds > 1 {
-            let deltas: Vec<String> = round_deltas[i].iter().map(|d| format!("{d:+.3}")).collect();
-            format!(
-                "; round{} Δ {}",
-                if deltas.len() == 1 { "" } else { "s" },
-                deltas.join(", ")
-            )
-        } else {
-            String::new()
-        };
-        runner.events.emit(RunEvent::Log {
-            level: if verdict.accepted { "info" } else { "warn" }.into(),
-            text: format!(
-                "step {}: {} on the problem{} {} ({}): {}{rounds_told}",
-                at.number,
-                describe(&change),
-                if lesson.problems.len() == 1 { "" } else { "s" },
-                if runner.config.admit_batch {
-                    "it came from and of the batch"
-                } else {
-                    "it came from"
-                },
-                lesson
-                    .problems
-                    .iter()
-                    .map(|s| s.id.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                verdict.summary()
-            ),
-        });
-        admission
-            .tried
-            .push(JudgedChange::of(&change, &verdict, verdict.accepted));
-        if verdict.accepted {
-            admission.kept.push(change);
-        } else {
-            admission.left_out.push((change, verdict, reason));
-        }
-    }
-    Ok(Some(admission))
+}
+
+/// Says in the log what the trial made of `change`, tried as `lesson` (`deltas`: its Δ in each
+/// round).
+fn tell_verdict(
+    runner: &Runner,
+    step: u32,
+    change: &Change,
+    verdict: &Validation,
+    lesson: &Lesson<'_>,
+    deltas: &[f64],
+) {
+    let rounds_told = if runner.config.admit_rounds() > 1 {
+        let deltas: Vec<String> = deltas.iter().map(|d| format!("{d:+.3}")).collect();
+        format!(
+            "; round{} Δ {}",
+            if deltas.len() == 1 { "" } else { "s" },
+            deltas.join(", ")
+        )
+    } else {
+        String::new()
+    };
+    runner.events.emit(RunEvent::Log {
+        level: if verdict.accepted { "info" } else { "warn" }.into(),
+        text: format!(
+            "step {}: {} on the problem{} {} ({}): {}{rounds_told}",
+            step,
+            describe(change),
+            if lesson.problems.len() == 1 { "" } else { "s" },
+            if runner.config.admit_batch {
+                "it came from and of the batch"
+            } else {
+                "it came from"
+            },
+            lesson
+                .problems
+                .iter()
+                .map(|s| s.id.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            verdict.summary()
+        ),
+    });
 }
 
 /// `--admit-placebo`: each lesson of `lessons` that adds an experience to `current` (the

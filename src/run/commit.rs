@@ -1,11 +1,15 @@
 //! How a step's changes reach the library: near-duplicates dropped, harmful experiences
 //! proposed for deletion, the commit rebased onto whatever another process committed
-//! meanwhile, and the usage counts of what the step showed.
+//! meanwhile, and the usage counts of what the step showed; the step's gate and commit phases.
 
 use std::collections::BTreeMap;
 
 use super::events::RunEvent;
+use super::integrate;
 use super::journal::StepEnd;
+use super::step::{Flow, StepRun};
+use super::summary::JudgedChange;
+use super::validate::{Gate, gate};
 use super::{RunError, Runner};
 use crate::distill;
 use crate::library::{Change, ExperienceId, LibraryError, Op, Provenance, State, Validation};
@@ -156,6 +160,146 @@ pub(super) fn committed_end(version: u64, ops: &[Op]) -> StepEnd {
         added: count("add"),
         updated: count("update"),
         deleted: count("delete"),
+    }
+}
+
+/// The changes that passed the validation gate, ready to commit.
+pub(super) struct Gated {
+    pub changes: Vec<Change>,
+    /// `--validate-each`: each kept change's own evidence, by its index in `changes`.
+    pub each: Vec<(usize, Validation)>,
+    /// The version's provenance, with the gate's verdict.
+    pub provenance: Provenance,
+}
+
+impl StepRun<'_, '_, '_> {
+    /// The validation gate on the step's `changes` (none left: the step is skipped). Under
+    /// `--validate-each` the changes that scored worse are left out.
+    pub(super) async fn gate(&mut self, changes: Vec<Change>) -> Result<Flow<Gated>, RunError> {
+        if changes.is_empty() {
+            return Ok(Flow::End(StepEnd::Skipped {
+                reason: format!(
+                    "all proposed changes were dropped ({} invalid, contradicted or worse on their own problems)",
+                    self.at.report.dropped_ops
+                ),
+            }));
+        }
+        let mut provenance = Provenance::Run {
+            run: self.runner.config.run_id.clone(),
+            epoch: self.at.epoch,
+            step: self.at.number,
+            model: self.runner.distill_backend.model().to_string(),
+            prompts_hash: prompts_hash(),
+            validation: None,
+        };
+        // Confirmations alone (evidence-only updates) change no prompt: nothing to judge.
+        let (runner, queries, state) = (&mut *self.runner, self.queries, &self.state);
+        let gate = if integrate::changes_prompts(&changes) {
+            gate(runner, &mut self.at, queries, state, &changes, &provenance).await?
+        } else {
+            Gate::Pass(None)
+        };
+        let mut gated = Vec::new();
+        let mut each = Vec::new();
+        let validation = match gate {
+            Gate::Stopped => return Ok(Flow::Stopped),
+            Gate::Refused(end) => return Ok(Flow::End(end)),
+            Gate::Pass(validation) => {
+                gated = changes;
+                validation
+            }
+            Gate::PassEach { kept, left_out } => {
+                let report = &mut self.at.report;
+                for (change, validation) in &left_out {
+                    report
+                        .lessons
+                        .count_left_out(change, "scored worse at the validation gate");
+                    report
+                        .judged
+                        .push(JudgedChange::of(change, validation, false));
+                }
+                gated.reserve(kept.len());
+                for (change, validation) in kept {
+                    if let Some(validation) = validation {
+                        report
+                            .judged
+                            .push(JudgedChange::of(&change, &validation, true));
+                        each.push((gated.len(), validation));
+                    }
+                    gated.push(change);
+                }
+                // The version's provenance has room for one verdict: the weakest kept one.
+                each.iter()
+                    .map(|(_, v)| v)
+                    .min_by(|a, b| a.delta.total_cmp(&b.delta))
+                    .cloned()
+            }
+        };
+        if let (
+            Some(validation),
+            Provenance::Run {
+                validation: slot, ..
+            },
+        ) = (&validation, &mut provenance)
+        {
+            *slot = Some(validation.clone());
+        }
+        self.at.report.validation = validation;
+        Ok(Flow::Next(Gated {
+            changes: gated,
+            each,
+            provenance,
+        }))
+    }
+
+    /// Commits what passed the gate and credits the experiences it touched with the gate's
+    /// evidence; returns how the step ended.
+    pub(super) fn commit(&mut self, gated: Gated) -> Result<StepEnd, RunError> {
+        let Gated {
+            changes,
+            each,
+            provenance,
+        } = gated;
+        let (version, ops) = match commit_rebased(self.runner, self.at.number, &changes, provenance)
+        {
+            Ok(committed) => committed,
+            Err(reason) => return Ok(StepEnd::Failed { reason }),
+        };
+        let end = committed_end(version, &ops);
+        let not_deleted = |op: &&Op| op.kind() != "delete";
+        // Each experience is credited with its own change's evidence, or all of them with the
+        // step's.
+        let judged: Vec<(&Validation, Vec<ExperienceId>)> = if each.is_empty() {
+            let touched = || ops.iter().filter(not_deleted).map(Op::id).collect();
+            self.at
+                .report
+                .validation
+                .iter()
+                .map(|v| (v, touched()))
+                .collect()
+        } else {
+            each.iter()
+                .map(|(index, v)| {
+                    (
+                        v,
+                        ops.get(*index)
+                            .filter(not_deleted)
+                            .map(Op::id)
+                            .into_iter()
+                            .collect(),
+                    )
+                })
+                .collect()
+        };
+        for (validation, touched) in &judged {
+            count_usage(
+                self.runner,
+                &self.state,
+                &BTreeMap::new(),
+                Some((validation, touched)),
+            )?;
+        }
+        Ok(end)
     }
 }
 

@@ -54,22 +54,24 @@ impl DashboardFold {
         }
     }
 
-    /// Applies one event.
+    /// Applies one event: its log line, then what it changes in the snapshot.
     pub fn apply(&mut self, event: &RunEvent) {
         if let Some(line) = event.describe() {
-            let level = match event {
-                RunEvent::StepEnded {
-                    end: StepEnd::Failed { .. },
-                    ..
-                }
-                | RunEvent::StageOutput { ok: false, .. } => LogLevel::Warn,
-                RunEvent::BudgetExhausted { .. } => LogLevel::Warn,
-                RunEvent::Log { level, .. } if level == "error" => LogLevel::Error,
-                RunEvent::Log { level, .. } if level == "warn" => LogLevel::Warn,
-                _ => LogLevel::Info,
-            };
-            self.log(level, line);
+            self.log(log_level(event), line);
         }
+        match event {
+            RunEvent::RunStarted { .. }
+            | RunEvent::StepStarted { .. }
+            | RunEvent::Rollout { .. }
+            | RunEvent::StageStarted { .. }
+            | RunEvent::StageOutput { .. } => self.apply_progress(event),
+            RunEvent::StepEnded { .. } => self.apply_step_ended(event),
+            _ => self.apply_run_state(event),
+        }
+    }
+
+    /// The events of a step in progress: the run or step starting, its rollouts and stages.
+    fn apply_progress(&mut self, event: &RunEvent) {
         let s = &mut self.snapshot;
         match event {
             RunEvent::RunStarted {
@@ -181,50 +183,66 @@ impl DashboardFold {
                     proposals: proposals.iter().map(proposal).collect(),
                 });
             }
-            RunEvent::StepEnded {
-                step,
-                mean_reward,
-                end,
-                cost_usd,
-                elapsed_s,
-                ops,
-                experiences,
-                usage,
-                ..
-            } => {
-                s.rewards.retain(|(done, _)| done != step);
-                s.rewards.push((*step, *mean_reward));
-                s.progress.steps_done = s.progress.steps_done.max(*step);
-                s.progress.stage = None;
-                s.usage.cost_usd += cost_usd;
-                s.library.experiences = *experiences;
-                s.library.usage = usage.clone();
-                if let StepEnd::Committed { version, .. } = end {
-                    s.library.version = *version;
-                    s.header.library_version = *version;
-                    for op in ops {
-                        s.library.recent_ops.insert(
-                            0,
-                            OpLine {
-                                kind: op_kind(&op.kind),
-                                id: op.id.clone(),
-                                text: op.text.clone(),
-                                version: *version,
-                            },
-                        );
-                    }
-                    s.library.recent_ops.truncate(RECENT_OPS);
-                }
-                // Steps read back from the journal on resume took no time now.
-                if *elapsed_s > 0.05 {
-                    self.step_seconds += elapsed_s;
-                    self.steps_timed += 1;
-                    // Without a clock (a folded events file) time is the sum of the steps'.
-                    s.header.elapsed_s = self.step_seconds;
-                    s.usage.tokens_per_s = s.usage.tokens_out as f64 / self.step_seconds;
-                }
-                self.update_eta();
+            _ => {}
+        }
+    }
+
+    /// A step's end: its reward, cost, library version and ops, and the time it took.
+    fn apply_step_ended(&mut self, event: &RunEvent) {
+        let RunEvent::StepEnded {
+            step,
+            mean_reward,
+            end,
+            cost_usd,
+            elapsed_s,
+            ops,
+            experiences,
+            usage,
+            ..
+        } = event
+        else {
+            return;
+        };
+        let s = &mut self.snapshot;
+        s.rewards.retain(|(done, _)| done != step);
+        s.rewards.push((*step, *mean_reward));
+        s.progress.steps_done = s.progress.steps_done.max(*step);
+        s.progress.stage = None;
+        s.usage.cost_usd += cost_usd;
+        s.library.experiences = *experiences;
+        s.library.usage = usage.clone();
+        if let StepEnd::Committed { version, .. } = end {
+            s.library.version = *version;
+            s.header.library_version = *version;
+            for op in ops {
+                s.library.recent_ops.insert(
+                    0,
+                    OpLine {
+                        kind: op_kind(&op.kind),
+                        id: op.id.clone(),
+                        text: op.text.clone(),
+                        version: *version,
+                    },
+                );
             }
+            s.library.recent_ops.truncate(RECENT_OPS);
+        }
+        // Steps read back from the journal on resume took no time now.
+        if *elapsed_s > 0.05 {
+            self.step_seconds += elapsed_s;
+            self.steps_timed += 1;
+            // Without a clock (a folded events file) time is the sum of the steps'.
+            s.header.elapsed_s = self.step_seconds;
+            s.usage.tokens_per_s = s.usage.tokens_out as f64 / self.step_seconds;
+        }
+        self.update_eta();
+    }
+
+    /// The run's state (paused, stopping, evaluating, finished), its evaluation, credits and
+    /// held-out checks.
+    fn apply_run_state(&mut self, event: &RunEvent) {
+        let s = &mut self.snapshot;
+        match event {
             RunEvent::Paused { paused } => {
                 s.header.state = if *paused {
                     RunState::Paused
@@ -293,11 +311,24 @@ impl DashboardFold {
                 s.held_out.retain(|(at, _)| at != step);
                 s.held_out.push((*step, *score));
             }
-            RunEvent::BudgetExhausted { .. }
-            | RunEvent::Log { .. }
-            | RunEvent::FallbackStarted { .. }
-            | RunEvent::FallbackFinished { .. } => {}
+            // These change no more than the log; the step's events are applied above.
+            _ => {}
         }
+    }
+}
+
+/// The level of `event`'s log line.
+fn log_level(event: &RunEvent) -> LogLevel {
+    match event {
+        RunEvent::StepEnded {
+            end: StepEnd::Failed { .. },
+            ..
+        }
+        | RunEvent::StageOutput { ok: false, .. } => LogLevel::Warn,
+        RunEvent::BudgetExhausted { .. } => LogLevel::Warn,
+        RunEvent::Log { level, .. } if level == "error" => LogLevel::Error,
+        RunEvent::Log { level, .. } if level == "warn" => LogLevel::Warn,
+        _ => LogLevel::Info,
     }
 }
 

@@ -262,6 +262,12 @@ pub enum RunEvent {
 impl RunEvent {
     /// The plain progress line for this event, if it deserves one.
     pub fn describe(&self) -> Option<String> {
+        self.describe_progress()
+            .or_else(|| self.describe_measurement())
+    }
+
+    /// The line of a run's or step's start, end, stop, pause or failed stage call.
+    fn describe_progress(&self) -> Option<String> {
         Some(match self {
             RunEvent::RunStarted {
                 run,
@@ -331,6 +337,13 @@ impl RunEvent {
                 "stopping: finishing the calls in flight; the run stays resumable".into()
             }
             RunEvent::RunStopped { step, .. } => format!("stopped during step {step}"),
+            _ => return None,
+        })
+    }
+
+    /// The line of an evaluation, credit pass, held-out check or fallback, or a log line.
+    fn describe_measurement(&self) -> Option<String> {
+        Some(match self {
             RunEvent::Evaluated {
                 library_version,
                 queries,

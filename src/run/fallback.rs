@@ -29,9 +29,9 @@ enum Message {
 }
 
 /// Forwards the number of every finished step to the checking task.
-struct StepWatch(mpsc::UnboundedSender<Message>);
+struct StepEndSink(mpsc::UnboundedSender<Message>);
 
-impl EventSink for StepWatch {
+impl EventSink for StepEndSink {
     fn emit(&self, event: &RunEvent) {
         if let RunEvent::StepEnded { step, .. } = event {
             let _ = self.0.send(Message::Step(*step));
@@ -45,10 +45,10 @@ pub struct StepFeed {
     rx: mpsc::UnboundedReceiver<Message>,
 }
 
-/// Adds the step watcher to `events`.
+/// Adds the sink that forwards finished steps to `events`.
 pub fn step_feed(events: &mut Events) -> StepFeed {
     let (tx, rx) = mpsc::unbounded_channel();
-    events.add(Box::new(StepWatch(tx.clone())));
+    events.add(Box::new(StepEndSink(tx.clone())));
     StepFeed { tx, rx }
 }
 
@@ -73,14 +73,14 @@ pub struct Trigger {
     pub checks: Vec<(u32, f64)>,
 }
 
-/// The running checks.
-pub struct Watch {
+/// The held-out checks, running beside the run.
+pub struct HeldOutChecks {
     tx: mpsc::UnboundedSender<Message>,
     triggered: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<Option<Trigger>>>,
 }
 
-impl Watch {
+impl HeldOutChecks {
     /// Whether the plateau was reached (and the run asked to stop) already.
     pub fn triggered(&self) -> bool {
         self.triggered.load(Ordering::SeqCst)
@@ -94,7 +94,7 @@ impl Watch {
     }
 }
 
-impl Drop for Watch {
+impl Drop for HeldOutChecks {
     fn drop(&mut self) {
         // Not waited for: the task ends after the check in progress.
         let _ = self.tx.send(Message::Done);
@@ -108,7 +108,7 @@ pub fn spawn(
     feed: StepFeed,
     events: Arc<Events>,
     control: RunControl,
-) -> Result<Watch, RunError> {
+) -> Result<HeldOutChecks, RunError> {
     // The baseline is the library as the run starts, read before its first step can commit.
     let baseline =
         PromptExperience::active(Library::open(&checker.library_dir, &checker.library)?.head());
@@ -170,7 +170,7 @@ pub fn spawn(
             }
         })
     });
-    Ok(Watch {
+    Ok(HeldOutChecks {
         tx,
         triggered,
         thread: Some(thread),

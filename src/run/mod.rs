@@ -276,41 +276,7 @@ impl Runner {
         let started = Instant::now();
         let _lock = lock_run_dir(&self.dir)?;
         let (mut journal, replay) = Journal::open(&self.dir)?;
-        let resumed = replay.starts > 0;
-        let inputs = RunInputs::new(
-            &self.dataset,
-            &self.samples,
-            self.config.batch_size,
-            &self.library,
-        );
-        if let Some(reason) = replay.inputs.as_ref().and_then(|r| r.mismatch(&inputs)) {
-            return Err(RunError::InputsChanged {
-                run: self.config.run_id.clone(),
-                reason,
-            });
-        }
-        journal.append(&Entry::Started {
-            at: chrono::Utc::now().to_rfc3339(),
-            resumed,
-            inputs: Some(inputs),
-        })?;
-        self.events.emit(RunEvent::RunStarted {
-            run: self.config.run_id.clone(),
-            resumed,
-            steps: self.total_steps(),
-            queries: self.samples.len(),
-            group_size: self.config.group_size,
-            model: self.rollout_backend.model().to_string(),
-            distill_model: self.distill_backend.model().to_string(),
-            library: self.library.name().to_string(),
-            library_version: self.library.head_version(),
-            backend: self.backend_label.clone(),
-            distill_backend: self.distill_backend_label.clone(),
-            epochs: self.config.epochs,
-            experiences: self.library.head().active_count(),
-            reward: self.verifier.name().to_owned(),
-        });
-
+        let resumed = self.start(&mut journal, &replay)?;
         // A resumed run reports from the version it began at, not the head it reopened.
         let start_version = replay
             .start_version
@@ -360,20 +326,7 @@ impl Runner {
                 };
                 library_size = report.library_size;
                 spent += report.spent();
-                self.events.emit(RunEvent::StepEnded {
-                    epoch,
-                    step,
-                    mean_reward: report.mean_reward,
-                    kept_groups: report.kept_groups,
-                    groups: report.groups,
-                    end: report.end.clone(),
-                    tokens: report.spent().tokens,
-                    cost_usd: report.cost_usd,
-                    elapsed_s: step_started.elapsed().as_secs_f64(),
-                    ops: committed_ops(&self.library, &report.end),
-                    experiences: report.library_size,
-                    usage: active_usage(&self.library),
-                });
+                self.announce_step_end(epoch, step, &report, step_started);
                 summary.add(report);
                 if self.control.stop_requested() && step < self.total_steps() {
                     summary.stopped_at = Some(step + 1);
@@ -404,6 +357,75 @@ impl Runner {
                 }
             }
         }
+        self.end(&mut journal, summary, started)
+    }
+
+    /// Checks that a resumed run reads the inputs it began with, journals this start and
+    /// announces it; returns whether the run resumes.
+    fn start(&mut self, journal: &mut Journal, replay: &Replay) -> Result<bool, RunError> {
+        let resumed = replay.starts > 0;
+        let inputs = RunInputs::new(
+            &self.dataset,
+            &self.samples,
+            self.config.batch_size,
+            &self.library,
+        );
+        if let Some(reason) = replay.inputs.as_ref().and_then(|r| r.mismatch(&inputs)) {
+            return Err(RunError::InputsChanged {
+                run: self.config.run_id.clone(),
+                reason,
+            });
+        }
+        journal.append(&Entry::Started {
+            at: chrono::Utc::now().to_rfc3339(),
+            resumed,
+            inputs: Some(inputs),
+        })?;
+        self.events.emit(RunEvent::RunStarted {
+            run: self.config.run_id.clone(),
+            resumed,
+            steps: self.total_steps(),
+            queries: self.samples.len(),
+            group_size: self.config.group_size,
+            model: self.rollout_backend.model().to_string(),
+            distill_model: self.distill_backend.model().to_string(),
+            library: self.library.name().to_string(),
+            library_version: self.library.head_version(),
+            backend: self.backend_label.clone(),
+            distill_backend: self.distill_backend_label.clone(),
+            epochs: self.config.epochs,
+            experiences: self.library.head().active_count(),
+            reward: self.verifier.name().to_owned(),
+        });
+        Ok(resumed)
+    }
+
+    /// Announces how step `step` of epoch `epoch` ended, begun in this process at `started`.
+    fn announce_step_end(&self, epoch: u32, step: u32, report: &StepReport, started: Instant) {
+        self.events.emit(RunEvent::StepEnded {
+            epoch,
+            step,
+            mean_reward: report.mean_reward,
+            kept_groups: report.kept_groups,
+            groups: report.groups,
+            end: report.end.clone(),
+            tokens: report.spent().tokens,
+            cost_usd: report.cost_usd,
+            elapsed_s: started.elapsed().as_secs_f64(),
+            ops: committed_ops(&self.library, &report.end),
+            experiences: report.library_size,
+            usage: active_usage(&self.library),
+        });
+    }
+
+    /// Closes the run's `summary` (begun at `started`): announces a stop, or journals that the
+    /// run finished unless its budget ran out.
+    fn end(
+        &self,
+        journal: &mut Journal,
+        mut summary: RunSummary,
+        started: Instant,
+    ) -> Result<RunSummary, RunError> {
         summary.library_version_end = self.library.head_version();
         summary.elapsed_s = started.elapsed().as_secs_f64();
         if let Some(step) = summary.stopped_at {

@@ -34,6 +34,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use self::scale::Scale;
 use super::journal::Stage;
 use super::summary::RunSummary;
 use crate::backend::{Price, Usage};
@@ -248,247 +249,17 @@ pub fn plan(shape: &Shape, pilot: &Pilot, prices: Prices) -> Result<Plan, PlanEr
     if pilot.groups == 0 || pilot.rollouts.completion_tokens == 0 {
         return Err(PlanError::NoPilotGroups);
     }
-    let g = shape.group_size.max(1) as f64;
-    let pilot_g = if pilot.group_size == 0 {
-        g
-    } else {
-        pilot.group_size as f64
-    };
-    let steps = shape.steps();
-    let s = steps as f64;
-    let train = shape.train_queries as f64;
-    let batch = shape.batch_size.max(1).min(shape.train_queries.max(1)) as f64;
-    let steps_per_epoch = (shape.train_queries.div_ceil(shape.batch_size.max(1))) as f64;
-    let kept = pilot.kept_groups as f64 / pilot.groups as f64;
-    // The chance that a step has a kept group whose extract call gives lessons, so consolidates
-    // and makes a candidate.
-    let active = 1.0 - (1.0 - kept * pilot.extract_success.clamp(0.0, 1.0)).powf(batch);
-    let growth = LATER_STEP_SHARE * pilot.net_lessons.max(0.0) * active;
-    let l0 = shape.lessons_at_start as f64;
-    let tpl = pilot.tokens_per_lesson;
-    let lessons_at = |step: f64| l0 + growth * step;
-    // What a prompt shows of a library of `lessons`: its query's nearest `--retrieve` of them.
-    let shown = |lessons: f64| match shape.shown_at_most {
-        0 => lessons,
-        k => lessons.min(k as f64),
-    };
-    let mean_lessons = lessons_at((s - 1.0).max(0.0) / 2.0);
-    let lessons_at_end = lessons_at(s);
-
-    // Rollout-like groups: a prompt of the group's base tokens plus the lessons it shows.
-    let per_answer_prompt = !shape.prompt_once_per_group;
-    let pilot_group_prompt = pilot.rollouts.prompt_tokens as f64 / pilot.groups as f64;
-    let lesson_share = |answers: f64| if per_answer_prompt { answers } else { 1.0 };
-    let base_prompt =
-        (pilot_group_prompt - shown(pilot.lessons as f64) * tpl * lesson_share(pilot_g)).max(0.0);
-    let base_per_answer = base_prompt / pilot_g;
-    let group_prompt = |answers: f64, lessons: f64| {
-        let base = if per_answer_prompt {
-            base_per_answer * answers
-        } else {
-            base_prompt
-        };
-        base + shown(lessons) * tpl * lesson_share(answers)
-    };
-    let completion_per_answer =
-        pilot.rollouts.completion_tokens as f64 / (pilot.groups as f64 * pilot_g);
-    let seconds_per_completion = pilot.rollout_seconds / pilot.rollouts.completion_tokens as f64;
-    let answering = |part: Part, groups: f64, answers_each: f64, lessons: f64| {
-        let completion = groups * answers_each * completion_per_answer;
-        Estimate {
-            part,
-            calls: groups,
-            answers: groups * answers_each,
-            prompt_tokens: groups * group_prompt(answers_each, lessons),
-            completion_tokens: completion,
-            seconds: completion * seconds_per_completion,
-            cost_usd: None,
-        }
-    };
-
-    let mut parts = vec![answering(
+    let scale = Scale::new(shape, pilot);
+    let mut parts = vec![scale.answering(
         Part::Rollouts,
-        f64::from(shape.epochs) * train,
-        g,
-        mean_lessons,
+        f64::from(shape.epochs) * scale.train,
+        scale.g,
+        scale.mean_lessons,
     )];
-
-    // Stages, per call as the pilot measured them.
-    let kept_groups = kept * f64::from(shape.epochs) * train;
-    let pilot_kept = pilot.kept_groups as f64;
-    let stage_tokens: u64 = pilot
-        .stages
-        .values()
-        .map(|(_, u)| u.prompt_tokens + u.completion_tokens)
-        .sum();
-    let seconds_per_stage_token = if stage_tokens > 0 {
-        pilot.stage_seconds / stage_tokens as f64
-    } else {
-        0.0
-    };
-    let per_call = |stage: Stage| {
-        pilot
-            .stages
-            .get(&stage)
-            .filter(|(calls, _)| *calls > 0)
-            .map(|(calls, usage)| {
-                let calls = *calls as f64;
-                (
-                    usage.prompt_tokens as f64 / calls,
-                    usage.completion_tokens as f64 / calls,
-                    calls,
-                )
-            })
-    };
-    let grown = (mean_lessons - pilot.lessons as f64).max(0.0) * tpl;
-    let mut stage = |stage: Stage, calls: f64, prompt: f64, completion: f64| {
-        parts.push(Estimate {
-            part: Part::Stage(stage),
-            calls,
-            answers: 0.0,
-            prompt_tokens: calls * prompt,
-            completion_tokens: calls * completion,
-            seconds: calls * (prompt + completion) * seconds_per_stage_token,
-            cost_usd: None,
-        });
-    };
-    if pilot_kept > 0.0 {
-        if let Some((p, c, calls)) = per_call(Stage::Summarize) {
-            stage(Stage::Summarize, kept_groups * calls / pilot_kept, p, c);
-        }
-        if let Some((p, c, calls)) = per_call(Stage::Extract) {
-            stage(
-                Stage::Extract,
-                kept_groups * calls / pilot_kept,
-                p + grown,
-                c,
-            );
-        }
-    }
-    // `--propose`: the pilot step's calls (`--propose-calls`, fewer when nothing failed)
-    // each step.
-    if let Some((p, c, calls)) = per_call(Stage::Propose) {
-        stage(Stage::Propose, s * active * calls, p, c);
-    }
-    let consolidate = per_call(Stage::Consolidate);
-    if let Some((p, c, _)) = consolidate {
-        // The prompt lists the batch's proposals: scale it by the kept groups of a step.
-        let scale = (batch * kept / pilot_kept.max(1.0)).max(1.0);
-        stage(Stage::Consolidate, s * active, p * scale + grown, c);
-    }
-    let integrate = per_call(Stage::Integrate);
-    let integrate_bound = l0 == 0.0 && pilot.lessons == 0;
-    let integrate_calls = if integrate_bound {
-        growth * (s - 1.0).max(0.0)
-    } else {
-        let observed = integrate.map_or(0.0, |(_, _, calls)| calls);
-        observed * s * active
-    };
-    if integrate_calls > 0.0 {
-        // Unobserved, an integrate call is about the size of a consolidate call.
-        if let Some((p, c, _)) = integrate.or(consolidate) {
-            stage(Stage::Integrate, integrate_calls, p, c);
-        }
-    }
-
-    // The validation gate: the current library and the candidate (or each change) on V queries.
-    let outside = shape.train_queries.saturating_sub(shape.batch_size) as f64;
-    let validated = (shape.validate as f64).min(outside);
-    let mut validation = None;
-    if validated > 0.0 {
-        let conditions = if shape.validate_each && pilot.net_lessons > 1.0 {
-            pilot.net_lessons + 1.0
-        } else {
-            2.0
-        };
-        validation = Some(answering(
-            Part::Validation,
-            s * active * conditions * validated,
-            g,
-            mean_lessons,
-        ));
-    }
-    // The source-problem trial: each step's new lessons on up to N problems each, with a
-    // control group per problem (counted as if no two lessons shared one, and every lesson
-    // were drawn in every round: an upper bound).
-    if shape.admit > 0 && pilot.net_lessons > 0.0 {
-        let rounds = shape.admit_rounds.max(1) as f64;
-        let groups = 2.0 * pilot.net_lessons * shape.admit as f64 * rounds;
-        let k = shape.admit_answers.max(1) as f64;
-        let trial = answering(Part::Validation, s * active * groups, k, mean_lessons);
-        validation = Some(match validation {
-            None => trial,
-            Some(sum) => add(sum, &trial),
-        });
-    }
-    parts.extend(validation);
-
-    // The credit pass after each epoch: the full library and each lesson left out, or past
-    // 2 × pairs lessons the full library and the pairs' two sides.
-    if shape.credit_queries > 0 {
-        let queries = (shape.credit_queries as f64).min(train);
-        let mut credit: Option<Estimate> = None;
-        for epoch in 1..=shape.epochs {
-            let lessons = lessons_at(steps_per_epoch * f64::from(epoch));
-            if lessons < 0.5 {
-                continue;
-            }
-            let pairs = shape.credit_pairs as f64;
-            // Conditions, and the lessons a condition shows on average (a pair's sides split
-            // the library between them).
-            let (conditions, shown) = if shape.credit_pairs == 0 || lessons <= 2.0 * pairs {
-                (lessons + 1.0, lessons)
-            } else {
-                let conditions = 2.0 * pairs + 1.0;
-                (conditions, (lessons + pairs * lessons) / conditions)
-            };
-            let part = answering(Part::Credit, conditions * queries, g, shown);
-            credit = Some(match credit {
-                None => part,
-                Some(sum) => add(sum, &part),
-            });
-        }
-        parts.extend(credit);
-    }
-
-    // The final evaluation: without the library, with the placebo, with the library.
-    if shape.eval_queries > 0 {
-        let h = shape.eval_queries as f64;
-        let k = shape.eval_k.max(1) as f64;
-        // Held-out answers can run longer or shorter than training ones (another prompt): the
-        // eval pilot's figures when it ran, else the rollouts'.
-        let condition = |lessons: f64| match &pilot.eval {
-            Some(measured) if measured.groups > 0 && measured.usage.completion_tokens > 0 => {
-                let groups = measured.groups as f64;
-                let per_answer = measured.usage.completion_tokens as f64 / measured.answers as f64;
-                let base = measured.usage.prompt_tokens as f64 / groups;
-                let base = if per_answer_prompt {
-                    base / (measured.answers as f64 / groups) * k
-                } else {
-                    base
-                };
-                let completion = h * k * per_answer;
-                Estimate {
-                    part: Part::Evaluation,
-                    calls: h,
-                    answers: h * k,
-                    prompt_tokens: h * (base + shown(lessons) * tpl * lesson_share(k)),
-                    completion_tokens: completion,
-                    seconds: completion * measured.seconds
-                        / measured.usage.completion_tokens as f64,
-                    cost_usd: None,
-                }
-            }
-            _ => answering(Part::Evaluation, h, k, lessons),
-        };
-        let mut eval = condition(0.0);
-        eval = add(eval, &condition(lessons_at_end));
-        if shape.eval_placebo && lessons_at_end >= 0.5 {
-            eval = add(eval, &condition(lessons_at_end));
-        }
-        parts.push(eval);
-    }
-
+    let integrate_bound = scale.stages(&mut parts);
+    parts.extend(scale.validation());
+    parts.extend(scale.credit());
+    parts.extend(scale.evaluation());
     for part in &mut parts {
         let price = match part.part {
             Part::Stage(_) => prices.distill,
@@ -497,16 +268,17 @@ pub fn plan(shape: &Shape, pilot: &Pilot, prices: Prices) -> Result<Plan, PlanEr
         part.cost_usd = cost(price, part.prompt_tokens, part.completion_tokens);
     }
     Ok(Plan {
-        steps,
+        steps: scale.steps,
         parts,
-        kept_fraction: kept,
-        lessons_per_step: growth,
-        tokens_per_lesson: tpl,
-        lessons_at_end,
+        kept_fraction: scale.kept,
+        lessons_per_step: scale.growth,
+        tokens_per_lesson: scale.tpl,
+        lessons_at_end: scale.lessons_at_end,
         integrate_bound,
     })
 }
 
+/// `sum` with `part`'s counts added.
 fn add(mut sum: Estimate, part: &Estimate) -> Estimate {
     sum.calls += part.calls;
     sum.answers += part.answers;
@@ -649,6 +421,9 @@ fn duration(seconds: f64) -> String {
         _ => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
     }
 }
+
+#[path = "plan_scale.rs"]
+mod scale;
 
 #[cfg(test)]
 #[path = "plan_tests.rs"]

@@ -87,8 +87,45 @@ fn judged_table(
     }
 }
 
+/// The run's `report.md`: its status, steps, tried and judged changes, stages, credit,
+/// source and held-out evaluation.
 pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) -> String {
     let mut out = String::new();
+    header(&mut out, summary, library);
+    steps_table(&mut out, summary);
+    judged_table(
+        &mut out,
+        summary,
+        |step| &step.tried,
+        "Lessons tried on the problems they were learned from (`--admit`; under `--admit-batch`, then on the batch's other unsolved problems): the current library with the lesson added against the current library (under `--admit-placebo`, a new lesson against the current library with a neutral text in its place), fresh answers paired by seed.",
+    );
+    judged_table(
+        &mut out,
+        summary,
+        |step| &step.judged,
+        "Changes judged one by one (`--validate-each`): the current library with the change alone against the current library.",
+    );
+    stages_table(&mut out, summary);
+    out.push_str(&super::credit::CreditSummary::markdown(&summary.credit));
+    if let Some(source) = &summary.source {
+        out.push_str(&source_markdown(source));
+    }
+    if let Some(cancelled) = &summary.eval_cancelled {
+        let _ = writeln!(
+            out,
+            "\n## Held-out evaluation\n\nCancelled by the user after {} of {} groups; v{} stays \
+             committed. Evaluate it with `{}`.",
+            cancelled.done, cancelled.total, cancelled.library_version, cancelled.command
+        );
+    }
+    if let Some(eval) = eval {
+        eval_table(&mut out, eval);
+    }
+    out
+}
+
+/// The report's title and the run's status, library, steps, tokens and time.
+fn header(out: &mut String, summary: &RunSummary, library: &str) {
     let usage = summary.total_usage();
     let _ = writeln!(out, "# Run `{}`\n", summary.run);
     let status = if let Some(step) = summary.stopped_at {
@@ -121,6 +158,10 @@ pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) 
         out,
         "![mean reward and library size per step]({PLOT_FILE})\n"
     );
+}
+
+/// One row per step.
+fn steps_table(out: &mut String, summary: &RunSummary) {
     let _ = writeln!(
         out,
         "| step | epoch | mean reward | groups kept | library size | tokens | wall | stage time | stage tok/s | outcome |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
@@ -156,113 +197,96 @@ pub fn markdown(summary: &RunSummary, library: &str, eval: Option<&EvalReport>) 
             }),
         );
     }
-    judged_table(
-        &mut out,
-        summary,
-        |step| &step.tried,
-        "Lessons tried on the problems they were learned from (`--admit`; under `--admit-batch`, then on the batch's other unsolved problems): the current library with the lesson added against the current library (under `--admit-placebo`, a new lesson against the current library with a neutral text in its place), fresh answers paired by seed.",
+}
+
+/// The stages' calls, failures and tokens, the drops, and the lessons' fates (nothing when no
+/// stage ran).
+fn stages_table(out: &mut String, summary: &RunSummary) {
+    if summary.stages.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n| stage | calls | attempts | parse failures | rejected | backend errors | failed calls | prompt tokens | reused | generated |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
-    judged_table(
-        &mut out,
-        summary,
-        |step| &step.judged,
-        "Changes judged one by one (`--validate-each`): the current library with the change alone against the current library.",
+    let mut all = crate::backend::Usage::default();
+    for (stage, stats) in &summary.stages {
+        all += stats.usage;
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            stage.as_str(),
+            stats.calls,
+            stats.attempts,
+            stats.parse_failures,
+            stats.rejections,
+            stats.backend_errors,
+            stats.failures,
+            stats.usage.prompt_tokens,
+            reused(&stats.usage),
+            stats.usage.completion_tokens
+        );
+    }
+    if summary.stages.len() > 1 {
+        let _ = writeln!(
+            out,
+            "| all | | | | | | | {} | {} | {} |",
+            all.prompt_tokens,
+            reused(&all),
+            all.completion_tokens
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nParse failures are outputs that could not be read; rejected ones were read, but every lesson in them failed the checks (bound to one problem, copied from the prompt, too long). Tokens count every attempt; reused prompt tokens were not evaluated again but borrowed from a prompt with the same beginning (a stage's instructions, a retried call's whole prompt)."
     );
-    if !summary.stages.is_empty() {
-        let _ = writeln!(
-            out,
-            "\n| stage | calls | attempts | parse failures | rejected | backend errors | failed calls | prompt tokens | reused | generated |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-        );
-        let mut all = crate::backend::Usage::default();
-        for (stage, stats) in &summary.stages {
-            all += stats.usage;
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                stage.as_str(),
-                stats.calls,
-                stats.attempts,
-                stats.parse_failures,
-                stats.rejections,
-                stats.backend_errors,
-                stats.failures,
-                stats.usage.prompt_tokens,
-                reused(&stats.usage),
-                stats.usage.completion_tokens
-            );
-        }
-        if summary.stages.len() > 1 {
-            let _ = writeln!(
-                out,
-                "| all | | | | | | | {} | {} | {} |",
-                all.prompt_tokens,
-                reused(&all),
-                all.completion_tokens
-            );
-        }
-        let _ = writeln!(
-            out,
-            "\nParse failures are outputs that could not be read; rejected ones were read, but every lesson in them failed the checks (bound to one problem, copied from the prompt, too long). Tokens count every attempt; reused prompt tokens were not evaluated again but borrowed from a prompt with the same beginning (a stage's instructions, a retried call's whole prompt)."
-        );
-        let _ = writeln!(
-            out,
-            "\nOps dropped by resolution: {}; lessons near-duplicating one the library has (refined or confirmed, never dropped): {}; verifier failures: {}.",
-            summary.dropped_ops, summary.near_duplicates, summary.verifier_failures
-        );
-        if !summary.lessons.is_empty() {
-            out.push_str(&lessons_markdown(&summary.lessons));
-        }
+    let _ = writeln!(
+        out,
+        "\nOps dropped by resolution: {}; lessons near-duplicating one the library has (refined or confirmed, never dropped): {}; verifier failures: {}.",
+        summary.dropped_ops, summary.near_duplicates, summary.verifier_failures
+    );
+    if !summary.lessons.is_empty() {
+        out.push_str(&lessons_markdown(&summary.lessons));
     }
-    out.push_str(&super::credit::CreditSummary::markdown(&summary.credit));
-    if let Some(source) = &summary.source {
-        out.push_str(&source_markdown(source));
-    }
-    if let Some(cancelled) = &summary.eval_cancelled {
+}
+
+/// The held-out evaluation's conditions and deltas.
+fn eval_table(out: &mut String, eval: &EvalReport) {
+    let _ = writeln!(
+        out,
+        "\n## Held-out evaluation (k={})\n\n| condition | experiences | queries | Mean@k | Pass@k |\n|---|---:|---:|---:|---:|",
+        eval.k
+    );
+    for c in &eval.conditions {
         let _ = writeln!(
             out,
-            "\n## Held-out evaluation\n\nCancelled by the user after {} of {} groups; v{} stays \
-             committed. Evaluate it with `{}`.",
-            cancelled.done, cancelled.total, cancelled.library_version, cancelled.command
+            "| {} | {} | {} | {:.3} [{:.3}, {:.3}] | {:.3} [{:.3}, {:.3}] |",
+            cell(&c.label),
+            c.shown(),
+            c.queries,
+            c.mean_at_k.value,
+            c.mean_at_k.low,
+            c.mean_at_k.high,
+            c.pass_at_k.value,
+            c.pass_at_k.low,
+            c.pass_at_k.high,
         );
     }
-    if let Some(eval) = eval {
+    if let Some(delta) = &eval.delta_mean_at_k {
         let _ = writeln!(
             out,
-            "\n## Held-out evaluation (k={})\n\n| condition | experiences | queries | Mean@k | Pass@k |\n|---|---:|---:|---:|---:|",
-            eval.k
+            "\nΔ Mean@k: {:+.3} [{:+.3}, {:+.3}] (95% bootstrap interval).",
+            delta.value, delta.low, delta.high
         );
-        for c in &eval.conditions {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {:.3} [{:.3}, {:.3}] | {:.3} [{:.3}, {:.3}] |",
-                cell(&c.label),
-                c.shown(),
-                c.queries,
-                c.mean_at_k.value,
-                c.mean_at_k.low,
-                c.mean_at_k.high,
-                c.pass_at_k.value,
-                c.pass_at_k.low,
-                c.pass_at_k.high,
-            );
-        }
-        if let Some(delta) = &eval.delta_mean_at_k {
-            let _ = writeln!(
-                out,
-                "\nΔ Mean@k: {:+.3} [{:+.3}, {:+.3}] (95% bootstrap interval).",
-                delta.value, delta.low, delta.high
-            );
-        }
-        if let Some(delta) = &eval.vs_control_mean_at_k {
-            let _ = writeln!(
-                out,
-                "Δ Mean@k library − placebo: {:+.3} [{:+.3}, {:+.3}] (95% bootstrap interval; \
-                 the placebo is a neutral text of the same length and form).",
-                delta.value, delta.low, delta.high
-            );
-        }
     }
-    out
+    if let Some(delta) = &eval.vs_control_mean_at_k {
+        let _ = writeln!(
+            out,
+            "Δ Mean@k library − placebo: {:+.3} [{:+.3}, {:+.3}] (95% bootstrap interval; \
+             the placebo is a neutral text of the same length and form).",
+            delta.value, delta.low, delta.high
+        );
+    }
 }
 
 /// The report's section on a traffic log or trace file: what it made, and what it left out.

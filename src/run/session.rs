@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use super::evaluation::{FinalEval, Heldout, final_evaluation, warn_unjournaled};
 use super::events::{Events, RunEvent};
-use super::fallback::{Trigger, Watch};
+use super::fallback::{HeldOutChecks, Trigger};
 use super::journal::{Journal, Recorder, measure_pass};
 use super::summary::RunSummary;
 use super::{RunControl, RunError, Runner};
@@ -23,7 +23,7 @@ use crate::durable::{Replace, write};
 use crate::library::Library;
 use crate::reward::Verifier;
 use crate::rollout::eval::{
-    Control, EvalReport, EvalSettings, QueryResult, Resume, library_conditions,
+    ControlCondition, EvalReport, EvalSettings, QueryResult, Resume, library_conditions,
 };
 use crate::rollout::prompt::PromptExperience;
 
@@ -39,7 +39,7 @@ pub struct Session {
     /// What the traffic log or trace file left out, for the summary and the report.
     pub source: Option<SourceReport>,
     /// The held-out checks of the fine-tune fallback, when it is on.
-    pub fallback: Option<Watch>,
+    pub fallback: Option<HeldOutChecks>,
     /// The final evaluation, unless it is off.
     pub evaluation: Option<FinalEvaluation>,
     /// Whether Ctrl-C reaches this process as a signal: then the first stops the run
@@ -59,7 +59,7 @@ pub struct FinalEvaluation {
     pub library: String,
     /// The settings; the held-out split's instruction replaces `instruction`.
     pub settings: EvalSettings,
-    pub control: Control,
+    pub control: ControlCondition,
     pub seed: u64,
 }
 

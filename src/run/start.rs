@@ -16,7 +16,7 @@ use super::folder::START_FILE;
 use crate::backend::Sampling;
 use crate::data::DatasetSpec;
 use crate::durable::{Replace, write};
-use crate::rollout::eval::Control;
+use crate::rollout::eval::ControlCondition;
 
 /// The record's `format`.
 pub const FORMAT: &str = "gym-run-start/1";
@@ -66,7 +66,7 @@ pub struct EvaluationPlan {
     /// Answers per query.
     pub k: usize,
     /// The condition beside the library.
-    pub control: Control,
+    pub control: ControlCondition,
     /// Groups in flight at once.
     pub concurrency: usize,
     /// Experiences shown per query (0: all).
@@ -158,7 +158,7 @@ mod tests {
             evaluation: EvaluationPlan {
                 limit: 20,
                 k: 2,
-                control: Control::Placebo,
+                control: ControlCondition::Placebo,
                 concurrency: 4,
                 retrieve: 0,
             },

@@ -182,15 +182,13 @@ async fn submit(
         ));
     }
     blocking(move || {
-        let cast = Governance::vote(&app.config.gov_dir, &ballot, Utc::now())?;
-        let governance = Governance::open(&app.config.gov_dir)?;
-        let tracked = governance.proposal(id)?;
+        let voted = Governance::vote(&app.config.gov_dir, &ballot, Utc::now())?;
         Ok((
             StatusCode::CREATED,
             Json(json!({
-                "vote": cast,
-                "tally": Governance::tally(tracked),
-                "state": governance.state(tracked, Utc::now()),
+                "vote": voted.vote,
+                "tally": voted.tally,
+                "state": voted.state,
             })),
         ))
     })

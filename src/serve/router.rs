@@ -432,7 +432,7 @@ async fn stream_from(
 mod tests {
     use super::*;
     use crate::backend::{ChatMessage, Sampling};
-    use crate::distill::testing::Replay;
+    use crate::distill::testing::ScriptedModel;
 
     fn request() -> GroupRequest {
         GroupRequest {
@@ -446,8 +446,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_failing_upstream_fails_over_and_cools_down() {
-        let flaky = Arc::new(Replay::new([Err("upstream exploded"), Ok("late")]));
-        let steady = Arc::new(Replay::new([Ok("one"), Ok("two")]));
+        let flaky = Arc::new(ScriptedModel::new([Err("upstream exploded"), Ok("late")]));
+        let steady = Arc::new(ScriptedModel::new([Ok("one"), Ok("two")]));
         let router = Router::new(
             vec![
                 Upstream::new("flaky", flaky.clone(), vec!["m".into()], 2),
@@ -476,7 +476,7 @@ mod tests {
 
     #[tokio::test]
     async fn unknown_models_and_bad_requests_are_not_sent_around() {
-        let only = Arc::new(Replay::new([Ok("x")]));
+        let only = Arc::new(ScriptedModel::new([Ok("x")]));
         let router = Router::new(
             vec![Upstream::new("only", only.clone(), vec![], 1)],
             Duration::ZERO,
@@ -513,7 +513,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_queue_moves_on_without_a_cooldown_and_is_busy_when_all_are_full() {
-        let steady = Arc::new(Replay::new([Ok("one")]));
+        let steady = Arc::new(ScriptedModel::new([Ok("one")]));
         let router = Router::new(
             vec![
                 Upstream::new("full", Arc::new(Full), vec!["m".into()], 2),
@@ -563,8 +563,8 @@ mod tests {
 
     #[tokio::test]
     async fn when_every_upstream_fails_the_last_error_is_reported() {
-        let a = Arc::new(Replay::new([Err("a is down")]));
-        let b = Arc::new(Replay::new([Err("b is down")]));
+        let a = Arc::new(ScriptedModel::new([Err("a is down")]));
+        let b = Arc::new(ScriptedModel::new([Err("b is down")]));
         let router = Router::new(
             vec![
                 Upstream::new("a", a, vec!["m".into()], 1),

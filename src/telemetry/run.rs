@@ -126,141 +126,9 @@ impl Fold {
                     .insert(*step, (span::random_span_id(), *epoch, now));
                 Vec::new()
             }
-            RunEvent::Rollout {
-                step,
-                sample_id,
-                rewards,
-                usage,
-                reused: false,
-                query,
-                answers,
-                retries,
-                elapsed_s,
-            } => {
-                let Some(run) = &state.run else {
-                    return Vec::new();
-                };
-                let mut span =
-                    call_span(run, &state, *step, &run.model, "rollout", now, *elapsed_s);
-                span.set_provider(&run.backend);
-                span.set(span::CHOICE_COUNT, rewards.len());
-                span.set_usage(*usage);
-                span.set("gym.sample.id", sample_id.as_str());
-                span.set("gym.library", run.library.as_str());
-                span.set("gym.library.version", run.library_version);
-                span.attributes
-                    .push(("gym.rewards", span::Value::Floats(rewards.clone())));
-                if !rewards.is_empty() {
-                    span.set(
-                        "gym.reward.mean",
-                        rewards.iter().sum::<f64>() / rewards.len() as f64,
-                    );
-                }
-                span.set("gym.retries", *retries);
-                span.status = Status::Ok;
-                if content {
-                    let mut ranked: Vec<_> = answers.iter().collect();
-                    ranked.sort_by(|a, b| b.reward.total_cmp(&a.reward));
-                    let answers: Vec<(String, String)> = ranked
-                        .into_iter()
-                        .map(|a| (a.text.clone(), String::new()))
-                        .collect();
-                    span.set_content(&[Message::new("user", query.as_str())], &answers);
-                }
-                vec![span]
-            }
-            RunEvent::StageOutput {
-                step,
-                stage,
-                key,
-                ok,
-                attempts,
-                parse_failures,
-                rejections,
-                backend_errors,
-                usage,
-                reused: false,
-                elapsed_s,
-                ..
-            } => {
-                let Some(run) = &state.run else {
-                    return Vec::new();
-                };
-                let mut span = call_span(
-                    run,
-                    &state,
-                    *step,
-                    &run.distill_model,
-                    stage.as_str(),
-                    now,
-                    *elapsed_s,
-                );
-                span.set_provider(&run.distill_backend);
-                span.set_usage(*usage);
-                span.set("gym.stage.key", key.as_str());
-                span.set("gym.stage.ok", *ok);
-                span.set("gym.stage.attempts", *attempts);
-                span.set("gym.stage.parse_failures", *parse_failures);
-                span.set("gym.stage.rejections", *rejections);
-                span.set("gym.stage.backend_errors", *backend_errors);
-                if *ok {
-                    span.status = Status::Ok;
-                } else {
-                    span.set(span::ERROR_TYPE, "stage_failed");
-                    span.status = Status::Error(format!(
-                        "the {} call failed after {attempts} attempt(s)",
-                        stage.as_str()
-                    ));
-                }
-                vec![span]
-            }
-            RunEvent::StepEnded {
-                epoch,
-                step,
-                mean_reward,
-                kept_groups,
-                groups,
-                end,
-                tokens,
-                cost_usd,
-                elapsed_s,
-                ..
-            } => {
-                let started = state.steps.remove(step);
-                let Some(run) = &state.run else {
-                    return Vec::new();
-                };
-                let (id, start) = match started {
-                    Some((id, _, start)) => (id, start),
-                    None => (span::random_span_id(), before(now, *elapsed_s)),
-                };
-                let mut span = Span::new("gym.step", Kind::Internal, start, now);
-                span.trace_id = run.trace;
-                span.span_id = id;
-                span.parent = Some((run.span, false));
-                span.set("gym.run.id", run.id.as_str());
-                span.set("gym.epoch", *epoch);
-                span.set("gym.step", *step);
-                span.set("gym.library", run.library.as_str());
-                let status = serde_json::to_value(end)
-                    .ok()
-                    .and_then(|v| v["status"].as_str().map(str::to_owned))
-                    .unwrap_or_default();
-                span.set("gym.step.end", status.clone());
-                span.set("gym.step.outcome", end.to_string());
-                span.set("gym.reward.mean", *mean_reward);
-                span.set("gym.groups", *groups);
-                span.set("gym.groups.kept", *kept_groups);
-                span.set("gym.tokens.input", tokens.prompt_tokens);
-                span.set("gym.tokens.output", tokens.completion_tokens);
-                span.set("gym.cost_usd", *cost_usd);
-                span.status = if status == "failed" {
-                    Status::Error(end.to_string())
-                } else {
-                    Status::Ok
-                };
-                vec![span]
-            }
+            RunEvent::Rollout { reused: false, .. } => rollout_span(&state, event, now, content),
+            RunEvent::StageOutput { reused: false, .. } => stage_span(&state, event, now),
+            RunEvent::StepEnded { .. } => step_span(&mut state, event, now),
             RunEvent::RunFinished {
                 steps,
                 tokens,
@@ -290,6 +158,160 @@ impl Fold {
             _ => Vec::new(),
         }
     }
+}
+
+/// The span of a rollout group sampled in this process: its answers' rewards and usage, and
+/// with `content` its query and answers.
+fn rollout_span(state: &State, event: &RunEvent, now: SystemTime, content: bool) -> Vec<Span> {
+    let RunEvent::Rollout {
+        step,
+        sample_id,
+        rewards,
+        usage,
+        reused: false,
+        query,
+        answers,
+        retries,
+        elapsed_s,
+    } = event
+    else {
+        return Vec::new();
+    };
+    let Some(run) = &state.run else {
+        return Vec::new();
+    };
+    let mut span = call_span(run, state, *step, &run.model, "rollout", now, *elapsed_s);
+    span.set_provider(&run.backend);
+    span.set(span::CHOICE_COUNT, rewards.len());
+    span.set_usage(*usage);
+    span.set("gym.sample.id", sample_id.as_str());
+    span.set("gym.library", run.library.as_str());
+    span.set("gym.library.version", run.library_version);
+    span.attributes
+        .push(("gym.rewards", span::Value::Floats(rewards.clone())));
+    if !rewards.is_empty() {
+        span.set(
+            "gym.reward.mean",
+            rewards.iter().sum::<f64>() / rewards.len() as f64,
+        );
+    }
+    span.set("gym.retries", *retries);
+    span.status = Status::Ok;
+    if content {
+        let mut ranked: Vec<_> = answers.iter().collect();
+        ranked.sort_by(|a, b| b.reward.total_cmp(&a.reward));
+        let answers: Vec<(String, String)> = ranked
+            .into_iter()
+            .map(|a| (a.text.clone(), String::new()))
+            .collect();
+        span.set_content(&[Message::new("user", query.as_str())], &answers);
+    }
+    vec![span]
+}
+
+/// The span of a stage call made in this process: its usage, attempts and failures.
+fn stage_span(state: &State, event: &RunEvent, now: SystemTime) -> Vec<Span> {
+    let RunEvent::StageOutput {
+        step,
+        stage,
+        key,
+        ok,
+        attempts,
+        parse_failures,
+        rejections,
+        backend_errors,
+        usage,
+        reused: false,
+        elapsed_s,
+        ..
+    } = event
+    else {
+        return Vec::new();
+    };
+    let Some(run) = &state.run else {
+        return Vec::new();
+    };
+    let mut span = call_span(
+        run,
+        state,
+        *step,
+        &run.distill_model,
+        stage.as_str(),
+        now,
+        *elapsed_s,
+    );
+    span.set_provider(&run.distill_backend);
+    span.set_usage(*usage);
+    span.set("gym.stage.key", key.as_str());
+    span.set("gym.stage.ok", *ok);
+    span.set("gym.stage.attempts", *attempts);
+    span.set("gym.stage.parse_failures", *parse_failures);
+    span.set("gym.stage.rejections", *rejections);
+    span.set("gym.stage.backend_errors", *backend_errors);
+    if *ok {
+        span.status = Status::Ok;
+    } else {
+        span.set(span::ERROR_TYPE, "stage_failed");
+        span.status = Status::Error(format!(
+            "the {} call failed after {attempts} attempt(s)",
+            stage.as_str()
+        ));
+    }
+    vec![span]
+}
+
+/// The span of a step that ended, from when it started in this process (or its own
+/// seconds before `now`).
+fn step_span(state: &mut State, event: &RunEvent, now: SystemTime) -> Vec<Span> {
+    let RunEvent::StepEnded {
+        epoch,
+        step,
+        mean_reward,
+        kept_groups,
+        groups,
+        end,
+        tokens,
+        cost_usd,
+        elapsed_s,
+        ..
+    } = event
+    else {
+        return Vec::new();
+    };
+    let started = state.steps.remove(step);
+    let Some(run) = &state.run else {
+        return Vec::new();
+    };
+    let (id, start) = match started {
+        Some((id, _, start)) => (id, start),
+        None => (span::random_span_id(), before(now, *elapsed_s)),
+    };
+    let mut span = Span::new("gym.step", Kind::Internal, start, now);
+    span.trace_id = run.trace;
+    span.span_id = id;
+    span.parent = Some((run.span, false));
+    span.set("gym.run.id", run.id.as_str());
+    span.set("gym.epoch", *epoch);
+    span.set("gym.step", *step);
+    span.set("gym.library", run.library.as_str());
+    let status = serde_json::to_value(end)
+        .ok()
+        .and_then(|v| v["status"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    span.set("gym.step.end", status.clone());
+    span.set("gym.step.outcome", end.to_string());
+    span.set("gym.reward.mean", *mean_reward);
+    span.set("gym.groups", *groups);
+    span.set("gym.groups.kept", *kept_groups);
+    span.set("gym.tokens.input", tokens.prompt_tokens);
+    span.set("gym.tokens.output", tokens.completion_tokens);
+    span.set("gym.cost_usd", *cost_usd);
+    span.status = if status == "failed" {
+        Status::Error(end.to_string())
+    } else {
+        Status::Ok
+    };
+    vec![span]
 }
 
 /// `seconds` before `now` (now when the event gave none).

@@ -13,7 +13,7 @@ use clap::Args;
 use gym::data::Split;
 use gym::distill::DistillConfig;
 use gym::library::{Library, LibraryError, Settings};
-use gym::rollout::eval::{Control, EvalSettings};
+use gym::rollout::eval::{ControlCondition, EvalSettings};
 use gym::run::dashboard::DashboardSink;
 use gym::run::fallback::{self as checks, Checker};
 use gym::run::{
@@ -301,7 +301,7 @@ pub struct GrpoArgs {
     /// The final evaluation's control condition beside the library: `placebo` (a neutral text
     /// of the same length and form) or `none`.
     #[arg(long, value_enum, default_value = "placebo")]
-    eval_control: Control,
+    eval_control: ControlCondition,
 
     /// Skip the final evaluation.
     #[arg(long)]

@@ -13,7 +13,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use gym::data::Split;
 use gym::library::{Library, LibraryError, Op, Settings};
-use gym::rollout::eval::{Condition, Control, EvalSettings, evaluate};
+use gym::rollout::eval::{Condition, ControlCondition, EvalSettings, evaluate};
 use gym::run::plan::{EvalPilot, Pilot, Prices, Shape, plan};
 use gym::run::{EventSink, Events, RunControl, RunEvent, Runner};
 
@@ -151,7 +151,7 @@ impl GrpoArgs {
             credit_pairs: self.credit_pairs,
             eval_queries,
             eval_k: self.eval_k,
-            eval_placebo: self.eval_control == Control::Placebo,
+            eval_placebo: self.eval_control == ControlCondition::Placebo,
             lessons_at_start: lessons,
             prompt_once_per_group: self.backend.counts_group_prompt_once(),
             shown_at_most: self.retrieval.retrieve,
