@@ -25,7 +25,7 @@ use gym::embed::Embedder;
 use gym::embed::lookup::{StaticEmbedder, default_static_dir};
 use gym::embed::minilm::{MiniLmEmbedder, default_minilm_dir, default_onnxruntime_path};
 use gym::library::{Change, ExperienceId, Library, Provenance, Settings};
-use gym::serve::{Catalog, IvfConfig, IvfIndex, Keep, Retriever};
+use gym::retrieve::{Catalog, IvfConfig, IvfIndex, Keep, Retriever};
 
 const CONDITIONS: [&str; 40] = [
     "counting how often a letter occurs in a word",

@@ -2,7 +2,7 @@
 //!
 //! - `search`: top-8 exact cosine search (`IvfIndex::exact`) over 1k, 10k and 100k experiences
 //!   (random 384-dimensional vectors, MiniLM's size). Target: ≤ 1 ms p99 at 100k.
-//! - `search_ivf`: the same top-8 over 100k in [`IvfIndex`](gym::serve::ivf::IvfIndex), what
+//! - `search_ivf`: the same top-8 over 100k in [`IvfIndex`](gym::retrieve::IvfIndex), what
 //!   `gym serve` uses from 20k experiences up (16 of ~316 lists scanned). Recall is checked on
 //!   clustered data in the unit tests, not here.
 //! - `retrieve_and_inject`: what a chat request adds before the model is called, at 10k
@@ -24,9 +24,8 @@ use divan::Bencher;
 use futures::future::BoxFuture;
 use gym::backend::{Backend, BackendError, Completion, FinishReason, Group, GroupRequest, Usage};
 use gym::library::{Change, Digest, ExperienceId, Library, Provenance, Settings};
-use gym::serve::{
-    AppState, Catalog, IvfConfig, IvfIndex, Keep, Metrics, Retriever, ServeConfig, VectorIndex, app,
-};
+use gym::retrieve::{Catalog, IvfConfig, IvfIndex, Keep, Retriever, VectorIndex};
+use gym::serve::{AppState, Metrics, ServeConfig, app};
 use rand::{Rng, SeedableRng};
 use tower::ServiceExt;
 
@@ -154,7 +153,7 @@ static SERVED: LazyLock<Option<Served>> = LazyLock::new(|| {
     let state = AppState {
         usage: Default::default(),
         traffic: Default::default(),
-        router: Arc::new(gym::serve::router::Router::single(Arc::new(Instant))),
+        router: Arc::new(gym::serve::upstream::Router::single(Arc::new(Instant))),
         catalog: Arc::new(Catalog::new(
             root.path(),
             std::time::Duration::from_secs(60),
@@ -254,7 +253,7 @@ fn health(bencher: Bencher) {
     let state = AppState {
         usage: Default::default(),
         traffic: Default::default(),
-        router: Arc::new(gym::serve::router::Router::single(Arc::new(Instant))),
+        router: Arc::new(gym::serve::upstream::Router::single(Arc::new(Instant))),
         catalog: Arc::new(Catalog::new(dir.path(), std::time::Duration::from_secs(1))),
         retriever: None,
         metrics: Arc::new(Metrics::default()),

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use gym::library::Library;
-use gym::mcp::{Config, LibraryServer, Searcher, Writing};
+use gym::mcp::{Config, LibraryServer, Writing};
+use gym::retrieve::Searcher;
 
 use super::args::backend::runtime;
 

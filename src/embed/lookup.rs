@@ -12,7 +12,7 @@
 //!
 //! `gym embed distill` builds one from the MiniLM model ([`super::static_table`]). Its vectors live
 //! in their own space, not MiniLM's: a library searched with static query vectors must have its
-//! experiences embedded by the same table, which [`crate::serve::Retriever`] does when it is
+//! experiences embedded by the same table, which [`crate::retrieve::Retriever`] does when it is
 //! given this embedder.
 
 use std::collections::HashSet;

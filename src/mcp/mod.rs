@@ -21,12 +21,12 @@
 //! argument, so the model can correct the call.
 //!
 //! Layering: this module reads the library (and the governance ledger when proposing) and
-//! ranks with [`crate::embed`]; it uses nothing of `serve`, and the CLI only parses flags.
+//! searches with [`crate::retrieve::Searcher`], the retrieval `gym serve` uses; it uses
+//! nothing of `serve`, and the CLI only parses flags.
 
 mod args;
+mod library_tools;
 mod propose;
-mod search;
-mod tools;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -40,11 +40,10 @@ use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 
 pub use args::ArgumentError;
-pub use search::Searcher;
-use tools::Tools;
+use library_tools::LibraryTools;
 
 use crate::tools::mcp::listed_tool;
-pub use tools::{
+pub use library_tools::{
     CallError, MAX_CHANGE_BYTES, MAX_CHANGES, MAX_HISTORY, MAX_K, MAX_LIMIT, MAX_QUERY_CHARS,
     Writing,
 };
@@ -69,7 +68,7 @@ pub struct Config {
     /// The library a call that names none uses.
     pub default_library: Option<String>,
     /// How `search` ranks.
-    pub searcher: Searcher,
+    pub searcher: crate::retrieve::Searcher,
     /// `Some` lists `propose_change`; `None` (the default) serves read-only tools.
     pub writing: Option<Writing>,
 }
@@ -77,13 +76,13 @@ pub struct Config {
 /// The MCP server over the library tools.
 #[derive(Clone)]
 pub struct LibraryServer {
-    tools: Arc<Tools>,
+    tools: Arc<LibraryTools>,
 }
 
 impl LibraryServer {
     pub fn new(config: Config) -> Self {
         Self {
-            tools: Arc::new(Tools::new(
+            tools: Arc::new(LibraryTools::new(
                 config.library_dir,
                 config.default_library,
                 config.searcher,

@@ -4,7 +4,7 @@
 use serde_json::{Map, Value, json};
 
 use super::args::ArgumentError;
-use super::tools::{
+use super::library_tools::{
     MAX_CHANGE_BYTES, MAX_CHANGES, MAX_RATIONALE_CHARS, MAX_TITLE_CHARS, PROPOSE_CHANGE, ToolSpec,
     Writing,
 };

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::error::ApiError;
-use super::router::{RouteError, Router};
+use super::upstream::{RouteError, Router};
 use crate::agent::{Agent, ToolStep, run_group};
 use crate::backend::{Backend, BackendError, ChatMessage, Group, GroupRequest, Sampling};
 
@@ -75,7 +75,7 @@ pub async fn answer(
     n: usize,
     sampling: &Sampling,
 ) -> Result<(Group, Vec<Vec<ToolStep>>), ApiError> {
-    let backend = Routed {
+    let backend = RouterBackend {
         router: Arc::clone(&app.router),
         model: model.to_owned(),
     };
@@ -122,12 +122,12 @@ pub fn steps_json(steps: &[ToolStep]) -> Value {
 }
 
 /// The router as a [`Backend`] for one model, so the agent loop's turns go through failover.
-struct Routed {
+struct RouterBackend {
     router: Arc<Router>,
     model: String,
 }
 
-impl Backend for Routed {
+impl Backend for RouterBackend {
     fn model(&self) -> &str {
         &self.model
     }

@@ -13,7 +13,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -24,16 +24,16 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::AppState;
-use super::catalog::Snapshot;
+use super::answered::Answered;
 use super::error::ApiError;
 use super::inject::{inject, query_text};
 use super::metrics::Latency;
-use super::retrieve::Keep;
-use super::router::Routed;
 use super::stream::{self, Encoder, StreamPlan};
 use super::uncertainty;
+use super::upstream::UpstreamAnswer;
 use crate::backend::{ChatMessage, Group, GroupRequest};
 use crate::library::{Experience, ExperienceId, LibraryRef, ParseLibraryRefError};
+use crate::retrieve::{Keep, Snapshot};
 
 /// Splits `MODEL@LIBRARY[@VERSION]` into the model name and the library reference (see
 /// [`LibraryRef`], which also reads the older `MODEL@LIBRARY:VERSION`). The model name ends
@@ -95,6 +95,41 @@ pub fn body(app: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Bytes
             ApiError::bad(None, rejection.body_text())
         }
     })
+}
+
+/// What every generation endpoint starts with: when the request arrived, its body (within the
+/// size limit) read as the endpoint's request, and the model and library it goes to.
+pub struct Opened<T> {
+    pub started: Instant,
+    pub request: T,
+    pub target: Target,
+}
+
+/// Opens a request to a generation endpoint: `what` names its shape in errors, `model` reads
+/// the model the client named.
+pub fn open<T: DeserializeOwned>(
+    app: &AppState,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    what: &str,
+    model: fn(&T) -> &str,
+) -> Result<Opened<T>, ApiError> {
+    let started = Instant::now();
+    let body = self::body(app, body)?;
+    let request: T = parse(&body, what)?;
+    let target = Target::resolve(app, headers, model(&request))?;
+    Ok(Opened {
+        started,
+        request,
+        target,
+    })
+}
+
+/// Seconds since the Unix epoch: the `created` time of a response.
+pub fn created_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// `body` read as a `T`; `what` names the request in the error.
@@ -235,32 +270,6 @@ impl Injected {
     }
 }
 
-/// Which model answered a request and the tokens it took, reported by the answer path through
-/// the response's extensions for the traffic middleware's span (`serve::traffic`), so no route
-/// reports anything itself. A streamed answer's is set when the stream ends; a stream the client
-/// left early has none.
-#[derive(Debug, Clone, Default)]
-pub struct Answered(Arc<std::sync::OnceLock<(String, crate::backend::Usage)>>);
-
-impl Answered {
-    /// Records the model and tokens (the first record stays).
-    pub fn set(&self, model: &str, usage: crate::backend::Usage) {
-        let _ = self.0.set((model.to_owned(), usage));
-    }
-
-    /// The model and tokens, once known.
-    pub fn get(&self) -> Option<&(String, crate::backend::Usage)> {
-        self.0.get()
-    }
-
-    /// A response answered whole by `model` with `usage`: the record in its extensions.
-    pub fn attach(response: &mut Response, model: &str, usage: crate::backend::Usage) {
-        let answered = Self::default();
-        answered.set(model, usage);
-        response.extensions_mut().insert(answered);
-    }
-}
-
 /// Sets the `x-gym-library`, `x-gym-library-version`, `x-gym-library-root` and
 /// `x-gym-experiences` headers: what was injected (nothing when nothing was).
 pub fn injected_headers(response: &mut Response, injected: Option<&Injected>) {
@@ -287,7 +296,7 @@ pub async fn generate(
     app: &AppState,
     model: &str,
     request: &GroupRequest,
-) -> Result<Routed, ApiError> {
+) -> Result<UpstreamAnswer, ApiError> {
     let timeout = app.config.request_timeout;
     tokio::time::timeout(timeout, app.router.generate(model, request))
         .await
@@ -303,7 +312,7 @@ async fn generate_all(
     app: &AppState,
     model: &str,
     requests: &[GroupRequest],
-) -> Result<Routed, ApiError> {
+) -> Result<UpstreamAnswer, ApiError> {
     if let [request] = requests {
         return generate(app, model, request).await;
     }
@@ -319,37 +328,7 @@ async fn generate_all(
             seconds: timeout.as_secs_f64(),
         })?
         .map_err(ApiError::from)?;
-    Ok(merge(routed))
-}
-
-/// The answers to several requests as one: choices in order, usage, cost and retries summed;
-/// the upstream of the first.
-pub fn merge(routed: Vec<Routed>) -> Routed {
-    let mut merged = Routed {
-        group: Group {
-            completions: Vec::new(),
-            usage: Default::default(),
-            cost_usd: Some(0.0),
-            retries: 0,
-        },
-        upstream: String::new(),
-        failovers: 0,
-    };
-    for (index, answer) in routed.into_iter().enumerate() {
-        if index == 0 {
-            merged.upstream = answer.upstream;
-        }
-        merged.group.completions.extend(answer.group.completions);
-        merged.group.usage += answer.group.usage;
-        merged.group.cost_usd = merged
-            .group
-            .cost_usd
-            .zip(answer.group.cost_usd)
-            .map(|(a, b)| a + b);
-        merged.group.retries += answer.group.retries;
-        merged.failovers += answer.failovers;
-    }
-    merged
+    Ok(UpstreamAnswer::merge(routed))
 }
 
 /// How an endpoint writes its answer.
@@ -510,48 +489,5 @@ mod tests {
         let chosen = selection(None, &HeaderMap::new(), Some("default")).unwrap();
         assert_eq!(chosen.unwrap().name, "default");
         assert_eq!(selection(None, &HeaderMap::new(), None).unwrap(), None);
-    }
-
-    #[test]
-    fn merged_answers_keep_request_order_and_sum_usage() {
-        use crate::backend::{Completion, FinishReason, Usage};
-        let answer = |text: &str, prompt, cached, upstream: &str| Routed {
-            group: Group {
-                completions: vec![Completion {
-                    text: text.into(),
-                    finish: FinishReason::Stop,
-                    seed: 0,
-                    completion_tokens: 2,
-                    logprobs: None,
-                    tool_calls: Vec::new(),
-                }],
-                usage: Usage {
-                    prompt_tokens: prompt,
-                    completion_tokens: 2,
-                    cached_prompt_tokens: cached,
-                },
-                cost_usd: Some(0.0),
-                retries: 1,
-            },
-            upstream: upstream.into(),
-            failovers: 0,
-        };
-        let merged = merge(vec![answer("a", 10, 0, "one"), answer("b", 12, 8, "two")]);
-        let texts: Vec<&str> = merged
-            .group
-            .completions
-            .iter()
-            .map(|c| c.text.as_str())
-            .collect();
-        assert_eq!(texts, ["a", "b"]);
-        assert_eq!(
-            merged.group.usage,
-            Usage {
-                prompt_tokens: 22,
-                completion_tokens: 4,
-                cached_prompt_tokens: 8,
-            }
-        );
-        assert_eq!((merged.upstream.as_str(), merged.group.retries), ("one", 2));
     }
 }

@@ -2,7 +2,6 @@
 //! ask the model, and answer in OpenAI's shape (JSON, or server-sent events when `stream`).
 
 use std::convert::Infallible;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -13,7 +12,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::AppState;
-use super::answer::{self, Shape, Target, injected_headers};
+use super::answer::{self, Opened, Shape, injected_headers};
+use super::answered::Answered;
 use super::error::ApiError;
 use super::stream::{Chunks, Encoder, StreamPlan};
 use crate::backend::openai::wire::{
@@ -26,10 +26,17 @@ pub async fn completions(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let started = Instant::now();
-    let body = answer::body(&app, body)?;
-    let request: ChatRequest = answer::parse(&body, "chat completion")?;
-    let target = Target::resolve(&app, &headers, &request.model)?;
+    let Opened {
+        started,
+        request,
+        target,
+    } = answer::open(
+        &app,
+        &headers,
+        body,
+        "chat completion",
+        |r: &ChatRequest| &r.model,
+    )?;
     let checked = request.check(app.config.default_max_tokens, rand::random())?;
     let agent = super::agent::requested(&app, &headers, !checked.tools.is_empty())?;
 
@@ -51,9 +58,7 @@ pub async fn completions(
         },
     };
     let id = format!("chatcmpl-{:016x}", rand::random::<u64>());
-    let created = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let created = answer::created_now();
     let plan = StreamPlan {
         id,
         created,
@@ -129,7 +134,7 @@ async fn agent_response(
             events.into_iter().map(Ok::<_, Infallible>),
         ))
         .into_response();
-        answer::Answered::attach(&mut response, model, group.usage);
+        Answered::attach(&mut response, model, group.usage);
         return Ok(response);
     }
     let mut body = response_json(&plan.id, plan.created, &plan.model_label, &group);
@@ -139,7 +144,7 @@ async fn agent_response(
         }
     }
     let mut response = axum::Json(body).into_response();
-    answer::Answered::attach(&mut response, model, group.usage);
+    Answered::attach(&mut response, model, group.usage);
     Ok(response)
 }
 

@@ -8,8 +8,6 @@
 //! experiences for all, retrieved with all of them, and choice `p * n + i` is the `i`-th answer
 //! to prompt `p`.
 
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
-
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
@@ -20,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::AppState;
-use super::answer::{self, Shape, Target};
+use super::answer::{self, Opened, Shape};
 use super::error::ApiError;
 use super::stream::{Encoder, StreamPlan};
 use super::wire::MAX_N;
@@ -206,10 +204,17 @@ pub async fn completions(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let started = Instant::now();
-    let body = answer::body(&app, body)?;
-    let request: CompletionRequest = answer::parse(&body, "text completion")?;
-    let target = Target::resolve(&app, &headers, &request.model)?;
+    let Opened {
+        started,
+        request,
+        target,
+    } = answer::open(
+        &app,
+        &headers,
+        body,
+        "text completion",
+        |r: &CompletionRequest| &r.model,
+    )?;
     let mut checked = request.check(app.config.default_max_tokens, rand::random())?;
     let answers = (checked.prompts.len() * checked.n) as u64;
     let injected = target.inject(&app, &mut checked.prompts, answers).await?;
@@ -219,9 +224,7 @@ pub async fn completions(
         .collect();
     let plan = StreamPlan {
         id: format!("cmpl-{:016x}", rand::random::<u64>()),
-        created: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        created: answer::created_now(),
         model_label: target.label.clone(),
         include_usage: checked.include_usage,
         client_logprobs: checked.logprobs.is_some(),

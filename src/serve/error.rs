@@ -8,10 +8,11 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::retrieve::RetrieveError;
-use super::router::RouteError;
+use super::upstream::RouteError;
 use crate::backend::{BackendError, GrammarError};
+use crate::gov::{GovError, VoteRejected};
 use crate::library::LibraryError;
+use crate::retrieve::{NotServed, RetrieveError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -63,7 +64,7 @@ pub enum ApiError {
     #[error("{0}")]
     UnsupportedMediaType(String),
     /// The governance ledger cannot be read, or a governed version's root is not the one it
-    /// adopted ([`super::governed`]): nothing is served rather than an unvoted version.
+    /// adopted ([`crate::retrieve::governed`]): nothing is served rather than an unvoted version.
     #[error("{0}")]
     Governance(String),
 }
@@ -159,6 +160,44 @@ impl From<RouteError> for ApiError {
                 retry_after,
             },
             RouteError::Interrupted { error, .. } => Self::Backend(error),
+        }
+    }
+}
+
+/// The HTTP error a governance error answers with (the `/v1/gov` routes and the web pages' data).
+impl From<GovError> for ApiError {
+    fn from(error: GovError) -> Self {
+        match error {
+            GovError::NoLedger { .. } => Self::NotFound {
+                message: error.to_string(),
+                code: "no_ledger",
+            },
+            GovError::UnknownProposal { .. }
+            | GovError::Vote(VoteRejected::UnknownProposal { .. }) => Self::NotFound {
+                message: error.to_string(),
+                code: "proposal_not_found",
+            },
+            GovError::Vote(
+                VoteRejected::AlreadyVoted { .. }
+                | VoteRejected::VotingClosed { .. }
+                | VoteRejected::Executed { .. },
+            ) => Self::Conflict(error.to_string()),
+            GovError::Vote(_) => Self::bad("signature", error.to_string()),
+            GovError::Library(error) => Self::Library(error),
+            other => Self::Conflict(other.to_string()),
+        }
+    }
+}
+
+impl From<NotServed> for ApiError {
+    fn from(error: NotServed) -> Self {
+        match error {
+            NotServed::Library(error) => error.into(),
+            NotServed::Ledger(message) => Self::Governance(message),
+            NotServed::NotAdopted(message) => Self::Forbidden {
+                message,
+                code: "version_not_governed",
+            },
         }
     }
 }

@@ -11,8 +11,6 @@
 //! `event: error`. Fields and blocks Gym cannot honour (`thinking`, images, server tools, …)
 //! are a 400 naming them, as Anthropic refuses fields it does not know.
 
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
-
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Request, State};
@@ -23,7 +21,7 @@ use axum::response::sse::Event;
 use serde_json::{Value, json};
 
 use super::AppState;
-use super::answer::{self, Shape, Target};
+use super::answer::{self, Opened, Shape};
 use super::error::ApiError;
 use super::stream::{Encoder, StreamPlan};
 use crate::backend::anthropic::wire::{
@@ -64,10 +62,17 @@ pub async fn messages(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let started = Instant::now();
-    let body = answer::body(&app, body)?;
-    let request: MessagesRequest = answer::parse(&body, "Messages API")?;
-    let target = Target::resolve(&app, &headers, &request.model)?;
+    let Opened {
+        started,
+        request,
+        target,
+    } = answer::open(
+        &app,
+        &headers,
+        body,
+        "Messages API",
+        |r: &MessagesRequest| &r.model,
+    )?;
     if headers.contains_key(super::agent::HEADER) {
         return Err(ApiError::bad(
             super::agent::HEADER,
@@ -90,9 +95,7 @@ pub async fn messages(
     };
     let plan = StreamPlan {
         id: writer.id.clone(),
-        created: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        created: answer::created_now(),
         model_label: target.label.clone(),
         include_usage: false,
         // Kept until the answer is written: they tell which stop sequence ended it. Anthropic's

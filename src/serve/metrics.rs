@@ -339,7 +339,7 @@ fn serving_lines(out: &mut String, m: &Inner) {
 /// of an upstream's slots, and those waiting for a slot or in the local model's queue (which
 /// hold a slot but are not decoding yet); and `gym:kv_cache_bytes`, the KV cache a local
 /// model's thread holds now (it grows to the largest round, up to `--max-context`, and stays).
-pub fn model_lines(router: &super::router::Router) -> String {
+pub fn model_lines(router: &super::upstream::Router) -> String {
     use std::sync::atomic::Ordering::Relaxed;
 
     let mut by_model: BTreeMap<String, [u64; 3]> = BTreeMap::new();
@@ -443,10 +443,10 @@ pub fn usage_lines(
 }
 
 /// The router's per-upstream counters.
-pub fn upstream_lines(router: &super::router::Router) -> String {
+pub fn upstream_lines(router: &super::upstream::Router) -> String {
     use std::sync::atomic::Ordering::Relaxed;
 
-    use super::router::Upstream;
+    use super::upstream::Upstream;
     type Value = fn(&Upstream) -> f64;
     let families: [(&str, &str, &str, Value); 8] = [
         (

@@ -6,21 +6,22 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`catalog`] | libraries opened once, new commits noticed, versions checked out |
-//! | [`retrieve`] | the [`VectorIndex`](retrieve::VectorIndex) seam, the embedding cache |
-//! | [`ivf`] | the in-process index: exact search, and inverted lists over k-means centroids for large libraries |
-//! | `qdrant` | the index in a Qdrant server (`--qdrant-url`, feature `qdrant`) |
+//! | [`state`] | [`AppState`], what every handler shares, and [`ServeConfig`] |
 //! | [`inject`] | the injection template |
 //! | `library_api` | list, show, diff and prove library versions; commit changes with an API key |
 //! | [`keys`] | API keys for the routes that write |
 //! | `answer` | what the generation endpoints share: model and library, injection, generation, headers |
+//! | `stream` | streamed answers: the generation task, server-sent events, the chat chunks |
+//! | `answered` | which model answered and the tokens it took, for the traffic record |
 //! | `chat` | `POST /v1/chat/completions` |
 //! | `completions` | `POST /v1/completions` (legacy text completions) |
 //! | `responses` | `POST /v1/responses` (the Responses API) |
 //! | [`messages`] | `POST /v1/messages` (Anthropic's Messages API), and its errors in Anthropic's shape |
+//! | [`agent`] | the agent loop for requests that ask for the server's tools (`x-gym-tools`) |
+//! | `tool_wire` | tools and tool calls between the wire shapes and the backend's |
 //! | [`wire`] | OpenAI's request, response and chunk shapes |
 //! | [`schema_limits`] | bounds on the JSON schemas of `response_format` and `tools` |
-//! | [`router`] | upstreams by model name, concurrency limits, failover and cooldown |
+//! | [`upstream`] | upstreams by model name, concurrency limits, failover and cooldown |
 //! | `runs` | the runs under `--runs-dir`, and a run's journal as server-sent events for remote dashboards |
 //! | `tail` | following a file a run appends to, asynchronously, until it goes quiet |
 //! | [`uncertainty`] | the HLLM figures Θ (uncertainty), Ψ (library mass) and κ of an answer, and when to escalate to a stronger model |
@@ -28,48 +29,47 @@
 //! | [`usage`] | injections of experiences in served answers, written to each library's `usage.json` |
 //! | [`request_id`] | the `x-request-id` of every response |
 //! | [`origin`] | what a web page in the user's browser cannot make the server do: Host, Origin and Content-Type checks |
+//! | [`deadline`] | a request body that must arrive in time |
 //! | [`traffic`] | served requests remembered for feedback, and the traffic log (`--traffic-log`) |
 //! | `feedback` | `POST /v1/feedback`: how a served answer did |
-//! | [`governance`] | `/v1/gov`: proposals, their review diffs and votes of the ledger in `--gov-dir` |
+//! | [`governance`] | `/v1/gov`: proposals, their review diffs and votes of the ledger in `--gov-dir`, and the governance view the web pages share |
 //! | [`error`] | errors in OpenAI's error shape |
+//!
+//! Which experiences a request gets (the catalog of libraries, the governed heads, the vector
+//! indexes and the retriever) is [`crate::retrieve`]'s; this module is the HTTP shell around it.
 //!
 //! The library store stays synchronous; its reads run on the blocking pool.
 
 pub mod agent;
 mod answer;
-pub mod catalog;
+mod answered;
 mod chat;
 mod completions;
 pub mod deadline;
 pub mod error;
 mod feedback;
 pub mod governance;
-pub mod governed;
 pub mod inject;
-pub mod ivf;
 pub mod keys;
 mod library_api;
 pub mod messages;
 pub mod metrics;
 pub mod origin;
-#[cfg(feature = "qdrant")]
-pub mod qdrant;
 pub mod request_id;
 mod responses;
-pub mod retrieve;
-pub mod router;
 mod runs;
 pub mod schema_limits;
+pub mod state;
 mod stream;
 mod tail;
 mod tool_wire;
 pub mod traffic;
 pub mod uncertainty;
+pub mod upstream;
 pub mod usage;
 pub mod wire;
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{StatusCode, header};
@@ -80,82 +80,12 @@ use axum::{Json, Router};
 use serde_json::json;
 
 pub use answer::parse_model;
-pub use catalog::{Catalog, Snapshot};
 pub use error::ApiError;
-pub use ivf::{IvfConfig, IvfIndex};
 pub use metrics::Metrics;
-pub use retrieve::{Hit, Keep, Retriever, VectorIndex};
+pub use state::{AppState, CHAIN_CACHE, ServeConfig};
 
 /// A model name every server answers to, whatever model it runs.
 pub const MODEL_ALIAS: &str = "gym";
-
-/// How the server behaves.
-#[derive(Debug, Clone)]
-pub struct ServeConfig {
-    /// The library of requests that name none (`None`: no injection for them).
-    pub default_library: Option<String>,
-    /// Experiences injected per request (0: all of them, as the reference method does).
-    pub top_k: usize,
-    /// `max_tokens` of requests that give none.
-    pub default_max_tokens: u32,
-    /// How long a model call may take before the request gets 504.
-    pub request_timeout: Duration,
-    /// Largest request body accepted.
-    pub max_body_bytes: usize,
-    /// Answers whose Θ is above this are asked again of `escalate_model`.
-    pub escalate_theta: Option<f64>,
-    /// The stronger model escalated answers come from.
-    pub escalate_model: Option<String>,
-    /// Where `gym grpo` writes its run journals (for `/v1/runs`).
-    pub runs_dir: std::path::PathBuf,
-    /// How long a followed run file may go without growing before its followers are ended
-    /// (`event: stale`).
-    pub follow_idle: Duration,
-    /// The server's tools, for requests that ask for the agent loop (`x-gym-tools`).
-    pub agent: Option<crate::agent::Agent>,
-    /// Requests may ask for the server's tools without an API key (`--tools-without-key`);
-    /// otherwise they need one of [`AppState::keys`].
-    pub tools_without_key: bool,
-    /// The governance directory whose ledger `/v1/gov` serves (`gym gov --gov-dir`).
-    pub gov_dir: std::path::PathBuf,
-}
-
-impl Default for ServeConfig {
-    fn default() -> Self {
-        Self {
-            default_library: None,
-            top_k: 8,
-            default_max_tokens: 512,
-            request_timeout: Duration::from_secs(300),
-            max_body_bytes: 4 << 20,
-            escalate_theta: None,
-            escalate_model: None,
-            runs_dir: "runs".into(),
-            follow_idle: Duration::from_secs(600),
-            agent: None,
-            tools_without_key: false,
-            gov_dir: "governance".into(),
-        }
-    }
-}
-
-/// What every handler shares.
-#[derive(Clone)]
-pub struct AppState {
-    /// The upstream models.
-    pub router: Arc<router::Router>,
-    pub catalog: Arc<Catalog>,
-    /// `None`: no embedder, so every active experience is injected.
-    pub retriever: Option<Arc<Retriever>>,
-    pub metrics: Arc<Metrics>,
-    pub config: Arc<ServeConfig>,
-    /// Keys accepted on the routes that write (none: every write gets 401).
-    pub keys: Arc<keys::ApiKeys>,
-    /// Injections served and not yet written to the libraries' `usage.json`.
-    pub usage: Arc<usage::ServedUsage>,
-    /// Served requests remembered for feedback, and the traffic log if there is one.
-    pub traffic: Arc<traffic::Traffic>,
-}
 
 /// The server's routes.
 pub fn app(state: AppState) -> Router {

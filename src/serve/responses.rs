@@ -7,8 +7,6 @@
 //! `previous_response_id`, `conversation`, `tools`, `reasoning` and the other fields that ask
 //! for those are refused with a 400 that names them.
 
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
-
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
@@ -19,7 +17,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::AppState;
-use super::answer::{self, Shape, Target};
+use super::answer::{self, Opened, Shape};
 use super::error::ApiError;
 use super::stream::{Encoder, StreamPlan};
 use crate::backend::openai::wire::{ChatRequest, Content, WireMessage};
@@ -102,6 +100,15 @@ impl ResponseRequest {
         default_max_tokens: u32,
         random_seed: u64,
     ) -> Result<CheckedResponse, ApiError> {
+        self.refuse_unsupported()?;
+        let messages = self.messages()?;
+        self.check_sampling(messages, default_max_tokens, random_seed)
+    }
+
+    /// The first field asking for what Gym does not do (stored responses and conversations,
+    /// background answers, tools, reasoning, other text formats, log-probabilities), refused
+    /// with the reason.
+    fn refuse_unsupported(&self) -> Result<(), ApiError> {
         let refused = |param: &'static str, why: &str| {
             Err(ApiError::bad(
                 param,
@@ -166,6 +173,12 @@ impl ResponseRequest {
         if self.top_logprobs.is_some_and(|t| t > 0) {
             return refused("top_logprobs", "log-probabilities are not returned here");
         }
+        Ok(())
+    }
+
+    /// The conversation: `instructions` as a system message, then `input`, which must hold a
+    /// user message.
+    fn messages(&self) -> Result<Vec<ChatMessage>, ApiError> {
         let mut messages = Vec::new();
         if let Some(instructions) = &self.instructions {
             messages.push(ChatMessage::system(instructions.clone()));
@@ -177,6 +190,17 @@ impl ResponseRequest {
                 "`input` has no user message to answer",
             ));
         }
+        Ok(messages)
+    }
+
+    /// The sampling fields checked as chat's are (they mean the same), and the request as
+    /// checked.
+    fn check_sampling(
+        self,
+        messages: Vec<ChatMessage>,
+        default_max_tokens: u32,
+        random_seed: u64,
+    ) -> Result<CheckedResponse, ApiError> {
         let echo_messages = messages
             .iter()
             .map(|m| WireMessage {
@@ -290,17 +314,22 @@ pub async fn responses(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let started = Instant::now();
-    let body = answer::body(&app, body)?;
-    let request: ResponseRequest = answer::parse(&body, "Responses API")?;
-    let target = Target::resolve(&app, &headers, &request.model)?;
+    let Opened {
+        started,
+        request,
+        target,
+    } = answer::open(
+        &app,
+        &headers,
+        body,
+        "Responses API",
+        |r: &ResponseRequest| &r.model,
+    )?;
     let checked = request.check(app.config.default_max_tokens, rand::random())?;
     let mut prompts = [checked.messages];
     let injected = target.inject(&app, &mut prompts, 1).await?;
     let [messages] = prompts;
-    let created_at = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let created_at = answer::created_now();
     let writer = ResponseEvents {
         id: format!("resp_{:032x}", rand::random::<u128>()),
         item_id: format!("msg_{:032x}", rand::random::<u128>()),

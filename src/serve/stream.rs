@@ -10,7 +10,8 @@
 //! comment line before `[DONE]` (comments are ignored by SSE clients that do not look for them).
 
 use std::convert::Infallible;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::sse::{Event, Sse};
@@ -19,11 +20,11 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use super::AppState;
-use super::answer;
+use super::answered::Answered;
 use super::error::ApiError;
 use super::metrics::Latency;
-use super::router::{Routed, Streamed};
 use super::uncertainty;
+use super::upstream::{RouteError, Streamed, UpstreamAnswer};
 use crate::backend::openai::wire::{call_fragments, finish_reason_name, logprobs_json, usage_json};
 use crate::backend::{Group, GroupRequest};
 
@@ -72,7 +73,7 @@ pub async fn respond(
 ) -> Result<Response, ApiError> {
     let (head, started) = oneshot::channel();
     let (events, body) = mpsc::unbounded_channel();
-    let answered = answer::Answered::default();
+    let answered = Answered::default();
     tokio::spawn(generate(
         app,
         model,
@@ -104,121 +105,178 @@ async fn generate(
     model: String,
     requests: Vec<GroupRequest>,
     plan: StreamPlan,
-    mut encoder: Box<dyn Encoder>,
-    (head, answered): (oneshot::Sender<Result<String, ApiError>>, answer::Answered),
+    encoder: Box<dyn Encoder>,
+    (head, answered): (oneshot::Sender<Result<String, ApiError>>, Answered),
     events: mpsc::UnboundedSender<Event>,
 ) {
-    let mut head = Some(head);
-    let mut first_token = None;
-    let timeout = app.config.request_timeout;
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut routed: Vec<Routed> = Vec::with_capacity(requests.len());
-    let mut failed = None;
-    let mut offset = 0;
-    for request in &requests {
-        let (out, mut received) = mpsc::unbounded_channel();
-        let generation = tokio::time::timeout_at(
-            deadline,
-            app.router.generate_streaming(&model, request, &out),
-        );
-        tokio::pin!(generation);
-        // Returns false when the client has gone.
-        let mut forward = |item: Streamed, encoder: &mut Box<dyn Encoder>| match item {
-            Streamed::Upstream(upstream) => match head.take() {
-                Some(head) => head.send(Ok(upstream)).is_ok(),
-                None => true,
-            },
-            Streamed::Delta(delta) => {
-                if first_token.is_none() && !delta.text.is_empty() {
-                    first_token = Some(plan.started.elapsed());
-                }
-                encoder
-                    .delta(offset + delta.index, &delta.text)
-                    .into_iter()
-                    .all(|event| events.send(event).is_ok())
+    let mut task = Generation {
+        app,
+        model,
+        plan,
+        encoder,
+        head: Some(head),
+        answered,
+        events,
+        first_token: None,
+    };
+    let Some(routed) = task.route_all(&requests).await else {
+        return; // the client has gone
+    };
+    let ending = match routed {
+        Err(error) => {
+            if let Some(head) = task.head.take() {
+                let _ = head.send(Err(error));
+                return;
             }
-        };
+            task.encoder.error(&error)
+        }
+        Ok(answers) => match task.finish(UpstreamAnswer::merge(answers)) {
+            Some(ending) => ending,
+            None => return,
+        },
+    };
+    for event in ending {
+        if task.events.send(event).is_err() {
+            return;
+        }
+    }
+}
+
+/// One streamed answer while it is generated: where its events go, and what it knows so far.
+struct Generation {
+    app: AppState,
+    model: String,
+    plan: StreamPlan,
+    encoder: Box<dyn Encoder>,
+    /// Where the response's start goes (the upstream, or an error before any text); `None`
+    /// once sent.
+    head: Option<oneshot::Sender<Result<String, ApiError>>>,
+    answered: Answered,
+    events: mpsc::UnboundedSender<Event>,
+    /// When the first text arrived, after the request did.
+    first_token: Option<Duration>,
+}
+
+impl Generation {
+    /// Routes `requests` one after the other within one deadline, their choices numbered on;
+    /// the answers, or the first failure. `None`: the client has gone.
+    async fn route_all(
+        &mut self,
+        requests: &[GroupRequest],
+    ) -> Option<Result<Vec<UpstreamAnswer>, ApiError>> {
+        let timeout = self.app.config.request_timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut answers = Vec::with_capacity(requests.len());
+        let mut offset = 0;
+        for request in requests {
+            match self.route(request, offset, deadline).await? {
+                Err(_) => {
+                    return Some(Err(ApiError::Timeout {
+                        seconds: timeout.as_secs_f64(),
+                    }));
+                }
+                Ok(Err(error)) => return Some(Err(ApiError::from(error))),
+                Ok(Ok(answer)) => answers.push(answer),
+            }
+            offset += request.n;
+        }
+        Some(Ok(answers))
+    }
+
+    /// Routes one request, forwarding its deltas as events (its choices numbered from
+    /// `offset`) until it ends or `deadline` passes. `None`: the client has gone (dropping the
+    /// generation cancels it).
+    async fn route(
+        &mut self,
+        request: &GroupRequest,
+        offset: usize,
+        deadline: tokio::time::Instant,
+    ) -> Option<Result<Result<UpstreamAnswer, RouteError>, tokio::time::error::Elapsed>> {
+        let (out, mut received) = mpsc::unbounded_channel();
+        let router = Arc::clone(&self.app.router);
+        let model = self.model.clone();
+        let generation =
+            tokio::time::timeout_at(deadline, router.generate_streaming(&model, request, &out));
+        tokio::pin!(generation);
         let result = loop {
             tokio::select! {
                 result = &mut generation => break result,
-                Some(item) = received.recv() => if !forward(item, &mut encoder) {
-                    return; // dropping the generation cancels it
+                Some(item) = received.recv() => if !self.forward(item, offset) {
+                    return None;
                 },
             }
         };
         while let Ok(item) = received.try_recv() {
-            if !forward(item, &mut encoder) {
-                return;
+            if !self.forward(item, offset) {
+                return None;
             }
         }
-        match result {
-            Err(_) => {
-                failed = Some(ApiError::Timeout {
-                    seconds: timeout.as_secs_f64(),
-                });
-                break;
-            }
-            Ok(Err(error)) => {
-                failed = Some(ApiError::from(error));
-                break;
-            }
-            Ok(Ok(answer)) => routed.push(answer),
-        }
-        offset += request.n;
+        Some(result)
     }
-    let ending = match failed {
-        Some(error) => {
-            if let Some(head) = head.take() {
-                let _ = head.send(Err(error));
-                return;
-            }
-            encoder.error(&error)
-        }
-        None => {
-            let Routed {
-                mut group,
-                upstream,
-                ..
-            } = answer::merge(routed);
-            if let Some(head) = head.take()
-                && head.send(Ok(upstream)).is_err()
-            {
-                return;
-            }
-            let figures = uncertainty::figures(&group.completions, plan.psi);
-            if let Some(figures) = figures {
-                let (library, version) = plan.library.clone().unwrap_or_default();
-                app.metrics.hllm(&library, &version, figures);
-            }
-            app.metrics.tokens(group.usage);
-            answered.set(&model, group.usage);
-            app.metrics.latency(
-                &model,
-                Latency {
-                    end_to_end: plan.started.elapsed(),
-                    first_token,
-                    tokens: group.usage.completion_tokens,
-                },
-            );
-            if !plan.client_logprobs {
-                for completion in &mut group.completions {
-                    completion.logprobs = None;
+
+    /// Sends what `item` says: the response's start when the upstream is known, events for
+    /// new text. False when the client has gone.
+    fn forward(&mut self, item: Streamed, offset: usize) -> bool {
+        match item {
+            Streamed::Upstream(upstream) => match self.head.take() {
+                Some(head) => head.send(Ok(upstream)).is_ok(),
+                None => true,
+            },
+            Streamed::Delta(delta) => {
+                if self.first_token.is_none() && !delta.text.is_empty() {
+                    self.first_token = Some(self.plan.started.elapsed());
                 }
+                self.encoder
+                    .delta(offset + delta.index, &delta.text)
+                    .into_iter()
+                    .all(|event| self.events.send(event).is_ok())
             }
-            let mut ending = encoder.finish(&group);
-            if let Some(figures) = figures {
-                ending.insert(
-                    ending.len().saturating_sub(1),
-                    Event::default().comment(format!("x-gym-hllm: {}", figures.header())),
-                );
+        }
+    }
+
+    /// The events that end a stream answered by `answer`, after its figures, tokens and
+    /// latency are counted; the HLLM figures go in a comment before the end marker. `None`:
+    /// the client has gone.
+    fn finish(&mut self, answer: UpstreamAnswer) -> Option<Vec<Event>> {
+        let UpstreamAnswer {
+            mut group,
+            upstream,
+            ..
+        } = answer;
+        if let Some(head) = self.head.take()
+            && head.send(Ok(upstream)).is_err()
+        {
+            return None;
+        }
+        let (app, plan, model) = (&self.app, &self.plan, self.model.as_str());
+        let figures = uncertainty::figures(&group.completions, plan.psi);
+        if let Some(figures) = figures {
+            let (library, version) = plan.library.clone().unwrap_or_default();
+            app.metrics.hllm(&library, &version, figures);
+        }
+        app.metrics.tokens(group.usage);
+        self.answered.set(model, group.usage);
+        app.metrics.latency(
+            model,
+            Latency {
+                end_to_end: plan.started.elapsed(),
+                first_token: self.first_token,
+                tokens: group.usage.completion_tokens,
+            },
+        );
+        if !plan.client_logprobs {
+            for completion in &mut group.completions {
+                completion.logprobs = None;
             }
-            ending
         }
-    };
-    for event in ending {
-        if events.send(event).is_err() {
-            return;
+        let mut ending = self.encoder.finish(&group);
+        if let Some(figures) = figures {
+            ending.insert(
+                ending.len().saturating_sub(1),
+                Event::default().comment(format!("x-gym-hllm: {}", figures.header())),
+            );
         }
+        Some(ending)
     }
 }
 

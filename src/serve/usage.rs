@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use super::catalog::Catalog;
 use crate::library::{ExperienceId, LibraryError, Usage};
+use crate::retrieve::Catalog;
 
 /// Counts served but not yet written, per library and experience.
 #[derive(Default)]

@@ -10,15 +10,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::WebState;
 use crate::gov::Governed;
+use crate::serve::ServeConfig;
 
 /// How long reading the chain may take before the page says it could not.
 pub const CHAIN_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// How long a chain reading is reused: the review page reloads every 5 s, and each reader
-/// must not make the server call the node again (a provider bills per call).
-pub const CHAIN_CACHE: Duration = Duration::from_secs(30);
 
 type CacheKey = (std::path::PathBuf, Option<String>, String, u64, String);
 
@@ -30,32 +26,32 @@ fn cache() -> &'static Mutex<HashMap<CacheKey, (Instant, Value)>> {
 
 /// `null` when the ledger is not anchored; else the deployment, the accepted root and version,
 /// and whether the governed head matches, or why the chain could not be read. A reading is
-/// reused for `state.chain_cache` ([`CHAIN_CACHE`] in `gym serve`) for the same governed head (a new execution reads again at once).
+/// reused for `config.chain_cache` ([`crate::serve::CHAIN_CACHE`] in `gym serve`) for the same governed head (a new execution reads again at once).
 /// An error never carries the node's URL: `--rpc-url` often holds a provider's API key, and
 /// this goes to public pages.
-pub async fn status(state: &WebState, library: &str, governed: Governed) -> Value {
-    let path = state.gov_dir.join("chain.json");
+pub async fn status(config: &ServeConfig, library: &str, governed: Governed) -> Value {
+    let path = config.gov_dir.join("chain.json");
     if !path.exists() {
         return Value::Null;
     }
     let key = (
-        state.gov_dir.clone(),
-        state.rpc_url.clone(),
+        config.gov_dir.clone(),
+        config.rpc_url.clone(),
         library.to_owned(),
         governed.version,
         governed.root.to_hex(),
     );
     {
         let mut cached = cache().lock().unwrap_or_else(|p| p.into_inner());
-        cached.retain(|_, (at, _)| at.elapsed() < state.chain_cache);
+        cached.retain(|_, (at, _)| at.elapsed() < config.chain_cache);
         if let Some((_, value)) = cached.get(&key) {
             return value.clone();
         }
     }
     let head = json!({"version": governed.version, "root": governed.root});
-    let mut value = read(state, library, head, governed).await;
+    let mut value = read(config, library, head, governed).await;
     if let Some(error) = value.get("error").and_then(Value::as_str) {
-        value["error"] = json!(without_urls(error, state.rpc_url.as_deref()));
+        value["error"] = json!(without_urls(error, config.rpc_url.as_deref()));
     }
     cache()
         .lock()
@@ -80,10 +76,10 @@ fn without_urls(text: &str, url: Option<&str>) -> String {
 }
 
 #[cfg(feature = "chain")]
-async fn read(state: &WebState, library: &str, head: Value, governed: Governed) -> Value {
+async fn read(config: &ServeConfig, library: &str, head: Value, governed: Governed) -> Value {
     use crate::gov::chain::{Chain, Deployment};
 
-    let deployment = match Deployment::read(&state.gov_dir) {
+    let deployment = match Deployment::read(&config.gov_dir) {
         Ok(deployment) => deployment,
         Err(error) => return json!({"governed": head, "error": error.to_string()}),
     };
@@ -92,7 +88,7 @@ async fn read(state: &WebState, library: &str, head: Value, governed: Governed) 
         "chain_id": deployment.chain_id,
         "registry": deployment.registry,
     });
-    let Some(url) = state.rpc_url.as_deref() else {
+    let Some(url) = config.rpc_url.as_deref() else {
         let mut out = base;
         out["error"] =
             json!("the server was started without --rpc-url, so it cannot read the accepted root");
@@ -100,7 +96,7 @@ async fn read(state: &WebState, library: &str, head: Value, governed: Governed) 
     };
     let read = async {
         let chain = Chain::connect(url, None)?;
-        chain.check(&deployment, &state.gov_dir).await?;
+        chain.check(&deployment, &config.gov_dir).await?;
         chain.accepted(&deployment, library).await
     };
     let mut out = base;
@@ -126,7 +122,7 @@ async fn read(state: &WebState, library: &str, head: Value, governed: Governed) 
 }
 
 #[cfg(not(feature = "chain"))]
-async fn read(_: &WebState, _: &str, head: Value, _: Governed) -> Value {
+async fn read(_: &ServeConfig, _: &str, head: Value, _: Governed) -> Value {
     json!({
         "governed": head,
         "error": "this gym was built without the `chain` feature, so it cannot read the chain",

@@ -8,11 +8,13 @@
 //! | `GET /libraries/data/{name}/diff?from=A&to=B` | the composed diff with old and new content and word diffs |
 //! | `GET /libraries/data/{name}/experiences/{id}` | one experience's history, version by version |
 //!
-//! Everything here reads files on the blocking pool; every request's work is bounded by the
-//! size of the ledger and the library it names.
+//! Libraries are read through the server's [`Catalog`](crate::retrieve::Catalog) in its
+//! [`AppState`], the ledger in its `--gov-dir`; the JSON of proposals, tallies and governed
+//! heads is the one [`view`] the `/v1/gov` routes answer with. Everything here reads files on
+//! the blocking pool; every request's work is bounded by the size of the ledger and the
+//! library it names.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -20,80 +22,36 @@ use chrono::Utc;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::WebState;
 use super::words;
 use crate::gov::governance::Governance;
 use crate::gov::review::review;
-use crate::gov::{Choice, ProposalState, SUPERMAJORITY_PERCENT, Tally};
+use crate::gov::{Choice, ProposalState, SUPERMAJORITY_PERCENT, Tracked};
 use crate::library::{ExperienceId, Library, LibraryError, Op, State as LibraryState};
-use crate::serve::ApiError;
-use crate::serve::governance::api_error;
+use crate::serve::governance::view::{self, blocking, status_label};
+use crate::serve::{ApiError, AppState};
 
-/// The words the page shows for a state: open, accepted, rejected, executed, stale.
-pub fn status_label(state: ProposalState) -> &'static str {
-    match state {
-        ProposalState::Active => "open",
-        ProposalState::Succeeded => "accepted",
-        ProposalState::Defeated => "rejected",
-        ProposalState::Executed => "executed",
-        ProposalState::Stale => "stale",
-    }
-}
-
-fn tally_view(tally: Tally) -> Value {
-    json!({
-        "yes": tally.yes,
-        "no": tally.no,
-        "cast": tally.cast(),
-        "total": tally.total,
-        "quorum": tally.quorum,
-        "yes_percent": tally.yes_percent(),
-        "needed_percent": SUPERMAJORITY_PERCENT,
-        "quorum_met": tally.cast() >= tally.quorum,
-        "passes": tally.accepted(),
-    })
-}
-
-async fn gov_blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|_| ApiError::ShuttingDown)?
-}
-
-fn gov_open(state: &WebState) -> Result<Governance, ApiError> {
-    Governance::open(&state.gov_dir).map_err(api_error)
+fn gov_open(app: &AppState) -> Result<Governance, ApiError> {
+    Ok(Governance::open(&app.config.gov_dir)?)
 }
 
 /// `GET /gov/data/proposals`.
-pub async fn proposals(State(state): State<Arc<WebState>>) -> Result<Json<Value>, ApiError> {
-    gov_blocking(move || {
-        let governance = gov_open(&state)?;
+pub async fn proposals(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
+    blocking(move || {
+        let governance = gov_open(&app)?;
         let now = Utc::now();
         let genesis = governance.genesis();
         let list: Vec<Value> = governance
             .proposals()
             .rev()
             .map(|tracked| {
-                let p = &tracked.proposal;
-                let current = governance.state(tracked, now);
-                json!({
-                    "id": p.id,
-                    "title": p.title,
-                    "library": p.library,
-                    "author": p.author,
-                    "base_version": p.base_version,
-                    "new_version": p.new_version,
-                    "deadline": p.deadline,
-                    "state": current,
-                    "status": status_label(current),
-                    "votes": tracked.votes.len(),
-                    "tally": tally_view(Governance::tally(tracked)),
-                })
+                let mut row = view::proposal_row(&governance, tracked, now);
+                row["status"] = json!(status_label(governance.state(tracked, now)));
+                row["votes"] = json!(tracked.votes.len());
+                row["tally"] = view::tally(Governance::tally(tracked));
+                row
             })
             .collect();
-        Ok(Json(json!({
+        Ok::<_, ApiError>(Json(json!({
             "ledger_id": genesis.ledger_id,
             "rules": genesis.rules,
             "supermajority_percent": SUPERMAJORITY_PERCENT,
@@ -107,154 +65,164 @@ pub async fn proposals(State(state): State<Arc<WebState>>) -> Result<Json<Value>
 
 /// `GET /gov/data/proposals/{id}`.
 pub async fn proposal(
-    State(state): State<Arc<WebState>>,
+    State(app): State<AppState>,
     path: Result<Path<u64>, axum::extract::rejection::PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Path(id) =
         path.map_err(|e| ApiError::bad(None, format!("a proposal id is a number: {e}")))?;
-    let blocking_state = Arc::clone(&state);
-    let (mut page, library, governed) = gov_blocking(move || {
-        let state = blocking_state;
-        let governance = gov_open(&state)?;
-        let tracked = governance.proposal(id).map_err(api_error)?;
+    let blocking_app = app.clone();
+    let (mut page, library, governed) = blocking(move || {
+        let app = blocking_app;
+        let governance = gov_open(&app)?;
+        let tracked = governance.proposal(id)?;
         let name = tracked.proposal.library.clone();
-        let library = Library::open(&state.library_dir, &name)?;
-        let now = Utc::now();
-        let review = review(&governance, tracked, &library, now).map_err(api_error)?;
-        let mut versions = BTreeMap::new();
-        let mut items = Vec::new();
-        for item in &review.items {
-            for step in &item.history {
-                if let Ok(version) = library.version(step.version) {
-                    versions.insert(
-                        step.version,
-                        json!({"created_at": version.created_at, "provenance": version.provenance}),
-                    );
-                }
-            }
-            let mut value = serde_json::to_value(item).expect("an item serializes");
-            if let (Some(old), Some(new)) = (&item.old, &item.new) {
-                value["words"] = json!(words::diff(&old.text, &new.text));
-            }
-            items.push(value);
-        }
-        let names: BTreeMap<_, _> = governance
-            .genesis()
-            .voters
-            .iter()
-            .map(|v| (v.address, v))
-            .collect();
-        let votes: Vec<Value> = tracked
-            .votes
-            .iter()
-            .map(|vote| {
-                json!({
-                    "voter": vote.ballot.voter,
-                    "name": names.get(&vote.ballot.voter).and_then(|v| v.name.clone()),
-                    "choice": vote.ballot.choice,
-                    "weight": vote.weight,
-                    "received_at": vote.received_at,
-                    "signature": vote.ballot.signature,
-                })
-            })
-            .collect();
-        let voters: Vec<Value> = governance
-            .genesis()
-            .voters
-            .iter()
-            .map(|voter| {
-                let cast = tracked.votes.iter().find(|v| v.ballot.voter == voter.address);
-                json!({
-                    "address": voter.address,
-                    "name": voter.name,
-                    "weight": voter.weight,
-                    "voted": cast.map(|v| v.ballot.choice),
-                })
-            })
-            .collect();
-        let current = review.state;
-        let messages = json!({
-            "yes": governance.subject(tracked, Choice::Yes).message(),
-            "no": governance.subject(tracked, Choice::No).message(),
-        });
-        let mut review_value = serde_json::to_value(&review).expect("a review serializes");
-        review_value["items"] = Value::Array(items);
+        let page = app.catalog.read(&name, |library| {
+            Ok(review_page(&governance, tracked, library, Utc::now()))
+        })??;
         let governed = governance.governed(&name);
-        let page = json!({
-            "ledger_id": governance.genesis().ledger_id,
-            "rules": governance.genesis().rules,
-            "review": review_value,
-            "status": status_label(current),
-            "open": matches!(current, ProposalState::Active | ProposalState::Succeeded)
-                && now < tracked.proposal.deadline,
-            "tally": tally_view(review.tally),
-            "versions": versions,
-            "votes": votes,
-            "voters": voters,
-            "messages": messages,
-            "execution": tracked.execution,
-            "governed": {"version": governed.version, "root": governed.root, "proposal": governed.proposal},
-        });
-        Ok((page, name, governed))
+        Ok::<_, ApiError>((page, name, governed))
     })
     .await?;
-    page["anchor"] = super::anchor::status(&state, &library, governed).await;
+    page["anchor"] = super::anchor::status(&app.config, &library, governed).await;
     Ok(Json(page))
 }
 
-async fn library_blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, LibraryError> + Send + 'static,
-) -> Result<T, ApiError> {
-    Ok(tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|_| ApiError::ShuttingDown)??)
+/// The review page's data: the review with word diffs, the provenance of each version it
+/// touches, the votes and voters, and the exact messages a vote signs.
+fn review_page(
+    governance: &Governance,
+    tracked: &Tracked,
+    library: &Library,
+    now: chrono::DateTime<Utc>,
+) -> Result<Value, ApiError> {
+    let review = review(governance, tracked, library, now)?;
+    let mut versions = BTreeMap::new();
+    let mut items = Vec::new();
+    for item in &review.items {
+        for step in &item.history {
+            if let Ok(version) = library.version(step.version) {
+                versions.insert(
+                    step.version,
+                    json!({"created_at": version.created_at, "provenance": version.provenance}),
+                );
+            }
+        }
+        let mut value = serde_json::to_value(item).expect("an item serializes");
+        if let (Some(old), Some(new)) = (&item.old, &item.new) {
+            value["words"] = json!(words::diff(&old.text, &new.text));
+        }
+        items.push(value);
+    }
+    let names: BTreeMap<_, _> = governance
+        .genesis()
+        .voters
+        .iter()
+        .map(|v| (v.address, v))
+        .collect();
+    let votes: Vec<Value> = tracked
+        .votes
+        .iter()
+        .map(|vote| {
+            json!({
+                "voter": vote.ballot.voter,
+                "name": names.get(&vote.ballot.voter).and_then(|v| v.name.clone()),
+                "choice": vote.ballot.choice,
+                "weight": vote.weight,
+                "received_at": vote.received_at,
+                "signature": vote.ballot.signature,
+            })
+        })
+        .collect();
+    let voters: Vec<Value> = governance
+        .genesis()
+        .voters
+        .iter()
+        .map(|voter| {
+            let cast = tracked
+                .votes
+                .iter()
+                .find(|v| v.ballot.voter == voter.address);
+            json!({
+                "address": voter.address,
+                "name": voter.name,
+                "weight": voter.weight,
+                "voted": cast.map(|v| v.ballot.choice),
+            })
+        })
+        .collect();
+    let current = review.state;
+    let messages = json!({
+        "yes": governance.subject(tracked, Choice::Yes).message(),
+        "no": governance.subject(tracked, Choice::No).message(),
+    });
+    let mut review_value = serde_json::to_value(&review).expect("a review serializes");
+    review_value["items"] = Value::Array(items);
+    let governed = governance.governed(&tracked.proposal.library);
+    Ok(json!({
+        "ledger_id": governance.genesis().ledger_id,
+        "rules": governance.genesis().rules,
+        "review": review_value,
+        "status": status_label(current),
+        "open": matches!(current, ProposalState::Active | ProposalState::Succeeded)
+            && now < tracked.proposal.deadline,
+        "tally": view::tally(review.tally),
+        "versions": versions,
+        "votes": votes,
+        "voters": voters,
+        "messages": messages,
+        "execution": tracked.execution,
+        "governed": view::governed(&governed),
+    }))
 }
 
 /// `GET /libraries/data/{name}`.
 pub async fn library(
-    State(state): State<Arc<WebState>>,
+    State(app): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let governed = {
-        let dir = state.gov_dir.clone();
+        let dir = app.config.gov_dir.clone();
         let name = name.clone();
         tokio::task::spawn_blocking(move || Governance::open(&dir).ok().map(|g| g.governed(&name)))
             .await
             .ok()
             .flatten()
     };
-    library_blocking(move || {
-        let library = Library::open(&state.library_dir, &name)?;
-        let versions: Vec<Value> = library
-            .versions()
-            .iter()
-            .rev()
-            .map(|version| {
-                json!({
-                    "version": version.version,
-                    "created_at": version.created_at,
-                    "provenance": version.provenance,
-                    "summary": version.provenance.summary(),
-                    "ops": version.ops,
-                    "count": version.count,
-                    "root": version.root,
-                    "parent_root": version.parent_root,
+    blocking(move || {
+        app.catalog.read(&name, |library| {
+            let versions: Vec<Value> = library
+                .versions()
+                .iter()
+                .rev()
+                .map(|version| {
+                    json!({
+                        "version": version.version,
+                        "created_at": version.created_at,
+                        "provenance": version.provenance,
+                        "summary": version.provenance.summary(),
+                        "ops": version.ops,
+                        "count": version.count,
+                        "root": version.root,
+                        "parent_root": version.parent_root,
+                    })
                 })
-            })
-            .collect();
-        let experiences: Vec<Value> = library
-            .head()
-            .all()
-            .map(|e| json!({"id": e.id, "text": e.text, "status": e.status, "domain": e.domain}))
-            .collect();
-        Ok(Json(json!({
-            "name": library.name(),
-            "head": library.head_version(),
-            "max_words": library.settings().max_words,
-            "governed": governed.map(|g| json!({"version": g.version, "root": g.root, "proposal": g.proposal})),
-            "versions": versions,
-            "experiences": experiences,
-        })))
+                .collect();
+            let experiences: Vec<Value> = library
+                .head()
+                .all()
+                .map(
+                    |e| json!({"id": e.id, "text": e.text, "status": e.status, "domain": e.domain}),
+                )
+                .collect();
+            Ok(Json(json!({
+                "name": library.name(),
+                "head": library.head_version(),
+                "max_words": library.settings().max_words,
+                "governed": governed.as_ref().map(view::governed),
+                "versions": versions,
+                "experiences": experiences,
+            })))
+        })
     })
     .await
 }
@@ -274,7 +242,7 @@ fn side(state: &LibraryState, id: ExperienceId) -> Option<Value> {
 
 /// `GET /libraries/data/{name}/diff?from=A&to=B`.
 pub async fn diff(
-    State(state): State<Arc<WebState>>,
+    State(app): State<AppState>,
     Path(name): Path<String>,
     query: Result<Query<DiffQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
@@ -284,53 +252,54 @@ pub async fn diff(
             format!("a diff needs ?from=A&to=B (version numbers): {e}"),
         )
     })?;
-    library_blocking(move || {
-        let library = Library::open(&state.library_dir, &name)?;
-        let before = library.checkout(from)?;
-        let after = library.checkout(to)?;
-        let (low, high) = (from.min(to), from.max(to));
-        let mut items = Vec::new();
-        for op in crate::library::diff(&before, &after) {
-            let id = op.id();
-            let (old, new) = (side(&before, id), side(&after, id));
-            let words = match (&old, &new) {
-                (Some(old), Some(new)) => json!(words::diff(
-                    old["text"].as_str().unwrap_or_default(),
-                    new["text"].as_str().unwrap_or_default()
-                )),
-                _ => Value::Null,
-            };
-            let reason = library
-                .history(id)
-                .into_iter()
-                .rev()
-                .find(|(v, op)| {
-                    v.version > low && v.version <= high && matches!(op, Op::Delete { .. })
-                })
-                .and_then(|(_, op)| match op {
-                    Op::Delete { reason, .. } => reason.clone(),
-                    _ => None,
-                });
-            items.push(json!({
-                "id": id, "change": op.kind(), "old": old, "new": new, "words": words,
-                "reason": if op.kind() == "delete" { json!(reason) } else { Value::Null },
-            }));
-        }
-        Ok(Json(json!({
-            "name": library.name(),
-            "from": from,
-            "to": to,
-            "from_root": library.version(from)?.root,
-            "to_root": library.version(to)?.root,
-            "items": items,
-        })))
+    blocking(move || {
+        app.catalog.read(&name, |library| {
+            let before = library.checkout(from)?;
+            let after = library.checkout(to)?;
+            let (low, high) = (from.min(to), from.max(to));
+            let mut items = Vec::new();
+            for op in crate::library::diff(&before, &after) {
+                let id = op.id();
+                let (old, new) = (side(&before, id), side(&after, id));
+                let words = match (&old, &new) {
+                    (Some(old), Some(new)) => json!(words::diff(
+                        old["text"].as_str().unwrap_or_default(),
+                        new["text"].as_str().unwrap_or_default()
+                    )),
+                    _ => Value::Null,
+                };
+                let reason = library
+                    .history(id)
+                    .into_iter()
+                    .rev()
+                    .find(|(v, op)| {
+                        v.version > low && v.version <= high && matches!(op, Op::Delete { .. })
+                    })
+                    .and_then(|(_, op)| match op {
+                        Op::Delete { reason, .. } => reason.clone(),
+                        _ => None,
+                    });
+                items.push(json!({
+                    "id": id, "change": op.kind(), "old": old, "new": new, "words": words,
+                    "reason": if op.kind() == "delete" { json!(reason) } else { Value::Null },
+                }));
+            }
+            Ok(Json(json!({
+                "name": library.name(),
+                "from": from,
+                "to": to,
+                "from_root": library.version(from)?.root,
+                "to_root": library.version(to)?.root,
+                "items": items,
+            })))
+        })
     })
     .await
 }
 
 /// `GET /libraries/data/{name}/experiences/{id}`.
 pub async fn experience(
-    State(state): State<Arc<WebState>>,
+    State(app): State<AppState>,
     Path((name, id)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     let id: ExperienceId = id.parse().map_err(|e| {
@@ -339,52 +308,53 @@ pub async fn experience(
             format!("`{id}` is not an experience id like E0001: {e}"),
         )
     })?;
-    library_blocking(move || {
-        let library = Library::open(&state.library_dir, &name)?;
-        let current = library
-            .head()
-            .get(id)
-            .ok_or_else(|| LibraryError::NotActive {
-                library: name.clone(),
-                id,
-                version: library.head_version(),
-            })?;
-        let mut previous: Option<String> = None;
-        let mut last_active = None;
-        let mut history = Vec::new();
-        for (version, op) in library.history(id) {
-            let (text, words) = match op {
-                Op::Add { text, .. } | Op::Update { text, .. } => {
-                    let words = previous.as_deref().map(|old| words::diff(old, text));
-                    (Some(text.clone()), words)
-                }
-                Op::Delete { .. } => (None, None),
-            };
-            history.push(json!({
-                "version": version.version,
-                "created_at": version.created_at,
-                "provenance": version.provenance,
-                "summary": version.provenance.summary(),
-                "op": op,
-                "old": previous,
-                "words": words,
-            }));
-            previous = text;
-        }
-        if current.is_active() {
-            last_active = Some(library.head_version());
-        } else if current.updated_in > 0 {
-            last_active = Some(current.updated_in - 1);
-        }
-        Ok(Json(json!({
-            "name": library.name(),
-            "id": id,
-            "experience": current,
-            "usage": library.usage().get(&id).copied().unwrap_or_default(),
-            "history": history,
-            "last_active_version": last_active,
-            "head": library.head_version(),
-        })))
+    blocking(move || {
+        app.catalog.read(&name, |library| {
+            let current = library
+                .head()
+                .get(id)
+                .ok_or_else(|| LibraryError::NotActive {
+                    library: name.clone(),
+                    id,
+                    version: library.head_version(),
+                })?;
+            let mut previous: Option<String> = None;
+            let mut last_active = None;
+            let mut history = Vec::new();
+            for (version, op) in library.history(id) {
+                let (text, words) = match op {
+                    Op::Add { text, .. } | Op::Update { text, .. } => {
+                        let words = previous.as_deref().map(|old| words::diff(old, text));
+                        (Some(text.clone()), words)
+                    }
+                    Op::Delete { .. } => (None, None),
+                };
+                history.push(json!({
+                    "version": version.version,
+                    "created_at": version.created_at,
+                    "provenance": version.provenance,
+                    "summary": version.provenance.summary(),
+                    "op": op,
+                    "old": previous,
+                    "words": words,
+                }));
+                previous = text;
+            }
+            if current.is_active() {
+                last_active = Some(library.head_version());
+            } else if current.updated_in > 0 {
+                last_active = Some(current.updated_in - 1);
+            }
+            Ok(Json(json!({
+                "name": library.name(),
+                "id": id,
+                "experience": current,
+                "usage": library.usage().get(&id).copied().unwrap_or_default(),
+                "history": history,
+                "last_active_version": last_active,
+                "head": library.head_version(),
+            })))
+        })
     })
     .await
 }

@@ -31,27 +31,13 @@ pub mod anchor;
 pub mod data;
 pub mod words;
 
-use std::path::PathBuf;
-use std::sync::Arc;
-
 use axum::Router;
 use axum::extract::Path;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-/// Where the ledger and libraries are, and the chain to read an anchor from.
-#[derive(Debug, Clone)]
-pub struct WebState {
-    /// The governance directory (`ledger.jsonl`, and `chain.json` when anchored).
-    pub gov_dir: PathBuf,
-    /// The libraries' directory.
-    pub library_dir: PathBuf,
-    /// JSON-RPC URL of the chain an anchored ledger's registry is on.
-    pub rpc_url: Option<String>,
-    /// How long a chain reading is reused ([`anchor::CHAIN_CACHE`] in `gym serve`).
-    pub chain_cache: std::time::Duration,
-}
+use crate::serve::AppState;
 
 /// The Content-Security-Policy of every page, script, style and data response here.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
@@ -97,8 +83,10 @@ const GOV_PAGE: &str = include_str!("assets/gov.html");
 const REVIEW_PAGE: &str = include_str!("assets/review.html");
 const LIBRARIES_PAGE: &str = include_str!("assets/libraries.html");
 
-/// The pages, their data and their assets, to merge into the server's router.
-pub fn router(state: WebState) -> Router {
+/// The pages, their data and their assets, to merge into the server's router: the data routes
+/// read through the server's own state (its catalog of libraries, its `--gov-dir` ledger and
+/// `--rpc-url` chain).
+pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/gov", get(|| page(GOV_PAGE)))
         .route("/gov/", get(|| page(GOV_PAGE)))
@@ -116,7 +104,7 @@ pub fn router(state: WebState) -> Router {
             get(data::experience),
         )
         .layer(axum::middleware::map_response(secure))
-        .with_state(Arc::new(state))
+        .with_state(state)
 }
 
 async fn page(html: &'static str) -> Response {

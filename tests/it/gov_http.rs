@@ -13,7 +13,8 @@ use chrono::Utc;
 use gym::backend::openai::{OpenAiBackend, OpenAiConfig};
 use gym::gov::{Ballot, Choice, Draft, Governance, Rules, Voter, new_key};
 use gym::library::{Change, Digest, Library, Provenance, Settings};
-use gym::serve::{AppState, Catalog, Metrics, ServeConfig, app};
+use gym::retrieve::Catalog;
+use gym::serve::{AppState, Metrics, ServeConfig, app};
 use http_body_util::BodyExt as _;
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
@@ -68,7 +69,7 @@ fn fixture() -> Fixture {
     let state = AppState {
         usage: Default::default(),
         traffic: Default::default(),
-        router: Arc::new(gym::serve::router::Router::single(Arc::new(upstream))),
+        router: Arc::new(gym::serve::upstream::Router::single(Arc::new(upstream))),
         catalog: Arc::new(Catalog::new(&libraries, Duration::ZERO)),
         retriever: None,
         metrics: Arc::new(Metrics::default()),

@@ -10,7 +10,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use gym::backend::openai::{OpenAiBackend, OpenAiConfig};
 use gym::library::{Change, Library, Provenance, Settings};
-use gym::serve::{AppState, Catalog, IvfIndex, Metrics, Retriever, ServeConfig, app};
+use gym::retrieve::{Catalog, IvfIndex, Retriever};
+use gym::serve::{AppState, Metrics, ServeConfig, app};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -76,7 +77,7 @@ pub(crate) async fn fixture(config: ServeConfig) -> Fixture {
     let state = AppState {
         usage: Default::default(),
         traffic: Default::default(),
-        router: Arc::new(gym::serve::router::Router::single(backend)),
+        router: Arc::new(gym::serve::upstream::Router::single(backend)),
         catalog: Arc::new(Catalog::new(dir.path(), Duration::ZERO)),
         retriever,
         metrics: Arc::new(Metrics::default()),
@@ -386,7 +387,7 @@ async fn models_health_and_metrics() {
 
 #[tokio::test]
 async fn requests_fail_over_to_the_next_upstream_of_the_model() {
-    use gym::serve::router::{Router, Upstream};
+    use gym::serve::upstream::{Router, Upstream};
     let flaky = FakeOpenAi::start(true, "from flaky").await;
     let steady = FakeOpenAi::start(true, "from steady").await;
     flaky.inject([crate::fake_openai::Fault::ServerError]);

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use gym::library::{Digest, ExperienceId};
-use gym::serve::qdrant::QdrantIndex;
-use gym::serve::retrieve::IndexError;
-use gym::serve::{AppState, Retriever, ServeConfig, VectorIndex};
+use gym::retrieve::qdrant::QdrantIndex;
+use gym::retrieve::{IndexError, Retriever, VectorIndex};
+use gym::serve::{AppState, ServeConfig};
 
 use crate::fake_qdrant::FakeQdrant;
 use crate::serve_api::{KEY, call, fake_embedder, fixture, header, post, question};

@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use gym::backend::openai::{OpenAiBackend, OpenAiConfig};
 use gym::backend::{ChatMessage, GroupRequest, Sampling};
-use gym::serve::router::{RouteError, Router, Streamed, Upstream};
+use gym::serve::upstream::{RouteError, Router, Streamed, Upstream};
 use gym::serve::{ServeConfig, app};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};

@@ -7,14 +7,35 @@ use axum::http::{Request, StatusCode, header};
 use chrono::Utc;
 use gym::gov::{Choice, Draft, Governance, Rules, Voter, new_key};
 use gym::library::{Change, Library, Provenance, Settings};
-use gym::web::{CONTENT_SECURITY_POLICY, WebState, router};
+use gym::retrieve::Catalog;
+use gym::serve::upstream::Router as Upstreams;
+use gym::serve::{AppState, ServeConfig};
+use gym::web::{CONTENT_SECURITY_POLICY, router};
 use http_body_util::BodyExt as _;
 use serde_json::Value;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 use tower::ServiceExt as _;
+
+/// The server's state over these directories, as `gym serve` hands it to the pages.
+fn web_state(gov_dir: PathBuf, library_dir: PathBuf, rpc_url: Option<String>) -> AppState {
+    AppState::new(
+        Upstreams::new(Vec::new(), Duration::ZERO),
+        Arc::new(Catalog::new(library_dir, Duration::ZERO)),
+        None,
+        ServeConfig {
+            gov_dir,
+            rpc_url,
+            chain_cache: Duration::ZERO,
+            ..ServeConfig::default()
+        },
+    )
+}
 
 struct Fixture {
     _dir: tempfile::TempDir,
-    state: WebState,
+    state: AppState,
 }
 
 /// `arith` v1 (two adds), v2 (an update), one voter, proposal 1 from v0 to v2.
@@ -60,16 +81,11 @@ fn fixture() -> Fixture {
         .unwrap();
     Fixture {
         _dir: dir,
-        state: WebState {
-            gov_dir,
-            library_dir: libraries,
-            rpc_url: None,
-            chain_cache: std::time::Duration::ZERO,
-        },
+        state: web_state(gov_dir, libraries, None),
     }
 }
 
-async fn get(state: &WebState, uri: &str) -> (StatusCode, axum::http::HeaderMap, String) {
+async fn get(state: &AppState, uri: &str) -> (StatusCode, axum::http::HeaderMap, String) {
     let request = Request::builder().uri(uri).body(Body::empty()).unwrap();
     let response = router(state.clone()).oneshot(request).await.unwrap();
     let status = response.status();
@@ -188,7 +204,7 @@ async fn the_review_data_has_the_signed_message_the_word_diff_and_no_anchor() {
     let (status, _, body) = get(&f.state, "/gov/data/proposals/1").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let page: Value = serde_json::from_str(&body).unwrap();
-    let governance = Governance::open(&f.state.gov_dir).unwrap();
+    let governance = Governance::open(&f.state.config.gov_dir).unwrap();
     let tracked = governance.proposal(1).unwrap();
     for choice in [Choice::Yes, Choice::No] {
         assert_eq!(
@@ -221,7 +237,7 @@ async fn the_review_data_has_the_signed_message_the_word_diff_and_no_anchor() {
 
     // A governance directory with a deployment but a server without --rpc-url says so.
     std::fs::write(
-        f.state.gov_dir.join("chain.json"),
+        f.state.config.gov_dir.join("chain.json"),
         r#"{"chain_id": 31337, "registry": "0x5FbDB2315678afecb367f032d93F642f64180aa3", "token": "0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512", "block": 1}"#,
     )
     .unwrap();
@@ -272,12 +288,11 @@ async fn the_review_shows_whether_the_governed_head_is_the_root_accepted_on_chai
     })
     .await
     .unwrap();
-    let state = WebState {
-        gov_dir: g.scratch.dir.path().join("governance"),
-        library_dir: g.scratch.libraries(),
-        rpc_url: Some(anvil.url.clone()),
-        chain_cache: std::time::Duration::ZERO,
-    };
+    let state = web_state(
+        g.scratch.dir.path().join("governance"),
+        g.scratch.libraries(),
+        Some(anvil.url.clone()),
+    );
     let anchor = |body: String| -> Value {
         let page: Value = serde_json::from_str(&body).unwrap();
         page["anchor"].clone()
@@ -341,10 +356,11 @@ async fn the_review_shows_whether_the_governed_head_is_the_root_accepted_on_chai
     assert_eq!(after["matches"], true, "{after}");
 
     // A node that does not answer is reported, not waited on forever.
-    let dead = WebState {
-        rpc_url: Some("http://127.0.0.1:9".into()),
-        ..state
-    };
+    let dead = web_state(
+        state.config.gov_dir.clone(),
+        state.catalog.root().to_owned(),
+        Some("http://127.0.0.1:9".into()),
+    );
     let (status, _, body) = get(&dead, "/gov/data/proposals/1").await;
     assert_eq!(status, StatusCode::OK);
     let error = anchor(body)["error"].as_str().unwrap().to_owned();
@@ -385,12 +401,7 @@ async fn a_closed_proposal_is_not_offered_for_voting() {
         ..Draft::default()
     };
     Governance::propose(&gov_dir, &library, &draft, made).unwrap();
-    let state = WebState {
-        gov_dir,
-        library_dir: libraries,
-        rpc_url: None,
-        chain_cache: std::time::Duration::ZERO,
-    };
+    let state = web_state(gov_dir, libraries, None);
     let (status, _, body) = get(&state, "/gov/data/proposals/1").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let page: Value = serde_json::from_str(&body).unwrap();

@@ -192,7 +192,7 @@ impl IndexBench {
         use std::time::Instant;
 
         use gym::library::ExperienceId;
-        use gym::serve::{IvfConfig, IvfIndex, VectorIndex};
+        use gym::retrieve::{IvfConfig, IvfIndex, VectorIndex};
         use rand::{Rng, SeedableRng};
 
         anyhow::ensure!(

@@ -8,7 +8,7 @@
 //! response passes (a JSON body whole; an event stream chunk by chunk, recorded when it ends
 //! or the client goes away). With `--otlp-endpoint` it also makes each request's OpenTelemetry
 //! span here ([`crate::telemetry::served`]), from the same reading plus the tokens the answer
-//! path reports ([`super::answer::Answered`]).
+//! path reports ([`super::answered::Answered`]).
 //!
 //! | module | what |
 //! |---|---|
@@ -40,7 +40,7 @@ use self::capture::Answers;
 use self::record::{Prompt, TrafficRecord, TrafficRequest, now};
 use self::writer::{Counters, LogFile, Queue};
 use super::AppState;
-use super::answer::Answered;
+use super::answered::Answered;
 use super::error::ApiError;
 use super::request_id::RequestId;
 use crate::library::ExperienceId;

@@ -8,13 +8,16 @@ use super::*;
 use crate::library::Change;
 use crate::library::Settings;
 
-fn tools(writing: Option<Writing>, default_library: Option<&str>) -> (tempfile::TempDir, Tools) {
+fn tools(
+    writing: Option<Writing>,
+    default_library: Option<&str>,
+) -> (tempfile::TempDir, LibraryTools) {
     let dir = tempfile::tempdir().unwrap();
     let mut library = Library::init(dir.path(), "lib", Settings::default()).unwrap();
     library
         .commit(&[Change::add("When a, do b first.")], Provenance::Init)
         .unwrap();
-    let tools = Tools::new(
+    let tools = LibraryTools::new(
         dir.path().to_owned(),
         default_library.map(str::to_owned),
         Searcher::lexical(),

@@ -15,7 +15,7 @@ use futures::future::BoxFuture;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 
-use super::retrieve::{Hit, IndexError, VectorIndex, dot, normalized};
+use super::index::{Hit, IndexError, VectorIndex, dot, normalized};
 
 /// A collection and one of its sets (a version's Merkle root).
 type SetKey = (String, Digest);

@@ -8,8 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::ApiError;
-use super::governed::{GovernedHeads, Served};
+use super::governed::{GovernedHeads, NotServed, Served};
 use crate::library::{
     Change, Digest, ExperienceId, Library, LibraryError, Provenance, State, Usage, Version,
     stored_head,
@@ -66,7 +65,7 @@ impl Catalog {
 
     /// The governed head of library `name`, when the catalog is governed and a proposal
     /// brought the library under governance. Blocking.
-    pub fn governed_head(&self, name: &str) -> Result<Option<u64>, ApiError> {
+    pub fn governed_head(&self, name: &str) -> Result<Option<u64>, NotServed> {
         let Some(governed) = &self.governed else {
             return Ok(None);
         };
@@ -82,7 +81,7 @@ impl Catalog {
         name: &str,
         pinned: Option<u64>,
         keyed: bool,
-    ) -> Result<Arc<Snapshot>, ApiError> {
+    ) -> Result<Arc<Snapshot>, NotServed> {
         let served = match &self.governed {
             None => Served::Ungoverned(pinned),
             Some(governed) => governed.serve(name, pinned, keyed)?,
@@ -92,7 +91,7 @@ impl Catalog {
             Served::Governed { version, root } => {
                 let snapshot = self.get(name, Some(version))?;
                 match root {
-                    Some(root) if snapshot.root != root => Err(ApiError::Governance(format!(
+                    Some(root) if snapshot.root != root => Err(NotServed::Ledger(format!(
                         "version {version} of library `{name}` has root {} on disk, but the governance ledger adopted {}: the library was changed behind the ledger, so it is not served",
                         snapshot.root.to_hex(),
                         root.to_hex()

@@ -9,7 +9,7 @@
 //! again under the same name never meets the old one's points. A version's points go in one
 //! upsert that waits for the write, so a version is either searchable whole or not yet stored.
 //! Which versions are stored at all is the [`Retriever`](super::Retriever)'s choice
-//! ([`Keep`](super::retrieve::Keep)).
+//! ([`Keep`](super::Keep)).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -24,7 +24,7 @@ use qdrant_client::qdrant::{
 use qdrant_client::{Qdrant, QdrantError};
 use sha2::{Digest as _, Sha256};
 
-use super::retrieve::{Hit, IndexError, VectorIndex};
+use super::index::{Hit, IndexError, VectorIndex};
 use crate::library::{Digest, ExperienceId};
 
 const ROOT_KEY: &str = "root";

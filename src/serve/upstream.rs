@@ -191,12 +191,44 @@ pub enum Streamed {
     Delta(Delta),
 }
 
-/// An answer and where it came from.
-pub struct Routed {
+/// An answer and the upstream it came from.
+pub struct UpstreamAnswer {
     pub group: Group,
     pub upstream: String,
     /// Upstreams tried and failed before this one.
     pub failovers: u32,
+}
+
+impl UpstreamAnswer {
+    /// The answers to several requests as one: choices in order, usage, cost and retries summed;
+    /// the upstream of the first.
+    pub fn merge(answers: Vec<Self>) -> Self {
+        let mut merged = Self {
+            group: Group {
+                completions: Vec::new(),
+                usage: Default::default(),
+                cost_usd: Some(0.0),
+                retries: 0,
+            },
+            upstream: String::new(),
+            failovers: 0,
+        };
+        for (index, answer) in answers.into_iter().enumerate() {
+            if index == 0 {
+                merged.upstream = answer.upstream;
+            }
+            merged.group.completions.extend(answer.group.completions);
+            merged.group.usage += answer.group.usage;
+            merged.group.cost_usd = merged
+                .group
+                .cost_usd
+                .zip(answer.group.cost_usd)
+                .map(|(a, b)| a + b);
+            merged.group.retries += answer.group.retries;
+            merged.failovers += answer.failovers;
+        }
+        merged
+    }
 }
 
 pub struct Router {
@@ -279,7 +311,7 @@ impl Router {
         &self,
         model: &str,
         request: &GroupRequest,
-    ) -> Result<Routed, RouteError> {
+    ) -> Result<UpstreamAnswer, RouteError> {
         self.route(model, request, None).await
     }
 
@@ -291,7 +323,7 @@ impl Router {
         model: &str,
         request: &GroupRequest,
         out: &mpsc::UnboundedSender<Streamed>,
-    ) -> Result<Routed, RouteError> {
+    ) -> Result<UpstreamAnswer, RouteError> {
         self.route(model, request, Some(out)).await
     }
 
@@ -300,7 +332,7 @@ impl Router {
         model: &str,
         request: &GroupRequest,
         out: Option<&mpsc::UnboundedSender<Streamed>>,
-    ) -> Result<Routed, RouteError> {
+    ) -> Result<UpstreamAnswer, RouteError> {
         let (mut up, mut down): (Vec<_>, Vec<_>) = self
             .upstreams
             .iter()
@@ -337,7 +369,7 @@ impl Router {
                 Ok(group) => {
                     let mut breaker = upstream.breaker();
                     breaker.down_until = None;
-                    return Ok(Routed {
+                    return Ok(UpstreamAnswer {
                         group,
                         upstream: upstream.name.clone(),
                         failovers,
@@ -429,154 +461,5 @@ async fn stream_from(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::backend::{ChatMessage, Sampling};
-    use crate::distill::testing::ScriptedModel;
-
-    fn request() -> GroupRequest {
-        GroupRequest {
-            tools: Vec::new(),
-            tool_choice: Default::default(),
-            messages: vec![ChatMessage::user("hi")],
-            n: 1,
-            sampling: Sampling::default(),
-        }
-    }
-
-    #[tokio::test]
-    async fn a_failing_upstream_fails_over_and_cools_down() {
-        let flaky = Arc::new(ScriptedModel::new([Err("upstream exploded"), Ok("late")]));
-        let steady = Arc::new(ScriptedModel::new([Ok("one"), Ok("two")]));
-        let router = Router::new(
-            vec![
-                Upstream::new("flaky", flaky.clone(), vec!["m".into()], 2),
-                Upstream::new("steady", steady.clone(), vec!["m".into()], 2),
-            ],
-            Duration::from_secs(3600),
-        );
-        let routed = router.generate("m", &request()).await.unwrap();
-        assert_eq!((routed.upstream.as_str(), routed.failovers), ("steady", 1));
-        assert_eq!(routed.group.completions[0].text, "one");
-        assert!(!router.upstreams()[0].is_up());
-        // While it cools down, the down upstream is not tried first.
-        let routed = router.generate("m", &request()).await.unwrap();
-        assert_eq!((routed.upstream.as_str(), routed.failovers), ("steady", 0));
-        assert_eq!(flaky.remaining(), 1);
-        let health = router.upstreams()[0].health();
-        assert_eq!(health["up"], false);
-        // The kind of failure, not the upstream's URL or message.
-        let said = health["last_error"].as_str().unwrap();
-        assert!(said.contains("HTTP 500"), "{health}");
-        assert!(
-            !said.contains("exploded") && !said.contains("http"),
-            "{health}"
-        );
-    }
-
-    #[tokio::test]
-    async fn unknown_models_and_bad_requests_are_not_sent_around() {
-        let only = Arc::new(ScriptedModel::new([Ok("x")]));
-        let router = Router::new(
-            vec![Upstream::new("only", only.clone(), vec![], 1)],
-            Duration::ZERO,
-        );
-        assert!(matches!(
-            router.generate("nope", &request()).await,
-            Err(RouteError::UnknownModel { .. })
-        ));
-        let mut bad = request();
-        bad.n = 0;
-        assert!(matches!(
-            router.generate("replay", &bad).await,
-            Err(RouteError::Rejected(BackendError::InvalidRequest { .. }))
-        ));
-        assert_eq!(only.remaining(), 1);
-        assert_eq!(router.models(), ["replay"]);
-    }
-
-    /// An upstream whose queue is always full.
-    struct Full;
-
-    impl Backend for Full {
-        fn model(&self) -> &str {
-            "full"
-        }
-
-        fn generate<'a>(
-            &'a self,
-            _: &'a GroupRequest,
-        ) -> futures::future::BoxFuture<'a, Result<Group, BackendError>> {
-            Box::pin(async { Err(BackendError::QueueFull { capacity: 3 }) })
-        }
-    }
-
-    #[tokio::test]
-    async fn a_full_queue_moves_on_without_a_cooldown_and_is_busy_when_all_are_full() {
-        let steady = Arc::new(ScriptedModel::new([Ok("one")]));
-        let router = Router::new(
-            vec![
-                Upstream::new("full", Arc::new(Full), vec!["m".into()], 2),
-                Upstream::new("steady", steady, vec!["m".into()], 2),
-            ],
-            Duration::from_secs(3600),
-        );
-        let routed = router.generate("m", &request()).await.unwrap();
-        assert_eq!(routed.upstream, "steady");
-        assert!(router.upstreams()[0].is_up(), "a full queue is no failure");
-        assert_eq!(router.upstreams()[0].stats.busy.load(Ordering::Relaxed), 1);
-        assert_eq!(
-            router.upstreams()[0].stats.failures.load(Ordering::Relaxed),
-            0
-        );
-        match router.generate("full", &request()).await {
-            Err(RouteError::Busy {
-                retry_after,
-                capacity,
-                ..
-            }) => assert_eq!((retry_after, capacity), (1, 3)),
-            other => panic!("{:?}", other.map(|r| r.upstream)),
-        }
-    }
-
-    #[test]
-    fn retry_after_is_the_mean_latency_of_the_requests_taken() {
-        let upstream = Upstream::new("u", Arc::new(Full), vec![], 1);
-        assert_eq!(upstream.retry_after(), 1, "nothing measured yet");
-        upstream.stats.requests.store(5, Ordering::Relaxed);
-        upstream.stats.busy.store(1, Ordering::Relaxed);
-        upstream
-            .stats
-            .latency_micros
-            .store(10_000_000, Ordering::Relaxed);
-        assert_eq!(
-            upstream.retry_after(),
-            3,
-            "10 s over 4 requests, rounded up"
-        );
-        upstream
-            .stats
-            .latency_micros
-            .store(4_000_000_000, Ordering::Relaxed);
-        assert_eq!(upstream.retry_after(), 60, "at most a minute");
-    }
-
-    #[tokio::test]
-    async fn when_every_upstream_fails_the_last_error_is_reported() {
-        let a = Arc::new(ScriptedModel::new([Err("a is down")]));
-        let b = Arc::new(ScriptedModel::new([Err("b is down")]));
-        let router = Router::new(
-            vec![
-                Upstream::new("a", a, vec!["m".into()], 1),
-                Upstream::new("b", b, vec!["m".into()], 1),
-            ],
-            Duration::from_secs(60),
-        );
-        match router.generate("m", &request()).await {
-            Err(RouteError::AllFailed { last, .. }) => {
-                assert!(last.to_string().contains("b is down"), "{last}");
-            }
-            other => panic!("{:?}", other.map(|r| r.upstream)),
-        }
-    }
-}
+#[path = "upstream_tests.rs"]
+mod tests;

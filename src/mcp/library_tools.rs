@@ -1,4 +1,5 @@
-//! The library tools: their names, descriptions and argument schemas, and what each call does.
+//! The library tools the MCP server serves (not to be confused with `crate::tools::mcp`, MCP
+//! servers used as an agent's tools): their names, descriptions and argument schemas, and what each call does.
 //!
 //! Every call is synchronous (it reads library files, maybe runs the embedding model); the
 //! server runs it off the async threads. Arguments are read with [`Arguments`], which names
@@ -13,12 +14,11 @@ use serde_json::{Map, Value, json};
 
 use super::args::{ArgumentError, Arguments};
 use super::propose::{parse_changes, propose_spec};
-use super::search::Searcher;
-use crate::embed::EmbedError;
 use crate::gov::{Draft, GovError, Governance};
 use crate::library::{
     Experience, ExperienceId, Library, LibraryError, Op, Provenance, Version, list_libraries,
 };
+use crate::retrieve::{RetrieveError, Searcher, Snapshot};
 
 /// Most experiences `search` returns.
 pub const MAX_K: u64 = 50;
@@ -78,7 +78,7 @@ pub enum CallError {
     #[error(transparent)]
     Gov(Box<GovError>),
     #[error("search failed: {0}")]
-    Embed(#[from] EmbedError),
+    Search(#[from] RetrieveError),
     /// The changes were committed but the ledger refused the proposal.
     #[error(
         "committed the changes as version {version} of `{library}`, but the governance ledger \
@@ -97,8 +97,8 @@ impl From<GovError> for CallError {
     }
 }
 
-/// The tools of one server: its settings, the libraries it opened and its searcher.
-pub struct Tools {
+/// The library tools of one server: its settings, the libraries it opened and its searcher.
+pub struct LibraryTools {
     library_dir: PathBuf,
     default_library: Option<String>,
     searcher: Searcher,
@@ -108,7 +108,7 @@ pub struct Tools {
     libraries: Mutex<HashMap<String, Library>>,
 }
 
-impl Tools {
+impl LibraryTools {
     pub fn new(
         library_dir: PathBuf,
         default_library: Option<String>,
@@ -316,8 +316,14 @@ impl Tools {
         self.with_library(&name, |library| {
             let version = version.unwrap_or_else(|| library.head_version());
             let state = library.checkout(version)?;
-            let active: Vec<&Experience> = state.active().collect();
-            let found = self.searcher.search(&active, &query, k)?;
+            let snapshot = Snapshot {
+                library: library.name().to_owned(),
+                version,
+                root: library.version(version)?.root,
+                state,
+            };
+            let found = self.searcher.search(&snapshot, &query, k)?;
+            let state = &snapshot.state;
             let hits: Vec<Value> = found
                 .iter()
                 .filter_map(|hit| state.get_active(hit.id).map(|e| (hit, e)))
@@ -327,7 +333,7 @@ impl Tools {
                 })
                 .collect();
             Ok(json!({"library": library.name(), "version": version,
-                "method": self.searcher.method(), "searched": active.len(), "hits": hits}))
+                "method": self.searcher.method(), "searched": state.active_count(), "hits": hits}))
         })
     }
 
@@ -541,5 +547,5 @@ impl Tools {
 }
 
 #[cfg(test)]
-#[path = "tools_tests.rs"]
+#[path = "library_tools_tests.rs"]
 mod tests;

@@ -18,9 +18,24 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::ApiError;
 use crate::gov::Governance;
-use crate::library::Digest;
+use crate::library::{Digest, LibraryError};
+
+/// Why a request does not get the library version it asked for. The server answers each in
+/// its own HTTP status (`serve::error`).
+#[derive(Debug, thiserror::Error)]
+pub enum NotServed {
+    /// The library or the version cannot be read (or does not exist).
+    #[error(transparent)]
+    Library(#[from] LibraryError),
+    /// The governance ledger cannot be read, or a governed version's root is not the one it
+    /// adopted: nothing is served rather than an unvoted version.
+    #[error("{0}")]
+    Ledger(String),
+    /// A pinned version that no vote adopted, asked for without an API key.
+    #[error("{0}")]
+    NotAdopted(String),
+}
 
 /// One governed library as the ledger left it.
 #[derive(Debug, Clone, PartialEq)]
@@ -72,7 +87,7 @@ impl GovernedHeads {
 
     /// Every governed library (none without a ledger). Blocking: it may read and verify the
     /// ledger.
-    pub fn heads(&self) -> Result<Arc<BTreeMap<String, Heads>>, ApiError> {
+    pub fn heads(&self) -> Result<Arc<BTreeMap<String, Heads>>, NotServed> {
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         let due = cache.checked.is_none_or(|at| at.elapsed() >= self.refresh);
         if due {
@@ -111,7 +126,7 @@ impl GovernedHeads {
         library: &str,
         pinned: Option<u64>,
         keyed: bool,
-    ) -> Result<Served, ApiError> {
+    ) -> Result<Served, NotServed> {
         let heads = self.heads()?;
         let Some(heads) = heads.get(library) else {
             return Ok(Served::Ungoverned(pinned));
@@ -126,19 +141,16 @@ impl GovernedHeads {
                 root: heads.adopted.get(&version).copied(),
             }),
             Some(version) if keyed || version == 0 => Ok(Served::Ungoverned(Some(version))),
-            Some(version) => Err(ApiError::Forbidden {
-                message: format!(
-                    "version {version} of library `{library}` was not adopted by a vote (its governed head is v{}); pinning a version no vote adopted needs an API key",
-                    heads.governed
-                ),
-                code: "version_not_governed",
-            }),
+            Some(version) => Err(NotServed::NotAdopted(format!(
+                "version {version} of library `{library}` was not adopted by a vote (its governed head is v{}); pinning a version no vote adopted needs an API key",
+                heads.governed
+            ))),
         }
     }
 }
 
-fn unreadable(error: &str) -> ApiError {
-    ApiError::Governance(format!(
+fn unreadable(error: &str) -> NotServed {
+    NotServed::Ledger(format!(
         "the governance ledger cannot be read, so no library version is served: {error}"
     ))
 }

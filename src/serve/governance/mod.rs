@@ -1,7 +1,7 @@
 //! Governance over HTTP, part of [`app`](super::app) (so the routes get the server's metrics,
 //! body limit and request ids): proposals of the ledger in `--gov-dir`, their review diffs and
 //! votes are readable; signed votes are submitted and verified by the server. Libraries are read
-//! through the server's [`Catalog`](super::Catalog), like every other route; `gov` itself knows
+//! through the server's [`Catalog`](crate::retrieve::Catalog), like every other route; `gov` itself knows
 //! nothing of HTTP.
 //!
 //! | route | what |
@@ -20,6 +20,9 @@
 //! execution is signed by its executor over the ledger's head at the moment it is appended
 //! ([`crate::gov::attest`]), so it is signed under the ledger's lock by a key the executing process
 //! holds; the server holds no key and takes no unsigned execution.
+//!
+//! The JSON of a ledger these routes and the web pages' data (`web::data`) share is built once,
+//! in [`view`].
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -28,9 +31,18 @@ use axum::{Json, Router};
 use chrono::Utc;
 use serde_json::{Value, json};
 
+pub mod view;
+
 use super::{ApiError, AppState};
 use crate::gov::review::review;
-use crate::gov::{Ballot, GovError, Governance, VoteRejected};
+use crate::gov::{Ballot, GovError, Governance};
+
+/// Ledger work on the blocking pool, its errors answered as [`ApiError`] says for them.
+async fn ledger<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, GovError> + Send + 'static,
+) -> Result<T, ApiError> {
+    view::blocking(work).await
+}
 
 /// The governance routes of [`app`](super::app).
 pub(super) fn routes() -> Router<AppState> {
@@ -41,49 +53,15 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/gov/proposals/{id}/votes", get(votes).post(submit))
 }
 
-/// The HTTP error a governance error answers with (also used by the web pages' data).
-pub(crate) fn api_error(error: GovError) -> ApiError {
-    match error {
-        GovError::NoLedger { .. } => ApiError::NotFound {
-            message: error.to_string(),
-            code: "no_ledger",
-        },
-        GovError::UnknownProposal { .. } | GovError::Vote(VoteRejected::UnknownProposal { .. }) => {
-            ApiError::NotFound {
-                message: error.to_string(),
-                code: "proposal_not_found",
-            }
-        }
-        GovError::Vote(
-            VoteRejected::AlreadyVoted { .. }
-            | VoteRejected::VotingClosed { .. }
-            | VoteRejected::Executed { .. },
-        ) => ApiError::Conflict(error.to_string()),
-        GovError::Vote(_) => ApiError::bad("signature", error.to_string()),
-        GovError::Library(error) => ApiError::Library(error),
-        other => ApiError::Conflict(other.to_string()),
-    }
-}
-
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, GovError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|_| ApiError::ShuttingDown)?
-        .map_err(api_error)
-}
-
 async fn summary(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
-    blocking(move || {
+    ledger(move || {
         let governance = Governance::open(&app.config.gov_dir)?;
         let mut governed = serde_json::Map::new();
         for tracked in governance.proposals() {
             let library = &tracked.proposal.library;
-            let head = governance.governed(library);
             governed.insert(
                 library.clone(),
-                json!({"version": head.version, "root": head.root, "proposal": head.proposal}),
+                view::governed(&governance.governed(library)),
             );
         }
         let genesis = governance.genesis();
@@ -104,25 +82,16 @@ async fn summary(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
 }
 
 async fn list(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
-    blocking(move || {
+    ledger(move || {
         let governance = Governance::open(&app.config.gov_dir)?;
         let now = Utc::now();
         let data: Vec<Value> = governance
             .proposals()
             .map(|tracked| {
-                let p = &tracked.proposal;
-                json!({
-                    "id": p.id,
-                    "library": p.library,
-                    "title": p.title,
-                    "author": p.author,
-                    "base_version": p.base_version,
-                    "new_version": p.new_version,
-                    "new_root": p.new_root,
-                    "deadline": p.deadline,
-                    "state": governance.state(tracked, now),
-                    "tally": Governance::tally(tracked),
-                })
+                let mut row = view::proposal_row(&governance, tracked, now);
+                row["new_root"] = json!(tracked.proposal.new_root);
+                row["tally"] = json!(Governance::tally(tracked));
+                row
             })
             .collect();
         Ok(Json(json!({"object": "list", "data": data})))
@@ -131,10 +100,11 @@ async fn list(State(app): State<AppState>) -> Result<Json<Value>, ApiError> {
 }
 
 async fn show(State(app): State<AppState>, Path(id): Path<u64>) -> Result<Json<Value>, ApiError> {
-    blocking(move || {
+    ledger(move || {
         let governance = Governance::open(&app.config.gov_dir)?;
         let tracked = governance.proposal(id)?;
         let now = Utc::now();
+        // Read through the server's catalog, like every other route.
         let review = app.catalog.read(&tracked.proposal.library, |library| {
             Ok(review(&governance, tracked, library, now))
         })??;
@@ -146,7 +116,7 @@ async fn show(State(app): State<AppState>, Path(id): Path<u64>) -> Result<Json<V
 }
 
 async fn votes(State(app): State<AppState>, Path(id): Path<u64>) -> Result<Json<Value>, ApiError> {
-    blocking(move || {
+    ledger(move || {
         let governance = Governance::open(&app.config.gov_dir)?;
         let tracked = governance.proposal(id)?;
         Ok(Json(json!({
@@ -181,7 +151,7 @@ async fn submit(
             ),
         ));
     }
-    blocking(move || {
+    ledger(move || {
         let voted = Governance::vote(&app.config.gov_dir, &ballot, Utc::now())?;
         Ok((
             StatusCode::CREATED,

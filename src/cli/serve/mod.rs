@@ -1,4 +1,10 @@
-//! `gym serve`: the OpenAI-compatible server with experience injection.
+//! `gym serve`: the OpenAI-compatible server with experience injection: its flags, and the
+//! start in phases (upstreams, catalog and governed heads, retriever, state, routes), the
+//! serving until a signal, and what is written at the stop. The `--upstreams` file is read in
+//! `upstreams`, the embedder and index retrieval uses in `retrieval`.
+
+mod retrieval;
+mod upstreams;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,14 +14,15 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
-use gym::serve::ivf::{IvfConfig, IvfIndex};
+use gym::retrieve::Catalog;
 use gym::serve::keys::ApiKeys;
 use gym::serve::origin::{Guard, HostPolicy};
-use gym::serve::router::{Router, Upstream};
-use gym::serve::{AppState, Catalog, Metrics, Retriever, ServeConfig, app};
+use gym::serve::upstream::Router;
+use gym::serve::{ApiError, AppState, ServeConfig, app};
 
-use super::args::backend::{BackendArgs, load_embedder, runtime};
+use super::args::backend::{BackendArgs, runtime};
 use super::args::dirs::LibraryDirArgs;
+use upstreams::upstreams_from_file;
 
 /// How often injections counted by the server are written to the libraries' `usage.json`.
 const USAGE_FLUSH_PERIOD: Duration = Duration::from_secs(5);
@@ -51,7 +58,7 @@ pub struct ServeArgs {
     top_k: usize,
 
     /// Question embeddings kept in memory, the most recently used (0: embed every question).
-    #[arg(long, env = "GYM_QUERY_CACHE", default_value_t = gym::serve::retrieve::DEFAULT_QUERY_CACHE)]
+    #[arg(long, env = "GYM_QUERY_CACHE", default_value_t = gym::retrieve::DEFAULT_QUERY_CACHE)]
     query_cache: usize,
 
     /// `max_tokens` of requests that give none.
@@ -152,9 +159,9 @@ pub struct ServeArgs {
     #[arg(long, requires = "escalate_theta")]
     escalate_model: Option<String>,
 
-    /// Directory of `gym grpo` run journals, streamed at /v1/runs/{id}/journal.
-    #[arg(long, env = "GYM_RUNS_DIR", default_value = "runs")]
-    runs_dir: PathBuf,
+    // Run folders streamed at /v1/runs/{id}/journal.
+    #[command(flatten)]
+    runs_dir: super::args::dirs::RunsDirArgs,
 
     /// Seconds a run's journal or events file may go without growing before its followers
     /// (/v1/runs/{id}/journal and /dashboard) are ended with an `event: stale` (a run that
@@ -162,14 +169,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 600.0)]
     follow_idle: f64,
 
-    /// Governance directory (`gym gov --gov-dir`) whose proposals and votes /v1/gov serves.
-    #[arg(
-        long,
-        env = "GYM_GOV_DIR",
-        hide_env_values = true,
-        default_value = "governance"
-    )]
-    gov_dir: PathBuf,
+    // The governance directory whose proposals and votes /v1/gov serves.
+    #[command(flatten)]
+    gov_dir: super::args::dirs::GovDirArgs,
 
     /// JSON-RPC URL of the chain a governance directory anchored with `gym gov deploy` is on:
     /// the review pages at /gov then show the accepted root and whether the governed head
@@ -179,7 +181,7 @@ pub struct ServeArgs {
 
     /// Seconds a reading of the chain (for the review pages) is reused for the same governed
     /// head: every viewer's page reloads every 5 s, and the node must not be called for each.
-    #[arg(long, default_value_t = gym::web::anchor::CHAIN_CACHE.as_secs_f64())]
+    #[arg(long, default_value_t = gym::serve::CHAIN_CACHE.as_secs_f64())]
     chain_cache: f64,
 
     /// Another host name (or `name:port`) the server answers to, besides the address it
@@ -243,74 +245,38 @@ pub struct ServeArgs {
     tools: ToolArgs,
 }
 
-/// The backend flags of one upstream, parsed from its table's keys.
-#[derive(Debug, clap::Parser)]
-#[command(no_binary_name = true)]
-struct UpstreamFlags {
-    #[command(flatten)]
-    backend: BackendArgs,
-}
-
-/// The upstreams of a `--upstreams` file; llama upstreams queue at most `max_queue` requests
-/// and keep prompt prefixes between rounds when `keep_prefixes` says so.
-fn upstreams_from_file(
-    path: &std::path::Path,
-    max_queue: usize,
-    keep_prefixes: bool,
-) -> anyhow::Result<Vec<Upstream>> {
-    use clap::Parser as _;
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read upstreams {}", path.display()))?;
-    let table: toml::Table = text
-        .parse()
-        .with_context(|| format!("upstreams {}", path.display()))?;
-    let entries = table
-        .get("upstream")
-        .and_then(toml::Value::as_array)
-        .with_context(|| format!("{}: no [[upstream]] tables", path.display()))?;
-    let mut upstreams = Vec::new();
-    for (index, entry) in entries.iter().enumerate() {
-        let at = format!("{}: upstream {}", path.display(), index + 1);
-        let mut entry = entry
-            .as_table()
-            .with_context(|| format!("{at}: not a table"))?
-            .clone();
-        let name = match entry.remove("name") {
-            Some(toml::Value::String(name)) => name,
-            Some(_) => anyhow::bail!("{at}: `name` must be a string"),
-            None => anyhow::bail!("{at}: `name` is missing"),
-        };
-        let serves = match entry.remove("serves") {
-            None => Vec::new(),
-            Some(toml::Value::Array(list)) => list
-                .iter()
-                .map(|model| model.as_str().map(str::to_owned))
-                .collect::<Option<Vec<_>>>()
-                .with_context(|| format!("{at}: `serves` takes strings"))?,
-            Some(_) => anyhow::bail!("{at}: `serves` must be a list of model names"),
-        };
-        let max_concurrency = match entry.remove("max-concurrency") {
-            None => 8,
-            Some(toml::Value::Integer(n)) if n >= 1 => usize::try_from(n).unwrap_or(usize::MAX),
-            Some(_) => anyhow::bail!("{at}: `max-concurrency` must be a whole number >= 1"),
-        };
-        // Every other key is a backend flag.
-        let flags = super::config::flags_of(entry, &at)?;
-        let mut parsed = UpstreamFlags::try_parse_from(&flags)
-            .map_err(|e| anyhow::anyhow!("{at} (`{name}`): {}", e.to_string().trim()))?;
-        parsed.backend.max_queue = Some(max_queue);
-        parsed.backend.keep_prefixes = keep_prefixes;
-        let backend = parsed
-            .backend
-            .build()
-            .with_context(|| format!("{at} (`{name}`)"))?;
-        upstreams.push(Upstream::new(name, backend, serves, max_concurrency));
-    }
-    Ok(upstreams)
-}
-
 impl ServeArgs {
     pub fn run(self) -> anyhow::Result<ExitCode> {
+        self.check_seconds()?;
+        let keys = self.keys()?;
+        let spans = self.otlp.start("gym serve")?;
+        let writes = if keys.is_empty() {
+            "library writes disabled (no API keys)".to_owned()
+        } else {
+            format!("{} API key(s) for library writes", keys.len())
+        };
+        let router = self.router()?;
+        let catalog = self.catalog()?;
+        let governed = self.governed_lines(&catalog)?;
+        if let Some(library) = &self.library {
+            catalog
+                .served(library, None, false)
+                .map_err(|error| anyhow::anyhow!("{}", ApiError::from(error)))
+                .with_context(|| format!("opening the default library `{library}`"))?;
+        }
+        let runtime = runtime()?;
+        let retriever = self.retriever(&runtime)?;
+        let state = AppState {
+            traffic: Arc::new(self.traffic()?.with_spans(spans)),
+            keys: Arc::new(keys),
+            ..AppState::new(router, catalog, retriever, self.config(&runtime)?)
+        };
+        runtime.block_on(self.serve(state, &writes, &governed))?;
+        Ok(ExitCode::SUCCESS)
+    }
+
+    /// Every duration flag is a number of seconds >= 0.
+    fn check_seconds(&self) -> anyhow::Result<()> {
         for (name, value) in [
             ("--generation-timeout", self.generation_timeout),
             ("--library-refresh", self.library_refresh),
@@ -325,15 +291,13 @@ impl ServeArgs {
                 "{name} must be a number of seconds >= 0"
             );
         }
-        let keys = self.keys()?;
-        let spans = self.otlp.start("gym serve")?;
-        let writes = if keys.is_empty() {
-            "library writes disabled (no API keys)".to_owned()
-        } else {
-            format!("{} API key(s) for library writes", keys.len())
-        };
+        Ok(())
+    }
+
+    /// The upstreams: the one model of the backend flags, or those of --upstreams.
+    fn router(&self) -> anyhow::Result<Router> {
         let max_queue = usize::try_from(self.max_queue).unwrap_or(usize::MAX);
-        let router = match &self.upstreams {
+        Ok(match &self.upstreams {
             None => Router::single(
                 BackendArgs {
                     max_queue: Some(max_queue),
@@ -346,21 +310,29 @@ impl ServeArgs {
                 upstreams_from_file(path, max_queue, self.keep_prompt_prefixes)?,
                 Duration::from_secs_f64(self.upstream_cooldown),
             ),
-        };
-        let catalog = Arc::new(
+        })
+    }
+
+    /// The libraries under --library-dir, served at the governed heads of the ledger in
+    /// --gov-dir.
+    fn catalog(&self) -> anyhow::Result<Arc<Catalog>> {
+        Ok(Arc::new(
             Catalog::new(
                 self.library_dir.to_path_buf(),
                 Duration::from_secs_f64(self.library_refresh),
             )
-            .governed_by(&self.gov_dir),
-        );
-        // What the ledger governs is what requests get: say it now, and refuse to start on a
-        // ledger that does not verify.
+            .governed_by(self.gov_dir.to_path_buf()),
+        ))
+    }
+
+    /// What the ledger governs is what requests get: a line to say so per governed library.
+    /// A ledger that does not verify refuses the start.
+    fn governed_lines(&self, catalog: &Catalog) -> anyhow::Result<Vec<String>> {
         let governed = catalog
             .governance()
             .map(|governance| governance.heads())
             .transpose()
-            .map_err(|error| anyhow::anyhow!("{error}"))
+            .map_err(|error| anyhow::anyhow!("{}", ApiError::from(error)))
             .with_context(|| {
                 format!(
                     "reading the governance ledger in {}",
@@ -368,7 +340,7 @@ impl ServeArgs {
                 )
             })?
             .unwrap_or_default();
-        let governed: Vec<String> = governed
+        Ok(governed
             .iter()
             .map(|(library, heads)| {
                 format!(
@@ -381,97 +353,98 @@ impl ServeArgs {
                     }
                 )
             })
-            .collect();
-        if let Some(library) = &self.library {
-            catalog
-                .served(library, None, false)
-                .map_err(|error| anyhow::anyhow!("{error}"))
-                .with_context(|| format!("opening the default library `{library}`"))?;
+            .collect())
+    }
+
+    /// How the server behaves, from the flags (the server's tools started here).
+    fn config(&self, runtime: &tokio::runtime::Runtime) -> anyhow::Result<ServeConfig> {
+        Ok(ServeConfig {
+            default_library: self.library.clone(),
+            top_k: self.top_k,
+            default_max_tokens: self.default_max_tokens,
+            request_timeout: Duration::from_secs_f64(self.generation_timeout),
+            max_body_bytes: self.max_body_bytes,
+            escalate_theta: self.escalate_theta,
+            escalate_model: self.escalate_model.clone(),
+            runs_dir: self.runs_dir.to_path_buf(),
+            follow_idle: Duration::from_secs_f64(self.follow_idle),
+            agent: runtime.block_on(self.tools.agent())?,
+            tools_without_key: self.tools_without_key,
+            gov_dir: self.gov_dir.to_path_buf(),
+            rpc_url: self.rpc_url.clone(),
+            chain_cache: Duration::from_secs_f64(self.chain_cache),
+        })
+    }
+
+    /// Listens, serves until Ctrl-C or SIGTERM, finishes the requests in flight, and writes
+    /// the usage counts and the traffic log.
+    async fn serve(
+        &self,
+        state: AppState,
+        writes: &str,
+        governed: &[String],
+    ) -> anyhow::Result<()> {
+        let listener = tokio::net::TcpListener::bind(self.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", self.listen))?;
+        let address = listener.local_addr()?;
+        println!(
+            "gym serve: http://{address}/v1 (model {}; library {}; top-k {}; {writes})",
+            state.router.models().join(", "),
+            self.library.as_deref().unwrap_or("(none by default)"),
+            self.top_k
+        );
+        for line in governed {
+            println!("{line}");
         }
-        let runtime = runtime()?;
-        let embedder: Option<Arc<dyn gym::embed::Embedder>> = match &self.embeddings_url {
-            Some(url) => {
-                let embedder = runtime
-                    .block_on(gym::embed::openai::OpenAiEmbedder::connect(
-                        url,
-                        &self.embeddings_model,
-                        std::env::var(&self.embeddings_api_key_env).ok(),
-                        Duration::from_secs(60),
-                    ))
-                    .with_context(|| format!("the embeddings endpoint {url}"))?;
-                Some(Arc::new(embedder))
-            }
-            None => match self.query_embedder {
-                QueryEmbedder::Minilm => load_embedder()?,
-                QueryEmbedder::Static => Some(self.static_embedder()?),
-            },
-        };
-        let index = self.vector_index(&runtime)?;
-        let retriever = embedder.map(|embedder| {
-            Arc::new(Retriever::with_query_cache(
-                embedder,
-                index,
-                self.query_cache,
-            ))
-        });
-        let usage = Arc::new(gym::serve::usage::ServedUsage::default());
-        let traffic = Arc::new(self.traffic()?.with_spans(spans));
-        let state = AppState {
-            traffic: Arc::clone(&traffic),
-            usage: Arc::clone(&usage),
-            keys: Arc::new(keys),
-            router: Arc::new(router),
-            catalog: Arc::clone(&catalog),
-            retriever,
-            metrics: Arc::new(Metrics::default()),
-            config: Arc::new(ServeConfig {
-                default_library: self.library.clone(),
-                top_k: self.top_k,
-                default_max_tokens: self.default_max_tokens,
-                request_timeout: Duration::from_secs_f64(self.generation_timeout),
-                max_body_bytes: self.max_body_bytes,
-                escalate_theta: self.escalate_theta,
-                escalate_model: self.escalate_model.clone(),
-                runs_dir: self.runs_dir.clone(),
-                follow_idle: Duration::from_secs_f64(self.follow_idle),
-                agent: runtime.block_on(self.tools.agent())?,
-                tools_without_key: self.tools_without_key,
-                gov_dir: self.gov_dir.clone(),
-            }),
-        };
-        let model = state.router.models().join(", ");
-        let metrics = Arc::clone(&state.metrics);
-        runtime.block_on(async move {
-            let listener = tokio::net::TcpListener::bind(self.listen)
-                .await
-                .with_context(|| format!("cannot listen on {}", self.listen))?;
-            let address = listener.local_addr()?;
+        let (usage, catalog, traffic) = (
+            Arc::clone(&state.usage),
+            Arc::clone(&state.catalog),
+            Arc::clone(&state.traffic),
+        );
+        let flusher = tokio::spawn(gym::serve::usage::flush_every(
+            Arc::clone(&usage),
+            Arc::clone(&catalog),
+            USAGE_FLUSH_PERIOD,
+        ));
+        let served = axum::serve(listener, self.routes(state, address))
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+            .context("the server failed");
+        flusher.abort();
+        let written = tokio::task::spawn_blocking(move || usage.flush(&catalog)).await?;
+        let logged = tokio::task::spawn_blocking(move || traffic.close()).await?;
+        served?;
+        if let Some(path) = &self.traffic_log {
             println!(
-                "gym serve: http://{address}/v1 (model {model}; library {}; top-k {}; {writes})",
-                self.library.as_deref().unwrap_or("(none by default)"),
-                self.top_k
+                "gym serve: {logged} traffic record(s) written to {}",
+                path.display()
             );
-            for line in &governed {
-                println!("{line}");
-            }
-            let web = gym::web::router(gym::web::WebState {
-                gov_dir: self.gov_dir.clone(),
-                library_dir: self.library_dir.to_path_buf(),
-                rpc_url: self.rpc_url.clone(),
-                chain_cache: Duration::from_secs_f64(self.chain_cache),
-            });
-            let flusher = tokio::spawn(gym::serve::usage::flush_every(
-                Arc::clone(&usage),
-                Arc::clone(&catalog),
-                USAGE_FLUSH_PERIOD,
-            ));
-            let (body_deadline, body_limit) =
-                (Duration::from_secs_f64(self.body_timeout), self.max_body_bytes);
-            let routes = app(state).merge(web).layer(axum::middleware::from_fn(
-                move |request, next| {
-                    gym::serve::deadline::read_body_in_time(body_deadline, body_limit, request, next)
-                },
-            ))
+        }
+        match written {
+            Ok(flushed) => println!(
+                "gym serve: stopped after finishing the requests in flight ({} experience injection(s) written to usage.json at exit)",
+                flushed.injections
+            ),
+            Err(error) => eprintln!("gym serve: stopped; usage counts not written: {error}"),
+        }
+        Ok(())
+    }
+
+    /// The API and the web pages, behind the layers every request passes: the body deadline,
+    /// the browser guard, Anthropic-shaped refusals on the Messages API, request ids.
+    fn routes(&self, state: AppState, address: SocketAddr) -> axum::Router {
+        let web = gym::web::router(state.clone());
+        let metrics = Arc::clone(&state.metrics);
+        let (body_deadline, body_limit) = (
+            Duration::from_secs_f64(self.body_timeout),
+            self.max_body_bytes,
+        );
+        app(state)
+            .merge(web)
+            .layer(axum::middleware::from_fn(move |request, next| {
+                gym::serve::deadline::read_body_in_time(body_deadline, body_limit, request, next)
+            }))
             // Before any body is read or anything recorded: what a web page in the user's
             // browser may not make the server do (foreign Host, foreign Origin, non-JSON bodies).
             .layer(axum::middleware::from_fn_with_state(
@@ -482,34 +455,12 @@ impl ServeArgs {
                 gym::serve::origin::guard,
             ))
             // The refusals above on the Messages API routes, in Anthropic's error shape.
-            .layer(axum::middleware::from_fn(gym::serve::messages::anthropic_errors))
+            .layer(axum::middleware::from_fn(
+                gym::serve::messages::anthropic_errors,
+            ))
             // Around everything (the web pages, a body that came too late), so every response
             // carries an x-request-id.
-            .layer(axum::middleware::from_fn(gym::serve::request_id::assign));
-            let served = axum::serve(listener, routes)
-                .with_graceful_shutdown(shutdown_signal())
-                .await
-                .context("the server failed");
-            flusher.abort();
-            let written = tokio::task::spawn_blocking(move || usage.flush(&catalog)).await?;
-            let logged = tokio::task::spawn_blocking(move || traffic.close()).await?;
-            served?;
-            if let Some(path) = &self.traffic_log {
-                println!(
-                    "gym serve: {logged} traffic record(s) written to {}",
-                    path.display()
-                );
-            }
-            match written {
-                Ok(flushed) => println!(
-                    "gym serve: stopped after finishing the requests in flight ({} experience injection(s) written to usage.json at exit)",
-                    flushed.injections
-                ),
-                Err(error) => eprintln!("gym serve: stopped; usage counts not written: {error}"),
-            }
-            anyhow::Ok(())
-        })?;
-        Ok(ExitCode::SUCCESS)
+            .layer(axum::middleware::from_fn(gym::serve::request_id::assign))
     }
 
     /// The traffic log of --traffic-log, opened (a bad path or a file another server writes
@@ -562,63 +513,6 @@ impl ServeArgs {
             }
         }
         Ok(keys)
-    }
-
-    /// The static embedder from --static-model.
-    #[cfg(feature = "embed")]
-    fn static_embedder(&self) -> anyhow::Result<Arc<dyn gym::embed::Embedder>> {
-        let dir = self
-            .static_model
-            .clone()
-            .unwrap_or_else(gym::embed::lookup::default_static_dir);
-        let embedder = gym::embed::lookup::StaticEmbedder::load(&dir).with_context(|| {
-            format!(
-                "loading the static embedder from {} (build it with `gym embed distill`)",
-                dir.display()
-            )
-        })?;
-        // On stderr: the first line on stdout is the one that says where the server listens.
-        eprintln!(
-            "gym serve: questions and experiences embedded by the static table {} (sha256 {})",
-            dir.display(),
-            embedder.manifest().table_sha256
-        );
-        Ok(Arc::new(embedder))
-    }
-
-    #[cfg(not(feature = "embed"))]
-    fn static_embedder(&self) -> anyhow::Result<Arc<dyn gym::embed::Embedder>> {
-        anyhow::bail!("--query-embedder static needs the `embed` feature")
-    }
-
-    /// The in-process index, or the Qdrant server named by --qdrant-url (checked reachable now,
-    /// so a wrong URL fails at start and not on the first request).
-    fn vector_index(
-        &self,
-        runtime: &tokio::runtime::Runtime,
-    ) -> anyhow::Result<Arc<dyn gym::serve::VectorIndex>> {
-        #[cfg(feature = "qdrant")]
-        if let Some(url) = &self.qdrant_url {
-            let _guard = runtime.enter();
-            let index = gym::serve::qdrant::QdrantIndex::connect(
-                url,
-                std::env::var(&self.qdrant_api_key_env).ok(),
-                Duration::from_secs(30),
-            )?;
-            let version = runtime
-                .block_on(index.ensure_reachable())
-                .with_context(|| format!("the Qdrant server at {url}"))?;
-            println!("gym serve: experience vectors in Qdrant {version} at {url}");
-            return Ok(Arc::new(index));
-        }
-        #[cfg(not(feature = "qdrant"))]
-        let _ = runtime;
-        Ok(Arc::new(IvfIndex::new(IvfConfig {
-            exact_below: self.approximate_above,
-            probes: self.ivf_probes,
-            capacity: self.index_capacity,
-            ..IvfConfig::default()
-        })))
     }
 }
 
