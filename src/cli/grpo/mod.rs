@@ -10,9 +10,11 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Args;
+use gym::backend::Backend;
 use gym::data::Split;
 use gym::distill::DistillConfig;
 use gym::library::{Library, LibraryError, Settings};
+use gym::reward::Verifier;
 use gym::rollout::eval::{ControlCondition, EvalSettings};
 use gym::run::dashboard::DashboardSink;
 use gym::run::fallback::{self as checks, Checker};
@@ -425,32 +427,10 @@ impl GrpoArgs {
         let agent = rt.block_on(self.tools.agent())?;
         let config = self.run_config(run_id.clone(), &library, agent.as_ref());
         let control = RunControl::default();
-        let fallback = match self.fallback.fallback {
-            None => None,
-            Some(FallbackKind::Finetune) => {
-                let mut dataset = self.dataset.clone();
-                dataset.limit = Some(self.fallback.fallback_eval_limit.max(1));
-                let heldout = dataset.load_quietly(Split::Heldout, self.sampling.seed)?;
-                let checker = Checker {
-                    backend: Arc::clone(&rollout_backend),
-                    verifier: Arc::clone(&verifier),
-                    settings: EvalSettings {
-                        k: self.eval_k,
-                        sampling: self.sampling.sampling(),
-                        concurrency: self.parallel,
-                        instruction: heldout.instruction.clone(),
-                        agent: agent.clone(),
-                        retrieval: retrieval.clone(),
-                    },
-                    heldout: heldout.samples,
-                    library_dir: self.library_dir.to_path_buf(),
-                    library: self.library.clone(),
-                    patience: self.fallback.fallback_patience,
-                    min_delta: self.fallback.fallback_min_delta,
-                };
-                Some((checker, checks::step_feed(&mut events)))
-            }
-        };
+        let settings = self.eval_settings(agent.clone(), retrieval.clone());
+        let fallback = self
+            .fallback_checker(&rollout_backend, &verifier, settings.clone())?
+            .map(|checker| (checker, checks::step_feed(&mut events)));
         let events = Arc::new(events);
         let fallback = match fallback {
             None => None,
@@ -479,28 +459,7 @@ impl GrpoArgs {
             distill_backend_label: self.distill_backend_label(),
             agent: agent.clone(),
         };
-        let evaluation = (!self.no_eval && self.eval_limit > 0).then(|| {
-            let mut dataset = self.dataset.clone();
-            dataset.limit = Some(self.eval_limit);
-            let seed = self.sampling.seed;
-            FinalEvaluation {
-                backend: Arc::clone(&rollout_backend),
-                verifier: Arc::clone(&verifier),
-                heldout: Box::new(move || Ok(dataset.load_quietly(Split::Heldout, seed)?)),
-                library_dir: self.library_dir.to_path_buf(),
-                library: self.library.clone(),
-                settings: EvalSettings {
-                    k: self.eval_k,
-                    sampling: self.sampling.sampling(),
-                    concurrency: self.parallel,
-                    instruction: None,
-                    agent: agent.clone(),
-                    retrieval: retrieval.clone(),
-                },
-                control: self.eval_control,
-                seed,
-            }
-        });
+        let evaluation = self.final_evaluation(&rollout_backend, &verifier, settings);
         let session = Session {
             runner,
             source: train.source.clone(),
@@ -510,11 +469,7 @@ impl GrpoArgs {
         };
         let (mut screen, quit) = Screen::start(dashboard, shared, clock, &control, &events, &rt);
         // An error returns with the screen dropped, which gives the terminal back first.
-        let Some(Closing {
-            mut summary,
-            ending,
-        }) = rt.block_on(session.run(quit))?
-        else {
+        let Some(Closing { summary, ending }) = rt.block_on(session.run(quit))? else {
             screen.close();
             println!(
                 "quit before the run stopped; everything finished is journaled: continue with `gym grpo --resume {run_id}`"
@@ -522,6 +477,101 @@ impl GrpoArgs {
             return Ok(ExitCode::from(STOPPED_EXIT));
         };
         screen.close();
+        self.close(
+            &run_id,
+            &dir,
+            summary,
+            ending,
+            &events,
+            &rollout_backend,
+            &verifier,
+            agent.is_some(),
+        )
+    }
+
+    /// How the fallback's checks and the final evaluation measure the library: the run's k,
+    /// decoding, parallelism, tools and retrieval.
+    fn eval_settings(
+        &self,
+        agent: Option<gym::agent::Agent>,
+        retrieval: Option<Arc<gym::rollout::retrieval::Retrieval>>,
+    ) -> EvalSettings {
+        EvalSettings {
+            k: self.eval_k,
+            sampling: self.sampling.sampling(),
+            concurrency: self.parallel,
+            instruction: None,
+            agent,
+            retrieval,
+        }
+    }
+
+    /// The fine-tune fallback's held-out checker, with `--fallback finetune`.
+    fn fallback_checker(
+        &self,
+        backend: &Arc<dyn Backend>,
+        verifier: &Arc<dyn Verifier>,
+        settings: EvalSettings,
+    ) -> anyhow::Result<Option<Checker>> {
+        let Some(FallbackKind::Finetune) = self.fallback.fallback else {
+            return Ok(None);
+        };
+        let mut dataset = self.dataset.clone();
+        dataset.limit = Some(self.fallback.fallback_eval_limit.max(1));
+        let heldout = dataset.load_quietly(Split::Heldout, self.sampling.seed)?;
+        Ok(Some(Checker {
+            backend: Arc::clone(backend),
+            verifier: Arc::clone(verifier),
+            settings: EvalSettings {
+                instruction: heldout.instruction.clone(),
+                ..settings
+            },
+            heldout: heldout.samples,
+            library_dir: self.library_dir.to_path_buf(),
+            library: self.library.clone(),
+            patience: self.fallback.fallback_patience,
+            min_delta: self.fallback.fallback_min_delta,
+        }))
+    }
+
+    /// The final held-out evaluation, unless `--no-eval` or `--eval-limit 0`.
+    fn final_evaluation(
+        &self,
+        backend: &Arc<dyn Backend>,
+        verifier: &Arc<dyn Verifier>,
+        settings: EvalSettings,
+    ) -> Option<FinalEvaluation> {
+        (!self.no_eval && self.eval_limit > 0).then(|| {
+            let mut dataset = self.dataset.clone();
+            dataset.limit = Some(self.eval_limit);
+            let seed = self.sampling.seed;
+            FinalEvaluation {
+                backend: Arc::clone(backend),
+                verifier: Arc::clone(verifier),
+                heldout: Box::new(move || Ok(dataset.load_quietly(Split::Heldout, seed)?)),
+                library_dir: self.library_dir.to_path_buf(),
+                library: self.library.clone(),
+                settings,
+                control: self.eval_control,
+                seed,
+            }
+        })
+    }
+
+    /// After the run: the closing files, the summary and held-out results printed, and the
+    /// exit status that says how the run ended.
+    #[allow(clippy::too_many_arguments)]
+    fn close(
+        &self,
+        run_id: &str,
+        dir: &Path,
+        mut summary: gym::run::RunSummary,
+        ending: Ending,
+        events: &gym::run::Events,
+        backend: &Arc<dyn Backend>,
+        verifier: &Arc<dyn Verifier>,
+        tools: bool,
+    ) -> anyhow::Result<ExitCode> {
         if let Ending::EvalCancelled {
             library_version,
             done,
@@ -539,7 +589,7 @@ impl GrpoArgs {
             Ending::Finished(evaluated) => evaluated.as_ref(),
             _ => None,
         };
-        let report = gym::run::finish(&dir, &summary, &self.library, evaluated.map(|e| &e.report))?;
+        let report = gym::run::finish(dir, &summary, &self.library, evaluated.map(|e| &e.report))?;
         print!("{}", summary.render(&self.library));
         if summary.library_version_end > summary.library_version_start
             && let Some(note) = super::governed::note(&self.library, summary.library_version_end)
@@ -551,27 +601,35 @@ impl GrpoArgs {
                 "dataset {} (heldout, {} queries)\nmodel   {}, k={}, reward {}",
                 self.dataset.source_name()?,
                 evaluated.queries,
-                rollout_backend.model(),
+                backend.model(),
                 self.eval_k,
                 verifier.name()
             );
-            print!(
-                "{}",
-                render_report(&header, &evaluated.report, agent.is_some())
-            );
+            print!("{}", render_report(&header, &evaluated.report, tools));
         }
         match report {
             Ok(path) => println!("report: {}", path.display()),
             Err(error) => eprintln!("cannot write the run report in {}: {error}", dir.display()),
         }
+        self.exit_status(run_id, ending, &summary, events)
+    }
+
+    /// What the run's ending says to the user, and its exit status.
+    fn exit_status(
+        &self,
+        run_id: &str,
+        ending: Ending,
+        summary: &gym::run::RunSummary,
+        events: &gym::run::Events,
+    ) -> anyhow::Result<ExitCode> {
         Ok(match ending {
             Ending::Plateau(trigger) => {
                 fallback::fallback_finetune(
-                    &run_id,
+                    run_id,
                     &self.runs_dir,
                     &self.fallback,
                     &self.backend,
-                    &events,
+                    events,
                     trigger,
                 )?;
                 ExitCode::SUCCESS

@@ -14,7 +14,7 @@ use anyhow::Context as _;
 use gym::data::Split;
 use gym::library::{Library, LibraryError, Op, Settings};
 use gym::rollout::eval::{Condition, ControlCondition, EvalSettings, evaluate};
-use gym::run::plan::{EvalPilot, Pilot, Prices, Shape, plan};
+use gym::run::plan::{EvalPilot, Pilot, Plan, Prices, Shape, plan};
 use gym::run::{EventSink, Events, RunControl, RunEvent, Runner};
 
 use super::GrpoArgs;
@@ -100,45 +100,80 @@ impl GrpoArgs {
         let mut pilot = Pilot::of(&summary, self.group_size, lessons, &added, deleted);
         // The final evaluation answers other queries under another prompt: a few of its groups
         // without the library say how long its answers run.
-        if let Some(heldout) = heldout.as_ref().filter(|h| !h.samples.is_empty()) {
-            let queries = &heldout.samples[..EVAL_PILOT_QUERIES.min(heldout.samples.len())];
-            eprintln!(
-                "plan: {} held-out queries of the final evaluation …",
-                queries.len()
-            );
-            let settings = EvalSettings {
-                k: self.eval_k,
-                sampling: self.sampling.sampling(),
-                concurrency: self.parallel,
-                instruction: heldout.instruction.clone(),
-                agent,
-                retrieval: None,
-            };
-            let started = Instant::now();
-            let report = rt
-                .block_on(evaluate(
-                    rollout_backend.as_ref(),
-                    verifier.as_ref(),
-                    queries,
-                    &[Condition::without_library()],
-                    &settings,
-                    &|_, _| {},
-                ))
-                .context("the final evaluation's pilot")?;
-            pilot.eval = Some(EvalPilot {
-                groups: queries.len(),
-                answers: queries.len() * self.eval_k,
-                usage: report
-                    .conditions
-                    .first()
-                    .map(|c| c.usage)
-                    .unwrap_or_default(),
-                seconds: started.elapsed().as_secs_f64(),
-            });
-        }
+        pilot.eval = self.eval_pilot(&rt, &rollout_backend, &verifier, heldout.as_ref(), agent)?;
 
-        let shape = Shape {
-            train_queries: train.samples.len(),
+        let shape = self.shape(train.samples.len(), eval_queries, lessons);
+        let distill_args = self
+            .distill_backend_args()
+            .unwrap_or_else(|| self.backend.clone());
+        let prices = Prices {
+            rollout: self.backend.price(rollout_backend.model())?,
+            distill: distill_args.price(distill_backend.model())?,
+        };
+        let plan = plan(&shape, &pilot, prices)?;
+        self.print_plan_and_budget(
+            &shape,
+            &plan,
+            &pilot,
+            &summary,
+            &rollout_backend,
+            &distill_backend,
+        )
+    }
+
+    /// A few groups of the final evaluation without the library: how long its answers run
+    /// (it answers other queries under another prompt than the steps).
+    fn eval_pilot(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        rollout_backend: &Arc<dyn gym::backend::Backend>,
+        verifier: &Arc<dyn gym::reward::Verifier>,
+        heldout: Option<&gym::data::Dataset>,
+        agent: Option<gym::agent::Agent>,
+    ) -> anyhow::Result<Option<EvalPilot>> {
+        let Some(heldout) = heldout.filter(|h| !h.samples.is_empty()) else {
+            return Ok(None);
+        };
+        let queries = &heldout.samples[..EVAL_PILOT_QUERIES.min(heldout.samples.len())];
+        eprintln!(
+            "plan: {} held-out queries of the final evaluation …",
+            queries.len()
+        );
+        let settings = EvalSettings {
+            k: self.eval_k,
+            sampling: self.sampling.sampling(),
+            concurrency: self.parallel,
+            instruction: heldout.instruction.clone(),
+            agent,
+            retrieval: None,
+        };
+        let started = Instant::now();
+        let report = rt
+            .block_on(evaluate(
+                rollout_backend.as_ref(),
+                verifier.as_ref(),
+                queries,
+                &[Condition::without_library()],
+                &settings,
+                &|_, _| {},
+            ))
+            .context("the final evaluation's pilot")?;
+        Ok(Some(EvalPilot {
+            groups: queries.len(),
+            answers: queries.len() * self.eval_k,
+            usage: report
+                .conditions
+                .first()
+                .map(|c| c.usage)
+                .unwrap_or_default(),
+            seconds: started.elapsed().as_secs_f64(),
+        }))
+    }
+
+    /// The run's shape as the plan counts it.
+    fn shape(&self, train_queries: usize, eval_queries: usize, lessons: usize) -> Shape {
+        Shape {
+            train_queries,
             epochs: self.epochs,
             batch_size: self.batch_size,
             group_size: self.group_size,
@@ -155,15 +190,19 @@ impl GrpoArgs {
             lessons_at_start: lessons,
             prompt_once_per_group: self.backend.counts_group_prompt_once(),
             shown_at_most: self.retrieval.retrieve,
-        };
-        let distill_args = self
-            .distill_backend_args()
-            .unwrap_or_else(|| self.backend.clone());
-        let prices = Prices {
-            rollout: self.backend.price(rollout_backend.model())?,
-            distill: distill_args.price(distill_backend.model())?,
-        };
-        let plan = plan(&shape, &pilot, prices)?;
+        }
+    }
+
+    /// The plan as a table, the pilot's own cost, and whether the budget covers the plan.
+    fn print_plan_and_budget(
+        &self,
+        shape: &Shape,
+        plan: &Plan,
+        pilot: &Pilot,
+        summary: &gym::run::RunSummary,
+        rollout_backend: &Arc<dyn gym::backend::Backend>,
+        distill_backend: &Arc<dyn gym::backend::Backend>,
+    ) -> anyhow::Result<ExitCode> {
         println!(
             "plan for gym grpo on {}: {} training queries x {} epoch(s), batch {}, G={}; \
              final evaluation {} held-out queries x k={}",
@@ -172,7 +211,7 @@ impl GrpoArgs {
             self.epochs,
             self.batch_size,
             self.group_size,
-            eval_queries,
+            shape.eval_queries,
             self.eval_k
         );
         println!(
