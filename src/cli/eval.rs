@@ -15,7 +15,7 @@ use gym::rollout::eval::{
     Condition, ControlCondition, EvalReport, EvalSettings, QueryResult, Resume, evaluate_resuming,
     library_conditions,
 };
-use gym::rollout::eval_journal::EvalJournal;
+use gym::rollout::eval_journal::{EvalJournal, Finished};
 use gym::rollout::prompt::PromptExperience;
 
 use super::args::backend::{BackendArgs, RetrievalArgs, SamplingArgs, runtime};
@@ -194,45 +194,11 @@ impl EvalArgs {
             self.journal.is_none() || settings.agent.is_none(),
             "--journal: answers with tools are not journaled; evaluate without --tools"
         );
-        let described = || -> anyhow::Result<_> {
-            Ok(gym::pack::describe(&gym::pack::Described {
-                model: &self.backend.model_source(),
-                dataset_spec: &self.dataset.spec(Split::Train, self.sampling.seed)?,
-                split: &split,
-                dataset: &dataset,
-                sampling: self.sampling.sampling(),
-                reward: self.reward.reward.as_ref().map(ToString::to_string),
-                k: self.k,
-                control: self.control,
-                concurrency: settings.concurrency,
-                conditions: &conditions,
-                retrieval: settings.retrieval.as_deref(),
-            })?)
-        };
         // Hashes the model file: once, and only when something keeps it.
         let description = (self.journal.is_some() || self.report.is_some())
-            .then(described)
+            .then(|| self.describe(&split, &dataset, &conditions, &settings))
             .transpose()?;
-        let (journal, finished) = match (&self.journal, &description) {
-            (Some(path), Some(description)) => {
-                let mut measured = serde_json::to_value(description)?;
-                // Groups in flight change llama.cpp's numerics, not what is measured: a
-                // journal goes on under another --parallel.
-                if let Some(header) = measured.as_object_mut() {
-                    header.remove("concurrency");
-                }
-                let (journal, finished) = EvalJournal::open(path, &measured)?;
-                if !finished.is_empty() {
-                    eprintln!(
-                        "eval: {} group(s) already in {}",
-                        finished.len(),
-                        path.display()
-                    );
-                }
-                (Some(journal), finished)
-            }
-            _ => (None, Default::default()),
-        };
+        let (journal, finished) = self.open_journal(description.as_ref())?;
         let record = |result: &QueryResult| {
             if let Some(journal) = &journal {
                 journal.record(result);
@@ -243,17 +209,7 @@ impl EvalArgs {
             record: Some(&record),
         };
         let started = Instant::now();
-        let interactive = std::io::stderr().is_terminal();
-        let progress = move |done: usize, total: usize| {
-            if interactive {
-                eprint!("\reval: {done}/{total} groups");
-                if done == total {
-                    eprintln!();
-                }
-            } else if done == total || done.is_multiple_of((total / 10).max(1)) {
-                eprintln!("eval: {done}/{total} groups");
-            }
-        };
+        let progress = progress_lines();
         let mut report = rt.block_on(evaluate_resuming(
             backend.as_ref(),
             verifier.as_ref(),
@@ -276,13 +232,7 @@ impl EvalArgs {
             append_condition(&mut report, tuned);
         }
         if let Some(path) = &self.output {
-            let mut rows = Vec::new();
-            for row in &report.results {
-                serde_json::to_writer(&mut rows, row)?;
-                rows.push(b'\n');
-            }
-            gym::durable::write(path, &rows, gym::durable::Replace::Yes)
-                .with_context(|| format!("cannot write {}", path.display()))?;
+            write_rows(path, &report)?;
         }
         let queries = dataset.samples.len();
         let header = format!(
@@ -303,20 +253,103 @@ impl EvalArgs {
         if let (Some(path), Some(description)) = (&self.report, description) {
             gym::pack::write_report_file(path, description, report.clone())?;
         }
-        let failures: usize = report.conditions.iter().map(|c| c.verifier_failures).sum();
-        if failures > 0 {
-            let first = report
-                .results
-                .iter()
-                .flat_map(|r| &r.group.answers)
-                .find(|a| a.verifier_failed)
-                .map(|a| a.reason.clone())
-                .unwrap_or_default();
-            eprintln!(
-                "warning: the verifier failed on {failures} answer(s), scored 0; first: {first}"
-            );
-        }
+        warn_verifier_failures(&report);
         Ok(ExitCode::SUCCESS)
+    }
+}
+
+impl EvalArgs {
+    /// The receipt's account of this evaluation (the model file hashed).
+    fn describe(
+        &self,
+        split: &str,
+        dataset: &Dataset,
+        conditions: &[Condition],
+        settings: &EvalSettings,
+    ) -> anyhow::Result<gym::pack::Evaluation> {
+        Ok(gym::pack::describe(&gym::pack::Described {
+            model: &self.backend.model_source(),
+            dataset_spec: &self.dataset.spec(Split::Train, self.sampling.seed)?,
+            split,
+            dataset,
+            sampling: self.sampling.sampling(),
+            reward: self.reward.reward.as_ref().map(ToString::to_string),
+            k: self.k,
+            control: self.control,
+            concurrency: settings.concurrency,
+            conditions,
+            retrieval: settings.retrieval.as_deref(),
+        })?)
+    }
+
+    /// `--journal FILE` opened with the evaluation's description (the groups it already holds
+    /// are not measured again); none without it.
+    fn open_journal(
+        &self,
+        description: Option<&gym::pack::Evaluation>,
+    ) -> anyhow::Result<(Option<EvalJournal>, Finished)> {
+        Ok(match (&self.journal, description) {
+            (Some(path), Some(description)) => {
+                let mut measured = serde_json::to_value(description)?;
+                // Groups in flight change llama.cpp's numerics, not what is measured: a
+                // journal goes on under another --parallel.
+                if let Some(header) = measured.as_object_mut() {
+                    header.remove("concurrency");
+                }
+                let (journal, finished) = EvalJournal::open(path, &measured)?;
+                if !finished.is_empty() {
+                    eprintln!(
+                        "eval: {} group(s) already in {}",
+                        finished.len(),
+                        path.display()
+                    );
+                }
+                (Some(journal), finished)
+            }
+            _ => (None, Default::default()),
+        })
+    }
+}
+
+/// Progress on stderr: one line rewritten on a terminal, a line per tenth otherwise.
+fn progress_lines() -> impl Fn(usize, usize) {
+    let interactive = std::io::stderr().is_terminal();
+    move |done: usize, total: usize| {
+        if interactive {
+            eprint!("\reval: {done}/{total} groups");
+            if done == total {
+                eprintln!();
+            }
+        } else if done == total || done.is_multiple_of((total / 10).max(1)) {
+            eprintln!("eval: {done}/{total} groups");
+        }
+    }
+}
+
+/// `--output FILE`: every query's result, one JSON object per line, written crash-safely.
+fn write_rows(path: &Path, report: &EvalReport) -> anyhow::Result<()> {
+    let mut rows = Vec::new();
+    for row in &report.results {
+        serde_json::to_writer(&mut rows, row)?;
+        rows.push(b'\n');
+    }
+    gym::durable::write(path, &rows, gym::durable::Replace::Yes)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+/// A warning when the verifier failed on answers (scored 0), naming the first reason.
+fn warn_verifier_failures(report: &EvalReport) {
+    let failures: usize = report.conditions.iter().map(|c| c.verifier_failures).sum();
+    if failures > 0 {
+        let first = report
+            .results
+            .iter()
+            .flat_map(|r| &r.group.answers)
+            .find(|a| a.verifier_failed)
+            .map(|a| a.reason.clone())
+            .unwrap_or_default();
+        eprintln!("warning: the verifier failed on {failures} answer(s), scored 0; first: {first}");
     }
 }
 

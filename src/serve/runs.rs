@@ -57,7 +57,7 @@ fn run_dir(app: &AppState, id: &str) -> Result<PathBuf, ApiError> {
 /// those prompts and answers, so following it needs an API key. A run whose `args.json` cannot
 /// be read counts as one (fail closed); a run from before `args.json` existed does not.
 fn learned_from_users(dir: &std::path::Path) -> bool {
-    let bytes = match std::fs::read(dir.join("args.json")) {
+    let bytes = match std::fs::read(dir.join(crate::run::folder::ARGS_FILE)) {
         Ok(bytes) => bytes,
         Err(error) => return error.kind() != std::io::ErrorKind::NotFound,
     };
@@ -94,7 +94,7 @@ pub async fn list(State(app): State<AppState>) -> Result<Json<Value>, ApiError> 
             if !dir.join(JOURNAL_FILE).is_file() {
                 continue;
             }
-            let summary: Option<Value> = std::fs::read(dir.join("summary.json"))
+            let summary: Option<Value> = std::fs::read(dir.join(crate::run::folder::SUMMARY_FILE))
                 .ok()
                 .and_then(|bytes| serde_json::from_slice(&bytes).ok());
             runs.push(json!({

@@ -144,6 +144,19 @@ impl OpenAiBackend {
     /// One completion as a `stream: true` request whose text goes to `deltas` as completion
     /// `index`. Opening the stream is retried like any request; once text has been sent, a
     /// broken stream is an error, since the text cannot be taken back.
+    /// A stream that sent nothing for the request timeout: counted as a timeout and a failed
+    /// request.
+    fn stream_timed_out(&self) -> BackendError {
+        self.count(|s| {
+            s.timeouts += 1;
+            s.failed_requests += 1;
+        });
+        BackendError::Timeout {
+            url: self.url(),
+            after: self.config.timeout,
+        }
+    }
+
     async fn stream_one(
         &self,
         request: &GroupRequest,
@@ -183,16 +196,7 @@ impl OpenAiBackend {
         loop {
             let next = tokio::time::timeout(self.config.timeout, chunks.next()).await;
             let chunk = match next {
-                Err(_) => {
-                    self.count(|s| {
-                        s.timeouts += 1;
-                        s.failed_requests += 1;
-                    });
-                    return Err(BackendError::Timeout {
-                        url: self.url(),
-                        after: self.config.timeout,
-                    });
-                }
+                Err(_) => return Err(self.stream_timed_out()),
                 Ok(None) if seen == 0 => {
                     self.count(|s| s.failed_requests += 1);
                     return Err(BackendError::BadResponse(

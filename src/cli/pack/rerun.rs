@@ -34,9 +34,76 @@ pub(super) fn rerun(
     let (Some(evaluation), Some(packed)) = (&receipt.evaluation, &receipt.results) else {
         anyhow::bail!("--rerun: the pack has no held-out results to measure again");
     };
-    // The verifier's backend and model, compared with the pack's, never taken from it: a pack
-    // must not choose what the verifier pays for (an API model) or which file it reads (a
-    // model "name" such as `/dev/zero` or `../secret`).
+    let backend = verifier_backend(user_backend, evaluation)?;
+    let dataset = packed_dataset(evaluation, data)?;
+    let reward = packed_reward(evaluation)?;
+    let label = gym::pack::library_label(&receipt.library.name, receipt.library.version);
+    let conditions = library_conditions(
+        label,
+        PromptExperience::active(&verified.state),
+        evaluation.control,
+        evaluation.decoding.seed,
+    );
+    let retrieval = match evaluation.retrieve {
+        None => None,
+        Some(retrieve) => RetrievalArgs { retrieve }.build(None)?,
+    };
+    let prompts = gym::pack::prompts_sha256(
+        &dataset.samples,
+        dataset.instruction.as_deref(),
+        &conditions,
+        retrieval.as_deref(),
+    )?;
+    anyhow::ensure!(
+        prompts == evaluation.prompts_sha256,
+        "--rerun: the prompts this Gym builds (sha256 {prompts}) are not the packed ones ({}): the solver prompt or the placebo changed",
+        evaluation.prompts_sha256
+    );
+    let built = backend.build()?;
+    let verifier = RewardArgs {
+        reward,
+        verifier_timeout: 30.0,
+    }
+    .build(&dataset, &built)?;
+    let settings = EvalSettings {
+        k: evaluation.k,
+        sampling: evaluation.decoding.clone(),
+        // The verifier's own --concurrency bounds the load (the pack's, if lower, keeps its
+        // batches).
+        concurrency: evaluation
+            .concurrency
+            .clamp(1, user_backend.concurrency.max(1)),
+        retrieval,
+        instruction: dataset.instruction.clone(),
+        agent: None,
+    };
+    let started = Instant::now();
+    let rt = runtime()?;
+    let report = rt.block_on(evaluate(
+        built.as_ref(),
+        verifier.as_ref(),
+        &dataset.samples,
+        &conditions,
+        &settings,
+        &|_, _| {},
+    ))?;
+    let again = Results::from_report(&report, evaluation.decoding.seed);
+    let (text, outside) = render_rerun(packed, &again, evaluation, started.elapsed().as_secs_f64());
+    print!("{text}");
+    Ok(if outside == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The backend and model the pack is measured again on: the verifier's own flags, checked
+/// against the pack's, never taken from it (a pack must not choose what the verifier pays for,
+/// an API model, or which file it reads, a model "name" such as `/dev/zero` or `../secret`).
+fn verifier_backend(
+    user_backend: &BackendArgs,
+    evaluation: &Evaluation,
+) -> anyhow::Result<BackendArgs> {
     let mut backend = user_backend.clone();
     let packed_backend = BackendKind::from_str(&evaluation.model.backend, true)
         .map_err(|_| anyhow::anyhow!("--rerun: unknown backend `{}`", evaluation.model.backend))?;
@@ -103,6 +170,15 @@ pub(super) fn rerun(
             .map(|s| s.to_string())
             .unwrap_or_else(|| "unknown".into())
     );
+    Ok(backend)
+}
+
+/// The pack's queries, loaded again (from `data` when the file moved) and checked against
+/// the packed hash.
+fn packed_dataset(
+    evaluation: &Evaluation,
+    data: Option<&str>,
+) -> anyhow::Result<gym::data::Dataset> {
     let named = &evaluation.dataset;
     let dataset_args = DatasetArgs {
         dataset: data.map_or_else(|| named.source.clone(), str::to_owned),
@@ -129,7 +205,12 @@ pub(super) fn rerun(
         named.queries,
         named.sha256
     );
-    let reward = match &evaluation.reward {
+    Ok(dataset)
+}
+
+/// The pack's reward; a command reward is refused (a pack's command is not run).
+fn packed_reward(evaluation: &Evaluation) -> anyhow::Result<Option<VerifierSpec>> {
+    Ok(match &evaluation.reward {
         None => None,
         Some(text) => {
             let spec: VerifierSpec = text
@@ -141,64 +222,6 @@ pub(super) fn rerun(
             );
             Some(spec)
         }
-    };
-    let label = gym::pack::library_label(&receipt.library.name, receipt.library.version);
-    let conditions = library_conditions(
-        label,
-        PromptExperience::active(&verified.state),
-        evaluation.control,
-        evaluation.decoding.seed,
-    );
-    let retrieval = match evaluation.retrieve {
-        None => None,
-        Some(retrieve) => RetrievalArgs { retrieve }.build(None)?,
-    };
-    let prompts = gym::pack::prompts_sha256(
-        &dataset.samples,
-        dataset.instruction.as_deref(),
-        &conditions,
-        retrieval.as_deref(),
-    )?;
-    anyhow::ensure!(
-        prompts == evaluation.prompts_sha256,
-        "--rerun: the prompts this Gym builds (sha256 {prompts}) are not the packed ones ({}): the solver prompt or the placebo changed",
-        evaluation.prompts_sha256
-    );
-    let built = backend.build()?;
-    let verifier = RewardArgs {
-        reward,
-        verifier_timeout: 30.0,
-    }
-    .build(&dataset, &built)?;
-    let settings = EvalSettings {
-        k: evaluation.k,
-        sampling: evaluation.decoding.clone(),
-        // The verifier's own --concurrency bounds the load (the pack's, if lower, keeps its
-        // batches).
-        concurrency: evaluation
-            .concurrency
-            .clamp(1, user_backend.concurrency.max(1)),
-        retrieval,
-        instruction: dataset.instruction.clone(),
-        agent: None,
-    };
-    let started = Instant::now();
-    let rt = runtime()?;
-    let report = rt.block_on(evaluate(
-        built.as_ref(),
-        verifier.as_ref(),
-        &dataset.samples,
-        &conditions,
-        &settings,
-        &|_, _| {},
-    ))?;
-    let again = Results::from_report(&report, evaluation.decoding.seed);
-    let (text, outside) = render_rerun(packed, &again, evaluation, started.elapsed().as_secs_f64());
-    print!("{text}");
-    Ok(if outside == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
     })
 }
 
